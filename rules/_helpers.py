@@ -1,0 +1,182 @@
+"""Small, shared questions about call sites that several rules ask."""
+
+from __future__ import annotations
+
+from typing import List, Optional, Tuple
+
+import libcst as cst
+
+from torchlint.rule import Context
+
+TORCH_DTYPES = frozenset(
+    {
+        "float", "float32", "float64", "double", "float16", "half", "bfloat16",
+        "float8_e4m3fn", "float8_e5m2", "complex64", "complex128", "cfloat", "cdouble",
+        "uint8", "int8", "int16", "short", "int32", "int", "int64", "long", "bool",
+        "uint16", "uint32", "uint64", "quint8", "qint8", "qint32",
+    }
+)
+
+ACCELERATOR_TYPES = ("cuda", "mps", "xpu", "hip", "npu", "xla", "meta")
+
+
+def method_name(call: cst.Call) -> Optional[str]:
+    """``x.foo(...)`` -> ``"foo"``."""
+    func = call.func
+    if isinstance(func, cst.Attribute):
+        return func.attr.value
+    return None
+
+
+def receiver(call: cst.Call) -> Optional[cst.BaseExpression]:
+    """``x.foo(...)`` -> ``x``."""
+    func = call.func
+    if isinstance(func, cst.Attribute):
+        return func.value
+    return None
+
+
+def has_star(call: cst.Call) -> bool:
+    """Whether the call passes ``*args`` or ``**kwargs`` (keywords we cannot see)."""
+    return any(arg.star for arg in call.args)
+
+
+def positional(call: cst.Call) -> List[cst.Arg]:
+    return [a for a in call.args if a.keyword is None and not a.star]
+
+
+def keyword(call: cst.Call, name: str) -> Optional[cst.Arg]:
+    for arg in call.args:
+        if arg.keyword is not None and arg.keyword.value == name:
+            return arg
+    return None
+
+
+def argument(call: cst.Call, name: str, position: Optional[int]) -> Tuple[bool, Optional[cst.Arg]]:
+    """Find a parameter given by keyword or at ``position`` (0-based).
+
+    Returns ``(known, arg)``: ``known`` is False when ``*args``/``**kwargs`` may
+    hide it, in which case a rule must stay silent.
+    """
+    arg = keyword(call, name)
+    if arg is not None:
+        return True, arg
+    if position is not None:
+        pos = positional(call)
+        if len(pos) > position:
+            return True, pos[position]
+    if has_star(call):
+        return False, None
+    return True, None
+
+
+def literal_bool(expr: cst.BaseExpression) -> Optional[bool]:
+    """True/False for the literals ``True``/``False``, else None (unknown)."""
+    if isinstance(expr, cst.Name) and expr.value in ("True", "False"):
+        return expr.value == "True"
+    return None
+
+
+def literal_number(expr: cst.BaseExpression) -> Optional[float]:
+    if isinstance(expr, cst.Integer):
+        try:
+            return float(int(expr.value.replace("_", ""), 0))
+        except ValueError:
+            return None
+    if isinstance(expr, cst.Float):
+        try:
+            return float(expr.value.replace("_", ""))
+        except ValueError:
+            return None
+    if isinstance(expr, cst.UnaryOperation) and isinstance(expr.operator, cst.Minus):
+        inner = literal_number(expr.expression)
+        return -inner if inner is not None else None
+    return None
+
+
+def string_value(expr: cst.BaseExpression) -> Optional[str]:
+    if isinstance(expr, cst.SimpleString):
+        try:
+            value = expr.evaluated_value
+        except Exception:  # noqa: BLE001 - odd prefixes
+            return None
+        return value if isinstance(value, str) else None
+    return None
+
+
+def _last_name(expr: cst.BaseExpression) -> Optional[str]:
+    if isinstance(expr, cst.Name):
+        return expr.value
+    if isinstance(expr, cst.Attribute):
+        return expr.attr.value
+    return None
+
+
+def is_accelerator_string(value: str) -> bool:
+    return value.split(":", 1)[0].strip() in ACCELERATOR_TYPES
+
+
+def device_kind(expr: cst.BaseExpression, ctx: Context) -> Optional[str]:
+    """Classify an argument of ``.to(...)``.
+
+    ``"accelerator"``: certainly a non-CPU device (``"cuda"``, ``"cuda:0"``,
+    ``torch.device("cuda")``); ``"device"``: a device whose type is not known
+    statically, by its name (``device``, ``self.device``, ``x.device``,
+    ``torch.device(...)``); ``"cpu"``; ``"dtype"`` (``torch.float16``,
+    ``x.dtype``, ``dtype``); None when it could be anything (``.to(other)``).
+    """
+    text = string_value(expr)
+    if text is not None:
+        if is_accelerator_string(text):
+            return "accelerator"
+        if text.split(":", 1)[0].strip() == "cpu":
+            return "cpu"
+        return None
+    if isinstance(expr, cst.Call):
+        q = ctx.qualname(expr.func)
+        if q == "torch.device":
+            args = positional(expr)
+            if args:
+                inner = string_value(args[0].value)
+                if inner is not None:
+                    if is_accelerator_string(inner):
+                        return "accelerator"
+                    if inner.split(":", 1)[0].strip() == "cpu":
+                        return "cpu"
+            return "device"
+        return None
+    q = ctx.qualname(expr)
+    if q is not None:
+        if q.startswith("torch.") and q[len("torch."):] in TORCH_DTYPES:
+            return "dtype"
+        return None
+    name = _last_name(expr)
+    if name is None:
+        return None
+    lowered = name.lower()
+    if lowered in ("dtype", "_dtype") or lowered.endswith("_dtype") or lowered.startswith("dtype_"):
+        return "dtype"
+    if lowered in ("device", "dev", "_device") or lowered.endswith("_device") or lowered.startswith("device_"):
+        return "device"
+    return None
+
+
+def moves_to_device(call: cst.Call, ctx: Context) -> Optional[cst.BaseExpression]:
+    """For ``x.cuda(...)``/``x.to(<device>)``/``x.to(device=...)``, whether the call
+    moves data to a device that may be an accelerator.  Returns the call itself
+    or None.  A ``.to(<dtype>)`` cast, ``.to("cpu")`` or an argument that may be
+    either (``.to(other)``, ``*args``) is not a move."""
+    name = method_name(call)
+    if name == "cuda":
+        return call
+    if name != "to":
+        return None
+    if any(a.star for a in call.args):
+        return None
+    dev = keyword(call, "device")
+    if dev is not None:
+        return call if device_kind(dev.value, ctx) in ("accelerator", "device") else None
+    pos = positional(call)
+    if pos and device_kind(pos[0].value, ctx) in ("accelerator", "device"):
+        return call
+    return None

@@ -1,0 +1,227 @@
+from __future__ import annotations
+
+from typing import Optional
+
+import libcst as cst
+
+from torchlint.codemods import zero_grad as codemod
+from torchlint.model import Applicability, Fix, FixAvailability
+from torchlint.rule import Rule
+from torchlint.rules._helpers import argument, literal_bool, literal_number, method_name, string_value
+
+
+class ZeroGradSetToNone(Rule):
+    """
+    ## What it does
+    Reports gradients that are zeroed by writing zeros instead of being reset to
+    `None`: `zero_grad(set_to_none=False)`, a bare `zero_grad()` when the
+    configured `target-torch` is below 2.0 (where `set_to_none` defaulted to
+    `False`), and manual zeroing in a loop over parameters (`p.grad.zero_()`,
+    `p.grad.data.zero_()`, `p.grad.fill_(0)`, `p.grad = torch.zeros_like(p)`).
+
+    ## Why is this bad?
+    Zeroing runs a memset kernel over every gradient on every step, and the next
+    backward pass then reads those zeros back to accumulate into them. Setting
+    the gradients to `None` skips the memset and lets backward write the
+    gradient with a plain assignment, saving a full pass over the gradient
+    memory each step. Since PyTorch 2.0 `zero_grad()` does this by default.
+
+    ## Example
+    ```python
+    for x, y in loader:
+        optimizer.zero_grad(set_to_none=False)
+        loss_fn(model(x), y).backward()
+        optimizer.step()
+    ```
+
+    ## Use instead
+    ```python
+    for x, y in loader:
+        optimizer.zero_grad(set_to_none=True)  # the default since torch 2.0
+        loss_fn(model(x), y).backward()
+        optimizer.step()
+    ```
+
+    ## Fix safety
+    The fix is unsafe: after it, a gradient is `None` rather than a tensor of
+    zeros until the next backward pass, so code that reads `.grad` in between
+    (gradient logging, a custom all-reduce, `p.grad.add_(...)` into a
+    pre-allocated buffer, a parameter that received no gradient) can fail or
+    behave differently. Optimizers also skip parameters whose gradient is
+    `None`, which differs from stepping on zeros for optimizers with momentum or
+    weight decay.
+
+    Implementations of `zero_grad` itself (a function named `zero_grad`, or a
+    branch on `set_to_none`) are not reported.
+
+    ## References
+    - PyTorch Performance Tuning Guide, "Use parameter.grad = None instead of model.zero_grad() or optimizer.zero_grad()"
+    - `torch.optim.Optimizer.zero_grad` documentation
+    """
+
+    code = "TL301"
+    name = "zero-grad-set-to-none"
+    summary = "Gradients zeroed in place instead of set to None"
+    fix = FixAvailability.UNSAFE
+
+    VALID = [
+        "import torch\nopt = torch.optim.SGD([], lr=0.1)\nopt.zero_grad()\n",
+        "import torch\nopt.zero_grad(set_to_none=True)\n",
+        "import torch\nfor p in model.parameters():\n    p.grad = None\n",
+        "import torch\nfor b in buffers:\n    b.grad.zero_()\n",
+    ]
+    INVALID = [
+        "import torch\nopt.zero_grad(set_to_none=False)\n",
+        "import torch\nfor p in model.parameters():\n    if p.grad is not None:\n        p.grad.zero_()\n",
+    ]
+
+    _MESSAGE = (
+        "`{what}` fills every gradient with zeros each step; {instead} to skip "
+        "that memory pass (the next backward writes the gradient directly)"
+    )
+
+    def visit_Call(self, node: cst.Call) -> None:
+        name = method_name(node)
+        if name == "zero_grad":
+            self._zero_grad_call(node)
+        elif name in ("zero_", "fill_"):
+            self._manual_zeroing_call(node, name)
+
+    def _zero_grad_call(self, node: cst.Call) -> None:
+        known, arg = argument(node, "set_to_none", 0)
+        if not known:
+            return
+        if arg is not None:
+            if literal_bool(arg.value) is not False:
+                return
+            what = "zero_grad(set_to_none=False)"
+        elif self.context.target_torch < (2, 0):
+            what = "zero_grad()"
+        else:
+            return
+        self.report(
+            node,
+            self._MESSAGE.format(what=what, instead="pass `set_to_none=True`"),
+            fix=Fix(
+                Applicability.UNSAFE,
+                "Pass `set_to_none=True`",
+                lambda: codemod.set_to_none_true(node, arg),
+            ),
+        )
+
+    def _manual_zeroing_call(self, node: cst.Call, name: str) -> None:
+        if name == "zero_" and node.args:
+            return
+        if name == "fill_":
+            if len(node.args) != 1 or node.args[0].keyword is not None:
+                return
+            if literal_number(node.args[0].value) != 0:
+                return
+        func = node.func
+        assert isinstance(func, cst.Attribute)
+        grad = func.value
+        if isinstance(grad, cst.Attribute) and grad.attr.value == "data":
+            grad = grad.value
+        param = self._grad_of_loop_parameter(grad)
+        if param is None:
+            return
+        parent = self.context.parent
+        fix = None
+        if isinstance(parent, cst.Expr) and parent.value is node:
+            target = grad
+            fix = Fix(
+                Applicability.UNSAFE,
+                f"Set `{param}.grad = None`",
+                lambda: codemod.grad_to_none_statement(target),
+                target=parent,
+            )
+        self.report(
+            node,
+            self._MESSAGE.format(
+                what=f"{param}.grad.{'data.' if grad is not func.value else ''}{name}({'0' if name == 'fill_' else ''})",
+                instead=f"set `{param}.grad = None`",
+            ),
+            fix=fix,
+        )
+
+    def visit_Assign(self, node: cst.Assign) -> None:
+        if len(node.targets) != 1 or not isinstance(node.value, cst.Call):
+            return
+        if self.context.qualname(node.value.func) not in ("torch.zeros_like",):
+            return
+        param = self._grad_of_loop_parameter(node.targets[0].target)
+        if param is None:
+            return
+        self.report(
+            node,
+            self._MESSAGE.format(
+                what=f"{param}.grad = torch.zeros_like(...)", instead=f"set `{param}.grad = None`"
+            ),
+            fix=Fix(
+                Applicability.UNSAFE,
+                f"Set `{param}.grad = None`",
+                lambda: codemod.grad_to_none_assignment(node),
+            ),
+        )
+
+    # -- helpers -------------------------------------------------------------
+    def _grad_of_loop_parameter(self, expr: cst.BaseExpression) -> Optional[str]:
+        """``p`` when ``expr`` is ``p.grad`` and ``p`` iterates over parameters."""
+        if not (isinstance(expr, cst.Attribute) and expr.attr.value == "grad"):
+            return None
+        if not isinstance(expr.value, cst.Name):
+            return None
+        param = expr.value.value
+        ctx = self.context
+        function = ctx.enclosing_function()
+        if function is not None and "zero_grad" in function.name.value:
+            return None  # an implementation of zero_grad
+        loop = ctx.enclosing_loop(periodic_guard=False)
+        if not isinstance(loop, cst.For) or param not in _target_names(loop.target):
+            return None
+        if not _is_parameter_iterable(loop.iter):
+            return None
+        for ancestor in ctx.ancestors():
+            if ancestor is loop:
+                break
+            if isinstance(ancestor, cst.If) and _mentions(ancestor.test, "set_to_none"):
+                return None
+        return param
+
+
+def _target_names(target: cst.BaseExpression) -> set:
+    if isinstance(target, cst.Name):
+        return {target.value}
+    if isinstance(target, (cst.Tuple, cst.List)):
+        names = set()
+        for element in target.elements:
+            names |= _target_names(element.value)
+        return names
+    return set()
+
+
+def _is_parameter_iterable(expr: cst.BaseExpression) -> bool:
+    """``m.parameters()``, ``m.named_parameters()``, ``group["params"]``, or
+    ``filter(..., m.parameters())``."""
+    if isinstance(expr, cst.Call):
+        name = method_name(expr)
+        if name in ("parameters", "named_parameters"):
+            return True
+        if isinstance(expr.func, cst.Name) and expr.func.value == "filter" and len(expr.args) == 2:
+            return _is_parameter_iterable(expr.args[1].value)
+        return False
+    if isinstance(expr, cst.Subscript) and len(expr.slice) == 1:
+        index = expr.slice[0].slice
+        if isinstance(index, cst.Index):
+            return string_value(index.value) == "params"
+    return False
+
+
+def _mentions(expr: cst.BaseExpression, name: str) -> bool:
+    from torchlint.walker import walk_nodes
+
+    return any(
+        (isinstance(n, cst.Name) and n.value == name)
+        or (isinstance(n, cst.Attribute) and n.attr.value == name)
+        for n in walk_nodes(expr)
+    )

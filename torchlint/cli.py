@@ -1,0 +1,415 @@
+"""The ``torchlint`` command line: check, fix, rule."""
+
+from __future__ import annotations
+
+import difflib
+import os
+import sys
+from collections import Counter
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Callable, Dict, List, Optional, Sequence, Tuple
+
+import click
+
+from torchlint import __version__
+from torchlint.config import (
+    OUTPUT_FORMATS,
+    ConfigError,
+    Settings,
+    find_config,
+    load_config,
+    parse_version,
+    resolve_selection,
+)
+from torchlint.discovery import PathPatterns, discover
+from torchlint.model import Diagnostic, Kind
+from torchlint.source import Source, SourceError, decode, encode, read_source, write_atomic
+
+EXIT_OK, EXIT_FINDINGS, EXIT_ERROR = 0, 1, 2
+
+
+def _split_codes(values: Sequence[str]) -> Optional[Tuple[str, ...]]:
+    if not values:
+        return None
+    out: List[str] = []
+    for value in values:
+        out.extend(part.strip().upper() for part in value.split(",") if part.strip())
+    return tuple(out)
+
+
+def _fail(message: str) -> "click.exceptions.Exit":
+    click.echo(f"torchlint: error: {message}", err=True)
+    return click.exceptions.Exit(EXIT_ERROR)
+
+
+@dataclass
+class Run:
+    settings: Settings
+    codes: List[str]
+    paths: List[str]
+    stdin_filename: Optional[str]
+    force_exclude: bool
+
+    @property
+    def reads_stdin(self) -> bool:
+        return self.paths == ["-"]
+
+
+def _prepare(
+    paths: Sequence[str],
+    select: Sequence[str],
+    ignore: Sequence[str],
+    extend_select: Sequence[str],
+    config: Optional[str],
+    output_format: Optional[str],
+    target_torch: Optional[str],
+    stdin_filename: Optional[str],
+    force_exclude: bool,
+    unsafe_fixes: Optional[bool] = None,
+) -> Run:
+    from torchlint.registry import all_codes, default_codes
+
+    paths = list(paths) or ["."]
+    if "-" in paths and len(paths) > 1:
+        raise _fail("`-` (standard input) cannot be combined with other paths")
+    try:
+        if config is not None:
+            config_path: Optional[Path] = Path(config)
+            if not config_path.is_file():
+                raise ConfigError(f"configuration file {config} does not exist")
+        else:
+            if paths == ["-"]:
+                start = Path(stdin_filename).parent if stdin_filename else Path.cwd()
+            else:
+                existing = [os.path.abspath(p) for p in paths if os.path.exists(p)]
+                start = Path(os.path.commonpath(existing)) if existing else Path.cwd()
+            config_path = find_config(start if start.exists() else Path.cwd())
+        settings = load_config(config_path) if config_path else Settings(root=Path.cwd().resolve())
+        cli_select = _split_codes(select)
+        overrides: Dict[str, object] = {}
+        if cli_select is not None:
+            # The command line's --select replaces the configuration's selection.
+            overrides.update(select=cli_select, ignore=(), extend_select=())
+            settings = settings.with_overrides(**overrides)
+        cli_ignore = _split_codes(ignore)
+        if cli_ignore:
+            settings = settings.with_overrides(ignore=settings.ignore + cli_ignore)
+        cli_extend = _split_codes(extend_select)
+        if cli_extend:
+            settings = settings.with_overrides(extend_select=settings.extend_select + cli_extend)
+        if target_torch is not None:
+            settings = settings.with_overrides(target_torch=parse_version(target_torch, "--target-torch"))
+        settings = settings.with_overrides(output_format=output_format, unsafe_fixes=unsafe_fixes)
+        codes = resolve_selection(settings, all_codes(), default_codes())
+    except ConfigError as exc:
+        raise _fail(str(exc)) from None
+    return Run(settings, codes, paths, stdin_filename, force_exclude)
+
+
+def _display(path: Path) -> str:
+    text = str(path)
+    if path.is_absolute():
+        try:
+            return str(path.relative_to(Path.cwd()))
+        except ValueError:
+            return text
+    return os.path.normpath(text)
+
+
+@dataclass
+class Target:
+    display: str
+    path: Optional[Path]  # None for standard input
+
+
+def _targets(run: Run) -> Tuple[List[Target], List[str]]:
+    """The files to process, and messages for paths that do not exist."""
+    if run.reads_stdin:
+        return [Target(run.stdin_filename or "-", None)], []
+    found = discover([Path(p) for p in run.paths], run.settings)
+    problems = [f"{_display(p)}: {why}" for p, why in found.errors]
+    files = found.files
+    if run.force_exclude:
+        excludes = PathPatterns(
+            (*run.settings.exclude, *run.settings.extend_exclude), run.settings.root
+        )
+        files = [f for f in files if not excludes.matches_any_component(f.resolve())]
+    return [Target(_display(f), f) for f in files], problems
+
+
+def _read(target: Target) -> Source:
+    if target.path is None:
+        return decode(sys.stdin.buffer.read())
+    return read_source(target.path)
+
+
+def _io_error(display: str, message: str) -> Diagnostic:
+    return Diagnostic(display, 1, 1, 1, 1, f"cannot read file: {message}", kind=Kind.IO_ERROR)
+
+
+def _emit(text: str, *, err: bool = False, color: Optional[bool] = None) -> None:
+    if text:
+        click.echo(text, nl=False, err=err, color=color)
+
+
+def _use_color(err: bool = False) -> bool:
+    stream = sys.stderr if err else sys.stdout
+    return "NO_COLOR" not in os.environ and hasattr(stream, "isatty") and stream.isatty()
+
+
+def _report(
+    diagnostics: List[Diagnostic],
+    sources: Dict[str, str],
+    settings: Settings,
+    show_statistics: bool,
+    err: bool = False,
+) -> None:
+    from torchlint import reporters
+
+    fmt = settings.output_format
+    color = _use_color(err)
+    if show_statistics:
+        _emit(reporters.statistics(diagnostics), err=err, color=color)
+        return
+    _emit(reporters.FORMATTERS[fmt](diagnostics, sources, color), err=err, color=color)
+
+
+# -- shared options ------------------------------------------------------------
+
+
+def _common_options(func: Callable) -> Callable:
+    options = [
+        click.argument("paths", nargs=-1, type=click.Path()),
+        click.option("--select", multiple=True, metavar="CODES",
+                     help="Rules to enable (codes or prefixes like TL2, or ALL); replaces the configured selection."),
+        click.option("--ignore", multiple=True, metavar="CODES", help="Rules to disable."),
+        click.option("--extend-select", multiple=True, metavar="CODES",
+                     help="Rules to enable on top of the selection (e.g. opt-in rules)."),
+        click.option("--config", type=click.Path(dir_okay=False), default=None,
+                     help="Use this pyproject.toml or torchlint.toml instead of the nearest one."),
+        click.option("--output-format", type=click.Choice(OUTPUT_FORMATS), default=None,
+                     help="How to print diagnostics (default: full)."),
+        click.option("--target-torch", default=None, metavar="VERSION",
+                     help="The oldest torch version the code must support (default 2.0)."),
+        click.option("--stdin-filename", default=None, metavar="PATH",
+                     help="The file name to use for code read from `-` (standard input)."),
+        click.option("--force-exclude", is_flag=True,
+                     help="Apply exclusions to files named on the command line too (for pre-commit)."),
+        click.option("--statistics", "show_statistics", is_flag=True,
+                     help="Print the number of diagnostics per rule instead of the diagnostics."),
+        click.option("--exit-zero", is_flag=True, help="Exit with 0 even when diagnostics remain."),
+        click.option("--no-cache", is_flag=True, help="Do not read or write the result cache."),
+    ]
+    for option in reversed(options):
+        func = option(func)
+    return func
+
+
+@click.group(context_settings={"help_option_names": ["-h", "--help"]})
+@click.version_option(__version__, "-V", "--version", prog_name="torchlint")
+def main() -> None:
+    """torchlint: find and fix PyTorch performance anti-patterns."""
+
+
+@main.command()
+@_common_options
+def check(paths, select, ignore, extend_select, config, output_format, target_torch,
+          stdin_filename, force_exclude, show_statistics, exit_zero, no_cache) -> None:
+    """Report performance anti-patterns in PATHS (default: the current directory).
+
+    Use `-` to read from standard input.
+    """
+    from torchlint.engine import lint_text
+
+    run = _prepare(paths, select, ignore, extend_select, config, output_format, target_torch,
+                   stdin_filename, force_exclude)
+    targets, problems = _targets(run)
+    diagnostics: List[Diagnostic] = []
+    sources: Dict[str, str] = {}
+    for target in targets:
+        try:
+            source = _read(target)
+        except SourceError as exc:
+            diagnostics.append(_io_error(target.display, str(exc)))
+            continue
+        found = _lint_guarded(lint_text, source.text, target.display, run)
+        if found:
+            sources[target.display] = source.text
+            diagnostics.extend(found)
+    diagnostics.sort(key=Diagnostic.sort_key)
+    _report(diagnostics, sources, run.settings, show_statistics)
+    from torchlint.reporters import TEXT_FORMATS, summary
+
+    if run.settings.output_format in TEXT_FORMATS and not show_statistics:
+        _emit(summary(diagnostics, run.settings.unsafe_fixes))
+    for problem in problems:
+        click.echo(f"torchlint: error: {problem}", err=True)
+    if not targets and not problems and not run.reads_stdin:
+        click.echo("torchlint: warning: no Python files found", err=True)
+    raise click.exceptions.Exit(_exit_code(diagnostics, problems, exit_zero))
+
+
+def _lint_guarded(lint_text, text: str, display: str, run: Run) -> List[Diagnostic]:
+    """Lint one file; an unexpected exception becomes an internal-error diagnostic."""
+    from torchlint.engine import internal_error
+
+    try:
+        return lint_text(text, display, run.settings, run.codes).diagnostics
+    except Exception as exc:  # noqa: BLE001 - one bad file must not stop the run
+        return [internal_error(display, f"torchlint crashed on this file ({type(exc).__name__}: {exc}); please report this")]
+
+
+def _exit_code(diagnostics: Sequence[Diagnostic], problems: Sequence[str], exit_zero: bool) -> int:
+    if problems or any(d.kind is Kind.INTERNAL_ERROR for d in diagnostics):
+        return EXIT_ERROR
+    if diagnostics and not exit_zero:
+        return EXIT_FINDINGS
+    return EXIT_OK
+
+
+@main.command()
+@_common_options
+@click.option("--unsafe-fixes/--no-unsafe-fixes", "unsafe_fixes", default=None,
+              help="Also apply fixes that may change behaviour (see each rule's Fix safety).")
+@click.option("--diff", is_flag=True, help="Print a unified diff of the fixes and write nothing.")
+def fix(paths, select, ignore, extend_select, config, output_format, target_torch,
+        stdin_filename, force_exclude, show_statistics, exit_zero, no_cache, unsafe_fixes, diff) -> None:
+    """Apply fixes to PATHS (default: the current directory), then report what remains.
+
+    Safe fixes only, unless --unsafe-fixes.  Use `-` to fix standard input
+    (the fixed code goes to standard output).
+    """
+    from torchlint.engine import fix_text, internal_error
+
+    run = _prepare(paths, select, ignore, extend_select, config, output_format, target_torch,
+                   stdin_filename, force_exclude, unsafe_fixes)
+    unsafe = run.settings.unsafe_fixes
+    targets, problems = _targets(run)
+    remaining: List[Diagnostic] = []
+    sources: Dict[str, str] = {}
+    fixed: Dict[str, Counter] = {}
+    names: Dict[str, str] = {}
+    changed_files = 0
+    for target in targets:
+        try:
+            source = _read(target)
+        except SourceError as exc:
+            remaining.append(_io_error(target.display, str(exc)))
+            continue
+        try:
+            result = fix_text(source.text, target.display, run.settings, run.codes, unsafe)
+        except Exception as exc:  # noqa: BLE001
+            remaining.append(internal_error(
+                target.display,
+                f"torchlint crashed on this file ({type(exc).__name__}: {exc}); please report this"))
+            if target.path is None:
+                _emit(source.text)
+            continue
+        remaining.extend(result.remaining)
+        remaining.extend(result.errors)
+        if result.remaining or result.errors:
+            sources[target.display] = result.text
+        if result.applied:
+            fixed[target.display] = result.applied
+        for d in result.remaining:
+            if d.code and d.name:
+                names[d.code] = d.name
+        changed = result.text != source.text
+        if target.path is None:
+            if diff:
+                _emit(_unified_diff(source.text, result.text, target.display))
+            else:
+                _emit(result.text)
+            continue
+        if not changed:
+            continue
+        changed_files += 1
+        if diff:
+            _emit(_unified_diff(source.text, result.text, target.display))
+        else:
+            try:
+                write_atomic(target.path, encode(source, result.text))
+            except (OSError, UnicodeEncodeError) as exc:
+                remaining.append(internal_error(target.display, f"cannot write the fixed file: {exc}"))
+    remaining.sort(key=Diagnostic.sort_key)
+
+    to_stderr = diff or run.reads_stdin
+    from torchlint.registry import all_rules
+    from torchlint.reporters import TEXT_FORMATS, summary
+
+    rules = all_rules()
+    if not diff:
+        _report(remaining, sources, run.settings, show_statistics, err=run.reads_stdin)
+    total_fixed = sum(sum(c.values()) for c in fixed.values())
+    if run.settings.output_format in TEXT_FORMATS or to_stderr:
+        lines: List[str] = []
+        if fixed:
+            verb = "Would fix" if diff else "Fixed"
+            lines.append(f"{verb} {total_fixed} error{'s' if total_fixed != 1 else ''}:")
+            for display in sorted(fixed):
+                lines.append(f"- {display}:")
+                for code, n in sorted(fixed[display].items()):
+                    lines.append(f"    {n} × {code} ({rules[code].name})")
+            lines.append("")
+        if remaining or fixed:
+            lines.append(
+                f"Found {len(remaining) + total_fixed} error{'s' if len(remaining) + total_fixed != 1 else ''} "
+                f"({total_fixed} {'fixable' if diff else 'fixed'}, {len(remaining)} remaining)."
+            )
+            rest = summary(remaining, unsafe).splitlines()[1:]
+            lines.extend(rest)
+        else:
+            lines.append("All checks passed!")
+        _emit("\n".join(lines) + "\n", err=to_stderr or run.settings.output_format not in TEXT_FORMATS)
+    for problem in problems:
+        click.echo(f"torchlint: error: {problem}", err=True)
+    if diff:
+        code = EXIT_ERROR if problems else (EXIT_FINDINGS if changed_files else EXIT_OK)
+        raise click.exceptions.Exit(code)
+    raise click.exceptions.Exit(_exit_code(remaining, problems, exit_zero))
+
+
+def _unified_diff(before: str, after: str, display: str) -> str:
+    if before == after:
+        return ""
+    lines = difflib.unified_diff(
+        before.splitlines(keepends=True), after.splitlines(keepends=True),
+        fromfile=display if os.path.isabs(display) else f"a/{display}",
+        tofile=display if os.path.isabs(display) else f"b/{display}",
+    )
+    out = []
+    for line in lines:
+        out.append(line if line.endswith("\n") else line + "\n\\ No newline at end of file\n")
+    return "".join(out)
+
+
+@main.command()
+@click.argument("code", required=False)
+@click.option("--all", "show_all", is_flag=True, help="List every rule.")
+def rule(code: Optional[str], show_all: bool) -> None:
+    """Show the documentation of the rule CODE, or list all rules with --all."""
+    from torchlint.registry import all_rules
+
+    rules = all_rules()
+    if show_all:
+        rows = [("Code", "Name", "Default", "Fix")]
+        for c, r in rules.items():
+            rows.append((c, r.name, "on" if r.default else "opt-in", r.fix.value))
+        widths = [max(len(row[i]) for row in rows) for i in range(4)]
+        for row in rows:
+            click.echo("  ".join(cell.ljust(widths[i]) for i, cell in enumerate(row)).rstrip())
+        return
+    if code is None:
+        raise _fail("give a rule code (e.g. `torchlint rule TL101`) or --all")
+    code = code.strip().upper()
+    if code not in rules:
+        raise _fail(f"unknown rule code `{code}` (see `torchlint rule --all`)")
+    r = rules[code]
+    click.echo(f"# {r.name} ({code})\n")
+    click.echo(f"Default: {'on' if r.default else 'off (opt-in)'}. Fix: {r.fix.value}.\n")
+    click.echo(r.documentation())
+
+
+if __name__ == "__main__":  # pragma: no cover
+    main()

@@ -1,0 +1,249 @@
+"""File discovery: directories are walked for ``.py``/``.pyi`` files, honouring
+``.gitignore`` files and the ``exclude``/``extend-exclude`` settings; a file
+named explicitly is always checked."""
+
+from __future__ import annotations
+
+import os
+import re
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Iterable, Iterator, List, Optional, Sequence, Tuple
+
+from torchlint.config import Settings
+
+SOURCE_SUFFIXES = (".py", ".pyi")
+
+
+def glob_to_regex(pattern: str) -> str:
+    """Translate a glob (``*``, ``**``, ``?``, ``[...]``) to a regex over ``/`` paths."""
+    out = []
+    i, n = 0, len(pattern)
+    while i < n:
+        c = pattern[i]
+        if c == "*":
+            if pattern.startswith("**", i):
+                i += 2
+                if i < n and pattern[i] == "/":
+                    out.append("(?:.*/)?")
+                    i += 1
+                else:
+                    out.append(".*")
+                continue
+            out.append("[^/]*")
+        elif c == "?":
+            out.append("[^/]")
+        elif c == "[":
+            j = pattern.find("]", i + 1)
+            if j == -1:
+                out.append(re.escape(c))
+            else:
+                body = pattern[i + 1 : j]
+                if body.startswith("!"):
+                    body = "^" + body[1:]
+                out.append(f"[{body}]")
+                i = j
+        else:
+            out.append(re.escape(c))
+        i += 1
+    return "".join(out)
+
+
+class PathPatterns:
+    """Ruff-style exclude patterns: a pattern without ``/`` matches any path
+    component (``build``, ``*_pb2.py``); one with ``/`` matches the path relative
+    to the configuration's directory (``scripts/*.py``)."""
+
+    def __init__(self, patterns: Sequence[str], root: Path) -> None:
+        self.root = root
+        names, paths = [], []
+        for p in patterns:
+            p = p.replace("\\", "/").rstrip("/")
+            if p.startswith("./"):
+                p = p[2:]
+            if "/" in p:
+                paths.append(glob_to_regex(p.lstrip("/")))
+            else:
+                names.append(glob_to_regex(p))
+        self._names = re.compile("^(?:" + "|".join(names) + ")$") if names else None
+        self._paths = re.compile("^(?:" + "|".join(paths) + ")(?:/.*)?$") if paths else None
+
+    def matches(self, path: Path) -> bool:
+        if self._names is not None and self._names.match(path.name):
+            return True
+        if self._paths is not None:
+            rel = relative_posix(path, self.root)
+            if rel is not None and self._paths.match(rel):
+                return True
+        return False
+
+    def matches_any_component(self, path: Path) -> bool:
+        """For explicitly named files: excluded if the file or a parent matches."""
+        if self._names is not None:
+            rel = relative_posix(path, self.root)
+            parts = rel.split("/") if rel is not None else [path.name]
+            if any(self._names.match(part) for part in parts):
+                return True
+        return self.matches(path)
+
+
+def relative_posix(path: Path, root: Path) -> Optional[str]:
+    try:
+        return path.resolve().relative_to(root).as_posix()
+    except ValueError:
+        return None
+
+
+# -- .gitignore ---------------------------------------------------------------
+
+
+@dataclass
+class _IgnoreRule:
+    regex: "re.Pattern[str]"
+    negated: bool
+    dir_only: bool
+
+
+class GitIgnore:
+    """The patterns of one ``.gitignore`` file, relative to its directory."""
+
+    def __init__(self, base: Path, lines: Iterable[str]) -> None:
+        self.base = base
+        self.rules: List[_IgnoreRule] = []
+        for raw in lines:
+            line = raw.rstrip("\n").rstrip("\r")
+            if not line or line.startswith("#"):
+                continue
+            if not line.endswith("\\ "):
+                line = line.rstrip(" ")
+            negated = line.startswith("!")
+            if negated:
+                line = line[1:]
+            elif line.startswith("\\"):
+                line = line[1:]
+            dir_only = line.endswith("/")
+            line = line.rstrip("/")
+            if not line:
+                continue
+            anchored = "/" in line
+            line = line.lstrip("/")
+            body = glob_to_regex(line)
+            regex = re.compile(("^" if anchored else "^(?:.*/)?") + body + "$")
+            self.rules.append(_IgnoreRule(regex, negated, dir_only))
+
+    @classmethod
+    def load(cls, directory: Path) -> Optional["GitIgnore"]:
+        path = directory / ".gitignore"
+        try:
+            text = path.read_text(encoding="utf-8", errors="replace")
+        except OSError:
+            return None
+        ignore = cls(directory, text.splitlines())
+        return ignore if ignore.rules else None
+
+    def verdict(self, path: Path, is_dir: bool) -> Optional[bool]:
+        """True: ignored, False: re-included by ``!``, None: no pattern applies."""
+        try:
+            rel = path.relative_to(self.base).as_posix()
+        except ValueError:
+            return None
+        result = None
+        for rule in self.rules:
+            if rule.dir_only and not is_dir:
+                continue
+            if rule.regex.match(rel):
+                result = not rule.negated
+        return result
+
+
+def _is_ignored(path: Path, is_dir: bool, ignores: Sequence[GitIgnore]) -> bool:
+    ignored = False
+    for ignore in ignores:
+        verdict = ignore.verdict(path, is_dir)
+        if verdict is not None:
+            ignored = verdict
+    return ignored
+
+
+def _parent_ignores(directory: Path) -> List[GitIgnore]:
+    """``.gitignore`` files above ``directory``, up to the enclosing git repository."""
+    found: List[GitIgnore] = []
+    for parent in directory.parents:
+        ignore = GitIgnore.load(parent)
+        if ignore is not None:
+            found.append(ignore)
+        if (parent / ".git").exists():
+            break
+    else:
+        return []  # not inside a git repository: only the tree's own files count
+    return list(reversed(found))
+
+
+# -- walking ------------------------------------------------------------------
+
+
+@dataclass
+class Discovery:
+    files: List[Path]
+    errors: List[Tuple[Path, str]]
+
+
+def discover(paths: Sequence[Path], settings: Settings) -> Discovery:
+    excludes = PathPatterns((*settings.exclude, *settings.extend_exclude), settings.root)
+    files: List[Path] = []
+    errors: List[Tuple[Path, str]] = []
+    seen_dirs: set = set()
+    for given in paths:
+        if given.is_dir():
+            root = given.resolve()
+            ignores = _parent_ignores(root)
+            for path in _walk(root, excludes, ignores, seen_dirs, errors):
+                files.append(_display_path(given, root, path))
+        elif given.exists() or given.is_symlink():
+            files.append(given)
+        else:
+            errors.append((given, "No such file or directory"))
+    unique = sorted(set(files), key=lambda p: p.as_posix())
+    return Discovery(unique, errors)
+
+
+def _display_path(given: Path, root: Path, path: Path) -> Path:
+    return given / path.relative_to(root)
+
+
+def _walk(
+    directory: Path,
+    excludes: PathPatterns,
+    ignores: List[GitIgnore],
+    seen_dirs: set,
+    errors: List[Tuple[Path, str]],
+) -> Iterator[Path]:
+    try:
+        stat = directory.stat()
+    except OSError as exc:
+        errors.append((directory, exc.strerror or str(exc)))
+        return
+    key = (stat.st_dev, stat.st_ino)
+    if key in seen_dirs:
+        return  # a symlink loop, or a directory reached twice
+    seen_dirs.add(key)
+    own = GitIgnore.load(directory)
+    if own is not None:
+        ignores = [*ignores, own]
+    try:
+        entries = sorted(os.scandir(directory), key=lambda e: e.name)
+    except OSError as exc:
+        errors.append((directory, exc.strerror or str(exc)))
+        return
+    for entry in entries:
+        path = directory / entry.name
+        try:
+            is_dir = entry.is_dir()
+        except OSError:
+            continue
+        if excludes.matches(path) or _is_ignored(path, is_dir, ignores):
+            continue
+        if is_dir:
+            yield from _walk(path, excludes, ignores, seen_dirs, errors)
+        elif entry.name.endswith(SOURCE_SUFFIXES):
+            yield path

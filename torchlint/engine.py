@@ -1,0 +1,251 @@
+"""Linting and fixing one source text: parse once, walk once, report, rewrite."""
+
+from __future__ import annotations
+
+import ast
+import warnings
+from collections import Counter
+from dataclasses import dataclass, field
+from functools import lru_cache
+from pathlib import Path
+from typing import Dict, List, Optional, Sequence, Tuple
+
+import libcst as cst
+from libcst.metadata import MetadataWrapper, PositionProvider
+
+from torchlint.config import Settings
+from torchlint.discovery import PathPatterns
+from torchlint.model import Applicability, Diagnostic, Finding, FixInfo, Kind
+from torchlint.noqa import Suppressions, parse_suppressions
+from torchlint.registry import all_rules
+from torchlint.rule import Context
+from torchlint.walker import Walker
+
+MAX_FIX_ROUNDS = 10
+
+
+@dataclass
+class LintResult:
+    diagnostics: List[Diagnostic]
+    module: Optional[cst.Module] = None
+    findings: List[Finding] = field(default_factory=list)
+    positions: Optional[Dict[cst.CSTNode, object]] = None
+
+
+def could_concern_torch(text: str) -> bool:
+    """The cheap textual test: a file that never says ``torch`` has nothing to report."""
+    return "torch" in text
+
+
+@lru_cache(maxsize=64)
+def _per_file_ignores(settings: Settings) -> Tuple[Tuple[PathPatterns, Tuple[str, ...]], ...]:
+    return tuple(
+        (PathPatterns([pattern], settings.root), codes)
+        for pattern, codes in settings.per_file_ignores
+    )
+
+
+def codes_for_path(path: str, settings: Settings, codes: Sequence[str]) -> List[str]:
+    """The enabled codes minus what ``per-file-ignores`` removes for this path."""
+    if not settings.per_file_ignores:
+        return list(codes)
+    p = Path(path)
+    ignored: List[str] = []
+    for patterns, ignore_codes in _per_file_ignores(settings):
+        if patterns.matches_any_component(p):
+            ignored.extend(ignore_codes)
+    if not ignored:
+        return list(codes)
+    return [c for c in codes if not any(s == "ALL" or c.startswith(s) for s in ignored)]
+
+
+def syntax_error(path: str, exc: Exception) -> Diagnostic:
+    line, column, message = 1, 1, str(exc)
+    if isinstance(exc, cst.ParserSyntaxError):
+        line, column, message = exc.raw_line, exc.raw_column + 1, exc.message
+    elif isinstance(exc, SyntaxError):
+        line, column, message = exc.lineno or 1, (exc.offset or 1), exc.msg
+    message = " ".join(message.split())
+    return Diagnostic(path, line, column, line, column, message, kind=Kind.SYNTAX_ERROR)
+
+
+def internal_error(path: str, message: str, line: int = 1, column: int = 1) -> Diagnostic:
+    return Diagnostic(path, line, column, line, column, message, kind=Kind.INTERNAL_ERROR)
+
+
+def lint_text(text: str, path: str, settings: Settings, codes: Sequence[str]) -> LintResult:
+    """Every diagnostic of the enabled rules ``codes`` for one source text."""
+    if not codes or not could_concern_torch(text):
+        return LintResult([])
+    suppressions = parse_suppressions(text)
+    if suppressions.whole_file:
+        return LintResult([])
+    codes = [c for c in codes if c not in suppressions.file]
+    codes = codes_for_path(path, settings, codes)
+    if not codes:
+        return LintResult([])
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            module = cst.parse_module(text)
+    except cst.ParserSyntaxError as exc:
+        return LintResult([syntax_error(path, exc)])
+    except RecursionError:
+        return LintResult([internal_error(path, "the file is too deeply nested to analyse")])
+
+    registry = all_rules()
+    context = Context(path, text, settings)
+    rules = [registry[code](context) for code in codes]
+    try:
+        Walker(context, rules).run(module)
+    except RecursionError:
+        return LintResult([internal_error(path, "the file is too deeply nested to analyse")])
+    if not context.findings:
+        return LintResult([], module)
+
+    positions = MetadataWrapper(module, unsafe_skip_copy=True).resolve(PositionProvider)
+    kept: List[Finding] = []
+    diagnostics: List[Diagnostic] = []
+    seen = set()
+    for finding in context.findings:
+        pos = positions[finding.node]
+        line, column = pos.start.line, pos.start.column + 1
+        if suppressions.suppresses(finding.code, line):
+            continue
+        key = (finding.code, line, column)
+        if key in seen:  # one report per rule and position
+            continue
+        seen.add(key)
+        fix_info = None
+        if finding.fix is not None:
+            fix_info = FixInfo(finding.fix.applicability, finding.fix.message)
+        diagnostic = Diagnostic(
+            path, line, column, pos.end.line, pos.end.column + 1, finding.message,
+            code=finding.code, name=finding.name, fix=fix_info,
+        )
+        finding.diagnostic = diagnostic
+        kept.append(finding)
+        diagnostics.append(diagnostic)
+    diagnostics.sort(key=Diagnostic.sort_key)
+    return LintResult(diagnostics, module, kept, positions)
+
+
+# -- fixing -------------------------------------------------------------------
+
+
+class _Replacer(cst.CSTTransformer):
+    def __init__(self, replacements: Dict[int, object]) -> None:
+        super().__init__()
+        self.replacements = replacements
+
+    def on_leave(self, original_node, updated_node):  # type: ignore[override]
+        replacement = self.replacements.get(id(original_node))
+        return updated_node if replacement is None else replacement
+
+
+def _apply(module: cst.Module, findings: Sequence[Finding]) -> str:
+    replacements = {}
+    for finding in findings:
+        assert finding.fix is not None
+        target = finding.fix.target if finding.fix.target is not None else finding.node
+        replacements[id(target)] = finding.fix.build()
+    return module.visit(_Replacer(replacements)).code
+
+
+def _valid(text: str, must_compile: bool) -> bool:
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            cst.parse_module(text)
+            if must_compile:
+                ast.parse(text)
+    except (SyntaxError, cst.ParserSyntaxError, ValueError, RecursionError):
+        return False
+    return True
+
+
+def _target_range(finding: Finding, positions) -> Tuple[Tuple[int, int], Tuple[int, int]]:
+    target = finding.fix.target if finding.fix.target is not None else finding.node
+    rng = positions[target]
+    return (rng.start.line, rng.start.column), (rng.end.line, rng.end.column)
+
+
+def _non_overlapping(findings: Sequence[Finding], positions) -> List[Finding]:
+    ranked = sorted(findings, key=lambda f: _target_range(f, positions))
+    chosen: List[Finding] = []
+    last_end = (0, 0)
+    for finding in ranked:
+        start, end = _target_range(finding, positions)
+        if start >= last_end:
+            chosen.append(finding)
+            last_end = max(last_end, end)
+    return chosen
+
+
+@dataclass
+class FixResult:
+    text: str
+    applied: Counter
+    remaining: List[Diagnostic]
+    errors: List[Diagnostic]
+
+    @property
+    def fixed_count(self) -> int:
+        return sum(self.applied.values())
+
+
+def fix_text(
+    text: str, path: str, settings: Settings, codes: Sequence[str], unsafe: bool
+) -> FixResult:
+    """Apply fixes in rounds until nothing more changes (at most MAX_FIX_ROUNDS).
+
+    Overlapping edits wait for the next round; a fix whose result does not parse
+    is dropped, reported as an internal error, and its rule is not fixed again
+    in this file.
+    """
+    allowed = {Applicability.SAFE, Applicability.UNSAFE} if unsafe else {Applicability.SAFE}
+    applied: Counter = Counter()
+    errors: List[Diagnostic] = []
+    disabled: set = set()
+    must_compile: Optional[bool] = None
+    result = lint_text(text, path, settings, codes)
+    for _ in range(MAX_FIX_ROUNDS):
+        if result.module is None:
+            break
+        candidates = [
+            f for f in result.findings
+            if f.fix is not None and f.fix.applicability in allowed and f.code not in disabled
+        ]
+        if not candidates:
+            break
+        if must_compile is None:
+            must_compile = _valid(text, True)
+        chosen = _non_overlapping(candidates, result.positions)
+        new_text = _apply(result.module, chosen)
+        if not _valid(new_text, must_compile):
+            good = []
+            for finding in chosen:
+                if _valid(_apply(result.module, [finding]), must_compile):
+                    good.append(finding)
+                else:
+                    disabled.add(finding.code)
+                    d = finding.diagnostic
+                    errors.append(internal_error(
+                        path,
+                        f"the fix for {finding.code} would produce invalid code and was not "
+                        "applied; please report this",
+                        d.line if d else 1, d.column if d else 1,
+                    ))
+            chosen = good
+            new_text = _apply(result.module, chosen) if chosen else text
+            if chosen and not _valid(new_text, must_compile):
+                errors.append(internal_error(path, "fixes conflicted and were not applied"))
+                break
+        if new_text == text:
+            if not chosen:
+                continue
+            break
+        text = new_text
+        applied.update(f.code for f in chosen)
+        result = lint_text(text, path, settings, codes)
+    return FixResult(text, applied, result.diagnostics, errors)

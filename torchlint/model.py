@@ -1,0 +1,105 @@
+"""The diagnostic and fix model shared by the engine, the rules and the reporters."""
+
+from __future__ import annotations
+
+import enum
+from dataclasses import dataclass, field
+from typing import Callable, Optional, Union
+
+import libcst as cst
+
+
+class Applicability(str, enum.Enum):
+    """How safe a fix is, following Ruff's definition."""
+
+    SAFE = "safe"
+    """Keeps runtime behaviour: values, ``state_dict`` keys, RNG streams, exceptions."""
+
+    UNSAFE = "unsafe"
+    """Keeps valid syntax but may change behaviour; applied only with ``--unsafe-fixes``."""
+
+
+class FixAvailability(str, enum.Enum):
+    """What a rule's documentation says about its fixes (``torchlint rule --all``)."""
+
+    NONE = "none"
+    SAFE = "safe"
+    UNSAFE = "unsafe"
+    SOMETIMES_SAFE = "safe or unsafe"
+    """Safe in some cases, unsafe in others; the rule's docs say which."""
+
+
+Replacement = Union[cst.CSTNode, cst.RemovalSentinel, cst.FlattenSentinel]
+
+
+@dataclass(frozen=True)
+class Fix:
+    """A rewrite attached to a diagnostic.
+
+    ``target`` is the node that is replaced (by default the reported node);
+    ``build`` is the codemod, called only when the fix is applied, that returns
+    the replacement node.
+    """
+
+    applicability: Applicability
+    message: str
+    build: Callable[[], Replacement]
+    target: Optional[cst.CSTNode] = None
+
+
+class Kind(str, enum.Enum):
+    RULE = "rule"
+    SYNTAX_ERROR = "syntax-error"
+    IO_ERROR = "io-error"
+    INTERNAL_ERROR = "internal-error"
+
+
+@dataclass(frozen=True)
+class FixInfo:
+    applicability: Applicability
+    message: str
+
+
+@dataclass(frozen=True)
+class Diagnostic:
+    """A reported problem, as plain data (picklable, serialisable).
+
+    ``line`` is 1-based; ``column`` is 1-based and counts characters.
+    """
+
+    path: str
+    line: int
+    column: int
+    end_line: int
+    end_column: int
+    message: str
+    code: Optional[str] = None
+    name: Optional[str] = None
+    fix: Optional[FixInfo] = None
+    kind: Kind = Kind.RULE
+
+    def sort_key(self) -> tuple:
+        return (self.path, self.line, self.column, self.code or "", self.message)
+
+    @property
+    def label(self) -> str:
+        """The code, or a name for diagnostics that are not a rule's."""
+        if self.code:
+            return self.code
+        return {
+            Kind.SYNTAX_ERROR: "SyntaxError",
+            Kind.IO_ERROR: "IOError",
+            Kind.INTERNAL_ERROR: "InternalError",
+        }.get(self.kind, "Error")
+
+
+@dataclass
+class Finding:
+    """A diagnostic while the engine still holds its node (not picklable)."""
+
+    code: str
+    name: str
+    node: cst.CSTNode
+    message: str
+    fix: Optional[Fix] = None
+    diagnostic: Optional[Diagnostic] = field(default=None)

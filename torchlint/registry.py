@@ -1,0 +1,35 @@
+"""Finds the rule classes in ``torchlint.rules`` (the engine knows no rule)."""
+
+from __future__ import annotations
+
+import importlib
+import pkgutil
+from functools import lru_cache
+from typing import Dict, List, Type
+
+from torchlint.rule import Rule
+
+
+@lru_cache(maxsize=1)
+def all_rules() -> Dict[str, Type[Rule]]:
+    import torchlint.rules as package
+
+    found: Dict[str, Type[Rule]] = {}
+    for info in pkgutil.iter_modules(package.__path__):
+        if info.name.startswith("_"):
+            continue
+        module = importlib.import_module(f"{package.__name__}.{info.name}")
+        for obj in vars(module).values():
+            if isinstance(obj, type) and issubclass(obj, Rule) and obj.code and obj.__module__ == module.__name__:
+                if obj.code in found:
+                    raise RuntimeError(f"duplicate rule code {obj.code}")
+                found[obj.code] = obj
+    return dict(sorted(found.items()))
+
+
+def all_codes() -> List[str]:
+    return list(all_rules())
+
+
+def default_codes() -> List[str]:
+    return [code for code, rule in all_rules().items() if rule.default]

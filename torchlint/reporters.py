@@ -1,0 +1,224 @@
+"""Output formats: full, concise, json, github, sarif."""
+
+from __future__ import annotations
+
+import json
+from collections import Counter
+from typing import Callable, Dict, List, Optional, Sequence
+
+import click
+
+from torchlint import __version__
+from torchlint.model import Applicability, Diagnostic, Kind
+
+INFORMATION_URI = "https://pypi.org/project/torchlint/"
+
+
+def _fix_mark(d: Diagnostic) -> str:
+    if d.fix is not None and d.fix.applicability is Applicability.SAFE:
+        return " [*]"
+    return ""
+
+
+def _header(d: Diagnostic, color: bool) -> str:
+    location = f"{d.path}:{d.line}:{d.column}:"
+    label = d.label + (":" if d.code is None else "")
+    if color:
+        location = click.style(location, bold=True)
+        label = click.style(label, fg="red", bold=True)
+    return f"{location} {label}{_fix_mark(d)} {d.message}"
+
+
+def format_concise(diagnostics: Sequence[Diagnostic], sources: Dict[str, str], color: bool) -> str:
+    return "".join(_header(d, color) + "\n" for d in diagnostics)
+
+
+def format_full(diagnostics: Sequence[Diagnostic], sources: Dict[str, str], color: bool) -> str:
+    out: List[str] = []
+    for d in diagnostics:
+        out.append(_header(d, color))
+        excerpt = _excerpt(d, sources.get(d.path))
+        if excerpt:
+            out.extend(excerpt)
+        if d.fix is not None:
+            hint = f"help: {d.fix.message}"
+            if d.fix.applicability is Applicability.UNSAFE:
+                hint += " (unsafe fix: apply with `torchlint fix --unsafe-fixes`)"
+            out.append(f"  = {hint}")
+        out.append("")
+    return "\n".join(out) + ("\n" if out else "")
+
+
+def _excerpt(d: Diagnostic, text: Optional[str]) -> List[str]:
+    if text is None:
+        return []
+    lines = text.splitlines()
+    if not 1 <= d.line <= len(lines):
+        return []
+    first = max(1, d.line - 1)
+    last = min(len(lines), d.end_line if d.end_line >= d.line else d.line)
+    last = min(last, d.line + 3)
+    width = len(str(last))
+    pad = " " * width
+    rows = [f"{pad} |"]
+    for number in range(first, last + 1):
+        rows.append(f"{number:>{width}} | {lines[number - 1]}")
+        if number == d.line:
+            line_text = lines[number - 1]
+            start = d.column - 1
+            end = d.end_column - 1 if d.end_line == d.line else len(line_text)
+            end = max(end, start + 1)
+            caret = " " * start + "^" * (end - start)
+            rows.append(f"{pad} | {caret} {d.label}")
+    rows.append(f"{pad} |")
+    return rows
+
+
+def format_json(diagnostics: Sequence[Diagnostic], sources: Dict[str, str], color: bool) -> str:
+    items = []
+    for d in diagnostics:
+        items.append(
+            {
+                "code": d.code,
+                "name": d.name,
+                "kind": d.kind.value,
+                "message": d.message,
+                "filename": d.path,
+                "location": {"row": d.line, "column": d.column},
+                "end_location": {"row": d.end_line, "column": d.end_column},
+                "fix": None
+                if d.fix is None
+                else {"applicability": d.fix.applicability.value, "message": d.fix.message},
+                "noqa_row": d.line,
+            }
+        )
+    return json.dumps(items, indent=2) + "\n"
+
+
+def _escape_github(value: str, *, property_: bool = False) -> str:
+    value = value.replace("%", "%25").replace("\r", "%0D").replace("\n", "%0A")
+    if property_:
+        value = value.replace(":", "%3A").replace(",", "%2C")
+    return value
+
+
+def format_github(diagnostics: Sequence[Diagnostic], sources: Dict[str, str], color: bool) -> str:
+    out = []
+    for d in diagnostics:
+        title = f"torchlint ({d.label})"
+        props = ",".join(
+            [
+                f"title={_escape_github(title, property_=True)}",
+                f"file={_escape_github(d.path, property_=True)}",
+                f"line={d.line}",
+                f"col={d.column}",
+                f"endLine={d.end_line}",
+                f"endColumn={d.end_column}",
+            ]
+        )
+        message = f"{d.path}:{d.line}:{d.column}: {d.label} {d.message}"
+        out.append(f"::error {props}::{_escape_github(message)}\n")
+    return "".join(out)
+
+
+def format_sarif(diagnostics: Sequence[Diagnostic], sources: Dict[str, str], color: bool) -> str:
+    from torchlint.registry import all_rules
+
+    rules = []
+    index = {}
+    for code, rule in all_rules().items():
+        index[code] = len(rules)
+        rules.append(
+            {
+                "id": code,
+                "name": rule.name,
+                "shortDescription": {"text": rule.summary or rule.name},
+                "fullDescription": {"text": rule.documentation()},
+                "help": {"text": rule.documentation(), "markdown": rule.documentation()},
+                "defaultConfiguration": {"enabled": rule.default, "level": "warning"},
+                "properties": {"fix": rule.fix.value},
+            }
+        )
+    results = []
+    for d in diagnostics:
+        result = {
+            "ruleId": d.code or d.kind.value,
+            "level": "warning" if d.kind is Kind.RULE else "error",
+            "message": {"text": d.message},
+            "locations": [
+                {
+                    "physicalLocation": {
+                        "artifactLocation": {"uri": d.path.replace("\\", "/")},
+                        "region": {
+                            "startLine": d.line,
+                            "startColumn": d.column,
+                            "endLine": d.end_line,
+                            "endColumn": d.end_column,
+                        },
+                    }
+                }
+            ],
+        }
+        if d.code in index:
+            result["ruleIndex"] = index[d.code]
+        results.append(result)
+    sarif = {
+        "$schema": "https://json.schemastore.org/sarif-2.1.0.json",
+        "version": "2.1.0",
+        "runs": [
+            {
+                "tool": {
+                    "driver": {
+                        "name": "torchlint",
+                        "version": __version__,
+                        "informationUri": INFORMATION_URI,
+                        "rules": rules,
+                    }
+                },
+                "results": results,
+            }
+        ],
+    }
+    return json.dumps(sarif, indent=2) + "\n"
+
+
+FORMATTERS: Dict[str, Callable[[Sequence[Diagnostic], Dict[str, str], bool], str]] = {
+    "full": format_full,
+    "concise": format_concise,
+    "json": format_json,
+    "github": format_github,
+    "sarif": format_sarif,
+}
+
+TEXT_FORMATS = ("full", "concise")
+
+
+def statistics(diagnostics: Sequence[Diagnostic]) -> str:
+    counts = Counter((d.label, d.name or "", _fix_mark(d).strip()) for d in diagnostics)
+    rows = sorted(counts.items(), key=lambda item: (-item[1], item[0][0]))
+    if not rows:
+        return ""
+    width = max(len(str(n)) for _, n in rows)
+    code_width = max(len(label) for (label, _, _), _ in rows)
+    lines = []
+    for (label, name, mark), n in rows:
+        lines.append(f"{n:>{width}}\t{label:<{code_width}}\t{mark or '   '} {name}".rstrip())
+    return "\n".join(lines) + "\n"
+
+
+def summary(diagnostics: Sequence[Diagnostic], unsafe_fixes: bool) -> str:
+    n = len(diagnostics)
+    if n == 0:
+        return "All checks passed!\n"
+    lines = [f"Found {n} error{'s' if n != 1 else ''}."]
+    safe = sum(1 for d in diagnostics if d.fix and d.fix.applicability is Applicability.SAFE)
+    unsafe = sum(1 for d in diagnostics if d.fix and d.fix.applicability is Applicability.UNSAFE)
+    if unsafe_fixes:
+        safe, unsafe = safe + unsafe, 0
+    if safe:
+        flag = " --unsafe-fixes" if unsafe_fixes else ""
+        lines.append(f"[*] {safe} fixable with `torchlint fix{flag}`.")
+    if unsafe:
+        hidden = f"{unsafe} hidden fix{'es' if unsafe != 1 else ''} can be enabled with the `--unsafe-fixes` option"
+        lines.append(f"({hidden}.)" if safe else f"No fixes available ({hidden}).")
+    return "\n".join(lines) + "\n"

@@ -1,0 +1,167 @@
+"""The rule base class and the per-file context handed to rules.
+
+A rule is a class in ``torchlint.rules`` with a code, a kebab-case name, a
+default state, a docstring (its documentation) and ``visit_<Node>`` /
+``leave_<Node>`` methods named after LibCST node classes.  One instance is made
+per file; every enabled rule is driven by a single walk of the syntax tree.
+"""
+
+from __future__ import annotations
+
+import re
+from pathlib import PurePath
+from typing import TYPE_CHECKING, ClassVar, List, Optional, Sequence, Tuple
+
+import libcst as cst
+
+from torchlint.model import Finding, Fix, FixAvailability
+from torchlint.names import ImportTable
+
+if TYPE_CHECKING:  # pragma: no cover
+    from torchlint.config import Settings
+
+
+_FUNCTION_BOUNDARIES = (cst.FunctionDef, cst.Lambda, cst.ClassDef)
+_COMPREHENSIONS = (cst.ListComp, cst.SetComp, cst.DictComp, cst.GeneratorExp)
+
+
+def contains_modulo(node: cst.CSTNode) -> bool:
+    """Whether an expression uses the ``%`` operator anywhere."""
+    from torchlint.walker import walk_nodes
+
+    return any(
+        isinstance(n, cst.BinaryOperation) and isinstance(n.operator, cst.Modulo)
+        for n in walk_nodes(node)
+    )
+
+
+_TEST_FILE = re.compile(r"^(test_.*\.pyi?|.*_test\.pyi?|conftest\.py)$")
+
+
+def is_test_path(path: str) -> bool:
+    """``test_*.py``, ``*_test.py``, ``conftest.py``, or under ``tests/``/``test/``."""
+    p = PurePath(path.replace("\\", "/"))
+    if _TEST_FILE.match(p.name):
+        return True
+    return any(part in ("tests", "test") for part in p.parts[:-1])
+
+
+class Context:
+    """What a rule can ask about the file and the node being visited."""
+
+    def __init__(self, path: str, source: str, settings: "Settings") -> None:
+        self.path = path
+        self.source = source
+        self.settings = settings
+        self.is_test_file = is_test_path(path)
+        self.imports = ImportTable()
+        self.stack: List[cst.CSTNode] = []
+        self.findings: List[Finding] = []
+        self.module: Optional[cst.Module] = None
+
+    # -- names ----------------------------------------------------------------
+    def qualname(self, node: Optional[cst.BaseExpression]) -> Optional[str]:
+        """Fully qualified name of a Name/Attribute chain rooted in an import."""
+        return self.imports.qualname(node)
+
+    @property
+    def target_torch(self) -> Tuple[int, int]:
+        return self.settings.target_torch
+
+    # -- ancestry -------------------------------------------------------------
+    @property
+    def parent(self) -> Optional[cst.CSTNode]:
+        """Parent of the node being visited."""
+        return self.stack[-2] if len(self.stack) >= 2 else None
+
+    def ancestors(self) -> Sequence[cst.CSTNode]:
+        """Ancestors of the node being visited, innermost first."""
+        return self.stack[-2::-1]
+
+    def enclosing_function(self) -> Optional[cst.FunctionDef]:
+        for node in reversed(self.stack[:-1]):
+            if isinstance(node, cst.FunctionDef):
+                return node
+            if isinstance(node, (cst.Lambda, cst.ClassDef)):
+                return None
+        return None
+
+    def enclosing_class(self) -> Optional[cst.ClassDef]:
+        for node in reversed(self.stack[:-1]):
+            if isinstance(node, cst.ClassDef):
+                return node
+        return None
+
+    def enclosing_loop(self, *, periodic_guard: bool = True) -> Optional[cst.CSTNode]:
+        """The loop whose every iteration runs the node being visited.
+
+        "In a loop" means lexically inside the body of a ``for``/``while`` or a
+        comprehension, within the same function.  A ``for``'s iterable and
+        ``else`` run once and do not count.  With ``periodic_guard``, code in the
+        body of an ``if`` whose test uses ``%`` (``if step % 100 == 0:``) runs
+        once every N iterations and is not in the loop.
+        """
+        stack = self.stack
+        for i in range(len(stack) - 2, -1, -1):
+            node = stack[i]
+            child = stack[i + 1]
+            if isinstance(node, _FUNCTION_BOUNDARIES):
+                return None
+            if isinstance(node, cst.For):
+                if child is node.body:
+                    return node
+            elif isinstance(node, cst.While):
+                if child is node.body or child is node.test:
+                    return node
+            elif isinstance(node, cst.If):
+                if periodic_guard and child is node.body and contains_modulo(node.test):
+                    return None
+            elif isinstance(node, _COMPREHENSIONS):
+                if child is not node.for_in:
+                    return node
+            elif isinstance(node, cst.CompFor):
+                outermost = i > 0 and isinstance(stack[i - 1], _COMPREHENSIONS)
+                if child is node.iter and outermost:
+                    continue
+                if child is node.iter or child is node.inner_for_in or any(child is c for c in node.ifs):
+                    return node
+        return None
+
+    def in_loop(self) -> bool:
+        return self.enclosing_loop() is not None
+
+
+class Rule:
+    """Base class of every rule.  Subclasses live in ``torchlint.rules``.
+
+    Class attributes:
+      code, name      -- e.g. ``"TL101"``, ``"item-in-loop"``
+      default         -- on unless deselected (False: opt-in)
+      fix             -- what the docs say about fixes (FixAvailability)
+      VALID, INVALID  -- small examples; tests are generated from them
+    The class docstring is the rule's user-facing documentation, in the
+    sections What it does / Why is this bad? / Example / Use instead /
+    Fix safety / References.
+    """
+
+    code: ClassVar[str] = ""
+    name: ClassVar[str] = ""
+    summary: ClassVar[str] = ""
+    default: ClassVar[bool] = True
+    fix: ClassVar[FixAvailability] = FixAvailability.NONE
+    VALID: ClassVar[Sequence[str]] = ()
+    INVALID: ClassVar[Sequence[str]] = ()
+
+    def __init__(self, context: Context) -> None:
+        self.context = context
+
+    def report(self, node: cst.CSTNode, message: str, *, fix: Optional[Fix] = None) -> None:
+        self.context.findings.append(
+            Finding(code=self.code, name=self.name, node=node, message=message, fix=fix)
+        )
+
+    @classmethod
+    def documentation(cls) -> str:
+        import inspect
+
+        return inspect.cleandoc(cls.__doc__ or "")
