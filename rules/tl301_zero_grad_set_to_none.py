@@ -51,8 +51,12 @@ class ZeroGradSetToNone(Rule):
     `None`, which differs from stepping on zeros for optimizers with momentum or
     weight decay.
 
-    Implementations of `zero_grad` itself (a function named `zero_grad`, or a
-    branch on `set_to_none`) are not reported.
+    Not reported, because the code evidently needs gradients to be tensors:
+    implementations of `zero_grad` itself (a function named `zero_grad`, or a
+    branch on `set_to_none`), gradients initialised in `__init__`, and any
+    module that writes into gradients in place (`p.grad += g`,
+    `p.grad.add_(g)`, `p.grad.copy_(g)`), as parameter servers and manual
+    gradient accumulation do.
 
     ## References
     - PyTorch Performance Tuning Guide, "Use parameter.grad = None instead of model.zero_grad() or optimizer.zero_grad()"
@@ -76,9 +80,28 @@ class ZeroGradSetToNone(Rule):
     ]
 
     _MESSAGE = (
-        "`{what}` fills every gradient with zeros each step; {instead} to skip "
+        "{what} fills every gradient with zeros each step; {instead} to skip "
         "that memory pass (the next backward writes the gradient directly)"
     )
+
+    def __init__(self, context) -> None:
+        super().__init__(context)
+        self._pending: list = []
+        self._writes_into_grad = False
+
+    def _defer(self, node: cst.CSTNode, message: str, *, fix: Optional[Fix] = None) -> None:
+        # Held until the end of the module: a module that writes into
+        # gradients in place needs them to be tensors, and is not reported.
+        self._pending.append((node, message, fix))
+
+    def leave_Module(self, node: cst.Module) -> None:
+        if not self._writes_into_grad:
+            for pending_node, message, fix in self._pending:
+                self.report(pending_node, message, fix=fix)
+
+    def visit_AugAssign(self, node: cst.AugAssign) -> None:
+        if _is_grad(node.target):
+            self._writes_into_grad = True
 
     def visit_Call(self, node: cst.Call) -> None:
         name = method_name(node)
@@ -86,6 +109,8 @@ class ZeroGradSetToNone(Rule):
             self._zero_grad_call(node)
         elif name in ("zero_", "fill_"):
             self._manual_zeroing_call(node, name)
+        elif name in ("add_", "copy_") and _is_grad(node.func.value):
+            self._writes_into_grad = True
 
     def _zero_grad_call(self, node: cst.Call) -> None:
         known, arg = argument(node, "set_to_none", 0)
@@ -94,12 +119,12 @@ class ZeroGradSetToNone(Rule):
         if arg is not None:
             if literal_bool(arg.value) is not False:
                 return
-            what = "zero_grad(set_to_none=False)"
+            what = "`zero_grad(set_to_none=False)`"
         elif self.context.target_torch < (2, 0):
-            what = "zero_grad()"
+            what = "`zero_grad()` on torch < 2.0 (the configured `target-torch`)"
         else:
             return
-        self.report(
+        self._defer(
             node,
             self._MESSAGE.format(what=what, instead="pass `set_to_none=True`"),
             fix=Fix(
@@ -135,10 +160,10 @@ class ZeroGradSetToNone(Rule):
                 lambda: codemod.grad_to_none_statement(target),
                 target=parent,
             )
-        self.report(
+        self._defer(
             node,
             self._MESSAGE.format(
-                what=f"{param}.grad.{'data.' if grad is not func.value else ''}{name}({'0' if name == 'fill_' else ''})",
+                what=f"`{param}.grad.{'data.' if grad is not func.value else ''}{name}({'0' if name == 'fill_' else ''})`",
                 instead=f"set `{param}.grad = None`",
             ),
             fix=fix,
@@ -152,10 +177,10 @@ class ZeroGradSetToNone(Rule):
         param = self._grad_of_loop_parameter(node.targets[0].target)
         if param is None:
             return
-        self.report(
+        self._defer(
             node,
             self._MESSAGE.format(
-                what=f"{param}.grad = torch.zeros_like(...)", instead=f"set `{param}.grad = None`"
+                what=f"`{param}.grad = torch.zeros_like(...)`", instead=f"set `{param}.grad = None`"
             ),
             fix=Fix(
                 Applicability.UNSAFE,
@@ -174,8 +199,10 @@ class ZeroGradSetToNone(Rule):
         param = expr.value.value
         ctx = self.context
         function = ctx.enclosing_function()
-        if function is not None and "zero_grad" in function.name.value:
-            return None  # an implementation of zero_grad
+        if function is not None and (
+            "zero_grad" in function.name.value or function.name.value == "__init__"
+        ):
+            return None  # an implementation of zero_grad, or initialisation
         loop = ctx.enclosing_loop(periodic_guard=False)
         if not isinstance(loop, cst.For) or param not in _target_names(loop.target):
             return None
@@ -187,6 +214,13 @@ class ZeroGradSetToNone(Rule):
             if isinstance(ancestor, cst.If) and _mentions(ancestor.test, "set_to_none"):
                 return None
         return param
+
+
+def _is_grad(expr: cst.BaseExpression) -> bool:
+    """``x.grad`` or ``x.grad.data``."""
+    if isinstance(expr, cst.Attribute) and expr.attr.value == "data":
+        expr = expr.value
+    return isinstance(expr, cst.Attribute) and expr.attr.value == "grad"
 
 
 def _target_names(target: cst.BaseExpression) -> set:

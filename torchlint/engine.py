@@ -69,6 +69,24 @@ def syntax_error(path: str, exc: Exception) -> Diagnostic:
     return Diagnostic(path, line, column, line, column, message, kind=Kind.SYNTAX_ERROR)
 
 
+def _explain_syntax_error(text: str, path: str, exc: cst.ParserSyntaxError) -> Diagnostic:
+    """Python's own message and position are clearer than the CST parser's."""
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            ast.parse(text)
+    except SyntaxError as py_exc:
+        return syntax_error(path, py_exc)
+    except (ValueError, RecursionError, MemoryError):
+        pass
+    diagnostic = syntax_error(path, exc)
+    return Diagnostic(
+        path, diagnostic.line, diagnostic.column, diagnostic.line, diagnostic.column,
+        f"torchlint's parser (LibCST) cannot parse this file: {diagnostic.message}",
+        kind=Kind.SYNTAX_ERROR,
+    )
+
+
 def internal_error(path: str, message: str, line: int = 1, column: int = 1) -> Diagnostic:
     return Diagnostic(path, line, column, line, column, message, kind=Kind.INTERNAL_ERROR)
 
@@ -89,7 +107,7 @@ def lint_text(text: str, path: str, settings: Settings, codes: Sequence[str]) ->
             warnings.simplefilter("ignore")
             module = cst.parse_module(text)
     except cst.ParserSyntaxError as exc:
-        return LintResult([syntax_error(path, exc)])
+        return LintResult([_explain_syntax_error(text, path, exc)])
     except RecursionError:
         return LintResult([internal_error(path, "the file is too deeply nested to analyse")])
 
@@ -143,12 +161,12 @@ class _Replacer(cst.CSTTransformer):
         return updated_node if replacement is None else replacement
 
 
-def _apply(module: cst.Module, findings: Sequence[Finding]) -> str:
+def _apply(module: cst.Module, edits: Sequence[Tuple[Finding, object]]) -> str:
     replacements = {}
-    for finding in findings:
+    for finding, replacement in edits:
         assert finding.fix is not None
         target = finding.fix.target if finding.fix.target is not None else finding.node
-        replacements[id(target)] = finding.fix.build()
+        replacements[id(target)] = replacement
     return module.visit(_Replacer(replacements)).code
 
 
@@ -180,6 +198,16 @@ def _non_overlapping(findings: Sequence[Finding], positions) -> List[Finding]:
             chosen.append(finding)
             last_end = max(last_end, end)
     return chosen
+
+
+def _bad_fix(path: str, finding: Finding, what: str) -> Diagnostic:
+    d = finding.diagnostic
+    return internal_error(
+        path,
+        f"the fix for {finding.code} {what} and was not applied; please report this",
+        d.line if d else 1,
+        d.column if d else 1,
+    )
 
 
 @dataclass
@@ -220,27 +248,30 @@ def fix_text(
             break
         if must_compile is None:
             must_compile = _valid(text, True)
-        chosen = _non_overlapping(candidates, result.positions)
-        new_text = _apply(result.module, chosen)
+        edits = []
+        for finding in _non_overlapping(candidates, result.positions):
+            try:
+                edits.append((finding, finding.fix.build()))
+            except Exception as exc:  # noqa: BLE001 - a broken codemod must not stop the run
+                disabled.add(finding.code)
+                errors.append(_bad_fix(path, finding, f"raised {type(exc).__name__}: {exc}"))
+        if not edits:
+            continue
+        new_text = _apply(result.module, edits)
         if not _valid(new_text, must_compile):
             good = []
-            for finding in chosen:
-                if _valid(_apply(result.module, [finding]), must_compile):
-                    good.append(finding)
+            for edit in edits:
+                if _valid(_apply(result.module, [edit]), must_compile):
+                    good.append(edit)
                 else:
-                    disabled.add(finding.code)
-                    d = finding.diagnostic
-                    errors.append(internal_error(
-                        path,
-                        f"the fix for {finding.code} would produce invalid code and was not "
-                        "applied; please report this",
-                        d.line if d else 1, d.column if d else 1,
-                    ))
-            chosen = good
-            new_text = _apply(result.module, chosen) if chosen else text
-            if chosen and not _valid(new_text, must_compile):
+                    disabled.add(edit[0].code)
+                    errors.append(_bad_fix(path, edit[0], "would produce invalid code"))
+            edits = good
+            new_text = _apply(result.module, edits) if edits else text
+            if edits and not _valid(new_text, must_compile):
                 errors.append(internal_error(path, "fixes conflicted and were not applied"))
                 break
+        chosen = [finding for finding, _ in edits]
         if new_text == text:
             if not chosen:
                 continue
