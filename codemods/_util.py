@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Optional, Tuple, Union
+
 import libcst as cst
 
 
@@ -15,31 +17,74 @@ def keyword_arg(name: str, value: cst.BaseExpression) -> cst.Arg:
     return cst.Arg(value=value, keyword=cst.Name(name), equal=_no_space_equal())
 
 
-def add_keyword(call: cst.Call, name: str, value: cst.BaseExpression) -> cst.Call:
-    """Append ``name=value`` to a call, keeping its layout.
+_Whitespace = Union[cst.SimpleWhitespace, cst.ParenthesizedWhitespace]
 
-    ``f(a, b)`` -> ``f(a, b, name=value)``; in a call laid out one argument
-    per line with a trailing comma, the new argument gets a line of its own.
+
+def _line_start(ws: object) -> Optional[Tuple[bool, cst.SimpleWhitespace]]:
+    """``(indent, last_line)`` of a whitespace that ends a line, else None."""
+    if isinstance(ws, cst.ParenthesizedWhitespace):
+        return ws.indent, ws.last_line
+    return None
+
+
+def _argument_indentation(call: cst.Call) -> Optional[Tuple[bool, cst.SimpleWhitespace]]:
+    """How the arguments of a call laid out one per line are indented."""
+    args = call.args
+    if len(args) >= 2 and isinstance(args[-2].comma, cst.Comma):
+        return _line_start(args[-2].comma.whitespace_after)
+    if len(args) == 1:
+        return _line_start(call.whitespace_before_args)
+    return None
+
+
+def _newline(indent: bool, last_line: cst.SimpleWhitespace) -> cst.ParenthesizedWhitespace:
+    """A line break without comment, followed by the given indentation."""
+    return cst.ParenthesizedWhitespace(
+        first_line=cst.TrailingWhitespace(), empty_lines=[], indent=indent, last_line=last_line
+    )
+
+
+def add_keyword(call: cst.Call, name: str, value: cst.BaseExpression) -> cst.Call:
+    """Append ``name=value`` to a call, keeping its layout and its comments.
+
+    ``f(a, b)`` -> ``f(a, b, name=value)``.  In a call laid out one argument per
+    line, the new argument gets a line of its own with the same indentation,
+    the trailing comma (if any) is kept, and a comment written after the old
+    last argument stays on that argument's line.
     """
     new = keyword_arg(name, value)
     args = list(call.args)
     if not args:
         return call.with_changes(args=[new])
     last = args[-1]
-    if isinstance(last.comma, cst.Comma):
-        # Trailing comma: the new argument takes it (and its line break); the
-        # previous last argument gets a separator like its neighbours'.
-        if len(args) >= 2 and isinstance(args[-2].comma, cst.Comma):
-            separator = args[-2].comma
-        else:
-            separator = cst.Comma(whitespace_after=call.whitespace_before_args)
-        args[-1] = last.with_changes(comma=separator)
-        args.append(new.with_changes(comma=last.comma))
-    else:
-        args[-1] = last.with_changes(
-            comma=cst.Comma(whitespace_after=cst.SimpleWhitespace(" "))
+    trailing = last.comma if isinstance(last.comma, cst.Comma) else None
+    tail: _Whitespace = trailing.whitespace_after if trailing is not None else last.whitespace_after_arg
+    indentation = _argument_indentation(call) if isinstance(tail, cst.ParenthesizedWhitespace) else None
+    if isinstance(tail, cst.ParenthesizedWhitespace) and indentation is not None:
+        # One argument per line: the old last argument keeps its end-of-line
+        # comment; the new one follows it, and comment lines that stood before
+        # the closing parenthesis stay there.
+        separator = cst.Comma(
+            whitespace_before=trailing.whitespace_before if trailing is not None else cst.SimpleWhitespace(""),
+            whitespace_after=tail.with_changes(
+                empty_lines=[], indent=indentation[0], last_line=indentation[1]
+            ),
         )
-        args.append(new)
+        closing = _newline(tail.indent, tail.last_line).with_changes(empty_lines=tail.empty_lines)
+        if trailing is not None:
+            args[-1] = last.with_changes(comma=separator)
+            args.append(new.with_changes(comma=cst.Comma(whitespace_after=closing)))
+        else:
+            args[-1] = last.with_changes(comma=separator, whitespace_after_arg=cst.SimpleWhitespace(""))
+            args.append(new.with_changes(whitespace_after_arg=closing))
+        return call.with_changes(args=args)
+    separator = cst.Comma(whitespace_after=cst.SimpleWhitespace(" "))
+    if trailing is not None:
+        args[-1] = last.with_changes(comma=separator)
+        args.append(new.with_changes(comma=trailing))
+    else:
+        args[-1] = last.with_changes(comma=separator, whitespace_after_arg=cst.SimpleWhitespace(""))
+        args.append(new.with_changes(whitespace_after_arg=last.whitespace_after_arg))
     return call.with_changes(args=args)
 
 

@@ -23,7 +23,7 @@ from torchlint.config import (
     resolve_selection,
 )
 from torchlint.discovery import PathPatterns, discover
-from torchlint.model import Diagnostic, Kind
+from torchlint.model import Applicability, Diagnostic, Kind
 from torchlint.source import Source, SourceError, decode, encode, read_source, write_atomic
 
 EXIT_OK, EXIT_FINDINGS, EXIT_ERROR = 0, 1, 2
@@ -336,7 +336,7 @@ def fix(paths, select, ignore, extend_select, config, output_format, target_torc
 
     to_stderr = diff or run.reads_stdin
     from torchlint.registry import all_rules
-    from torchlint.reporters import TEXT_FORMATS, summary
+    from torchlint.reporters import TEXT_FORMATS
 
     rules = all_rules()
     if not diff:
@@ -357,8 +357,14 @@ def fix(paths, select, ignore, extend_select, config, output_format, target_torc
                 f"Found {len(remaining) + total_fixed} error{'s' if len(remaining) + total_fixed != 1 else ''} "
                 f"({total_fixed} {'fixable' if diff else 'fixed'}, {len(remaining)} remaining)."
             )
-            rest = summary(remaining, unsafe).splitlines()[1:]
-            lines.extend(rest)
+            hidden = sum(
+                1 for d in remaining if d.fix is not None and d.fix.applicability is Applicability.UNSAFE
+            )
+            if hidden and not unsafe:
+                lines.append(
+                    f"{hidden} of the remaining {'have' if hidden != 1 else 'has an'} unsafe "
+                    f"fix{'es' if hidden != 1 else ''}: apply with `--unsafe-fixes`."
+                )
         else:
             lines.append("All checks passed!")
         _emit("\n".join(lines) + "\n", err=to_stderr or run.settings.output_format not in TEXT_FORMATS)

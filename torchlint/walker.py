@@ -106,18 +106,22 @@ class Walker:
         stack.pop()
 
 
+def iter_children(node: cst.CSTNode) -> Iterable[cst.CSTNode]:
+    """The children of ``node`` that rules care about (no whitespace or tokens)."""
+    for name in _child_fields(type(node)):
+        value = getattr(node, name)
+        if isinstance(value, cst.CSTNode):
+            yield value
+        elif type(value) is tuple or type(value) is list:
+            for item in value:
+                if isinstance(item, cst.CSTNode):
+                    yield item
+
+
 def walk_nodes(node: cst.CSTNode) -> Iterable[cst.CSTNode]:
     """Every node below ``node`` (itself included), cheaply, in field order."""
     todo = [node]
     while todo:
         current = todo.pop()
         yield current
-        children = []
-        for name in _child_fields(type(current)):
-            value = getattr(current, name)
-            if isinstance(value, cst.CSTNode):
-                children.append(value)
-            elif type(value) is tuple or type(value) is list:
-                children.extend(v for v in value if isinstance(v, cst.CSTNode))
-        todo.extend(reversed(children))
-
+        todo.extend(reversed(list(iter_children(current))))

@@ -1,0 +1,259 @@
+"""Unit tests for TL201 (create-then-move)."""
+
+from __future__ import annotations
+
+import ast
+import textwrap
+
+import pytest
+
+from tests.helpers import codes, fix, lint
+from torchlint.model import Applicability
+from torchlint.registry import all_rules
+
+RULE = all_rules()["TL201"]
+
+
+def _lint(code: str):
+    return lint(code, select=["TL201"])
+
+
+def _fixed(code: str, unsafe: bool = False) -> str:
+    result = fix(code, select=["TL201"], unsafe=unsafe)
+    assert result.errors == []
+    ast.parse(result.text)
+    again = fix(result.text, select=["TL201"], unsafe=unsafe)
+    assert again.text == result.text, "fixing must be idempotent"
+    return result.text
+
+
+def _applicability(code: str):
+    (d,) = _lint(code)
+    return None if d.fix is None else d.fix.applicability
+
+
+@pytest.mark.parametrize("example", RULE.VALID)
+def test_valid_examples(example):
+    assert _lint(example) == []
+
+
+@pytest.mark.parametrize("example", RULE.INVALID)
+def test_invalid_examples(example):
+    assert codes(_lint(example)) == ["TL201"]
+
+
+@pytest.mark.parametrize(
+    "before, after",
+    [
+        ("torch.zeros(3, 4).cuda()", 'torch.zeros(3, 4, device="cuda")'),
+        ("torch.zeros(3).cuda(None)", 'torch.zeros(3, device="cuda")'),
+        ("torch.zeros(3).cuda(0)", 'torch.zeros(3, device="cuda:0")'),
+        ("torch.zeros(3).cuda(device=1)", 'torch.zeros(3, device="cuda:1")'),
+        ('torch.zeros(3).cuda("cuda:1")', 'torch.zeros(3, device="cuda:1")'),
+        ('torch.zeros(3).cuda(torch.device("cuda", 1))', 'torch.zeros(3, device=torch.device("cuda", 1))'),
+        ("torch.ones(3).cuda(non_blocking=True)", 'torch.ones(3, device="cuda")'),
+        ("torch.ones(3).to(device)", "torch.ones(3, device=device)"),
+        ("torch.ones(3).to(self.device)", "torch.ones(3, device=self.device)"),
+        ("torch.ones(3).to(x.device, non_blocking=True, copy=True)", "torch.ones(3, device=x.device)"),
+        ("torch.ones(3).to(device, torch.float16, True)", "torch.ones(3, device=device, dtype=torch.float16)"),
+        ("torch.ones(3).to(device=dev, dtype=x.dtype)", "torch.ones(3, device=dev, dtype=x.dtype)"),
+        ('torch.eye(3).to("cuda:0")', 'torch.eye(3, device="cuda:0")'),
+        ("torch.zeros_like(x).cuda()", 'torch.zeros_like(x, device="cuda")'),
+        ("torch.empty_like(x).to(device)", "torch.empty_like(x, device=device)"),
+        ("torch.arange(n).to(device)", "torch.arange(n, device=device)"),
+        ("torch.zeros(*shape).cuda()", 'torch.zeros(*shape, device="cuda")'),
+        ("(torch.zeros(3).cuda())", '(torch.zeros(3, device="cuda"))'),
+        ("torch.zeros(3, dtype=torch.half).to(device)", "torch.zeros(3, dtype=torch.half, device=device)"),
+    ],
+)
+def test_safe_fix(before, after):
+    code = f"import torch\nx = {before}\n"
+    assert _applicability(code) is Applicability.SAFE
+    assert _fixed(code) == f"import torch\nx = {after}\n"
+
+
+@pytest.mark.parametrize(
+    "before, after",
+    [
+        ("torch.rand(3).cuda()", 'torch.rand(3, device="cuda")'),
+        ("torch.randn(3).to(device)", "torch.randn(3, device=device)"),
+        ("torch.randint(0, 10, (3,)).to(device)", "torch.randint(0, 10, (3,), device=device)"),
+        ("torch.randperm(n).cuda()", 'torch.randperm(n, device="cuda")'),
+        ("torch.rand_like(x).cuda()", 'torch.rand_like(x, device="cuda")'),
+        ("torch.randn_like(x).to(device)", "torch.randn_like(x, device=device)"),
+        ("torch.linspace(0, 1, 5).cuda()", 'torch.linspace(0, 1, 5, device="cuda")'),
+        ("torch.logspace(0, 1, 5).cuda()", 'torch.logspace(0, 1, 5, device="cuda")'),
+        ("torch.arange(0, 1, 0.1).cuda()", 'torch.arange(0, 1, 0.1, device="cuda")'),
+        ("torch.arange(n / 2).cuda()", 'torch.arange(n / 2, device="cuda")'),
+        ("torch.full((3,), 0.1).to(device, torch.float64)", "torch.full((3,), 0.1, device=device, dtype=torch.float64)"),
+        ("torch.tensor([0.1]).to(device, dtype=torch.float64)", "torch.tensor([0.1], device=device, dtype=torch.float64)"),
+        ("torch.zeros(3, requires_grad=True).cuda()", 'torch.zeros(3, requires_grad=True, device="cuda")'),
+        ("torch.zeros(3).cuda(args.gpu)", "torch.zeros(3, device=args.gpu)"),
+        ("torch.zeros(3).cuda(device)", "torch.zeros(3, device=device)"),
+    ],
+)
+def test_unsafe_fix(before, after):
+    code = f"import torch\nx = {before}\n"
+    assert _applicability(code) is Applicability.UNSAFE
+    assert _fixed(code) == code
+    assert _fixed(code, unsafe=True) == f"import torch\nx = {after}\n"
+
+
+@pytest.mark.parametrize(
+    "expr",
+    [
+        "torch.rand(3, generator=g).cuda()",
+        "torch.zeros(3, out=buf).cuda()",
+        "torch.empty(3, pin_memory=True).cuda(non_blocking=True)",
+        'torch.zeros(3, device="cpu").cuda()',
+        'torch.zeros(3, device=torch.device("cpu")).to(device)',
+        "torch.zeros(3, dtype=torch.float32).to(device, torch.float16)",
+        "torch.zeros(3).to(device, memory_format=torch.channels_last)",
+        "torch.zeros(3).cuda(memory_format=torch.channels_last)",
+        "torch.zeros(3).cuda(*gpu)",
+        'torch.zeros(3).cuda("cpu")',
+    ],
+)
+def test_reported_without_fix(expr):
+    code = f"import torch\nx = {expr}\n"
+    assert _applicability(code) is None
+    assert _fixed(code, unsafe=True) == code
+
+
+@pytest.mark.parametrize(
+    "expr",
+    [
+        "torch.zeros(3).to(torch.float32)",
+        "torch.zeros(3).to(dtype=torch.float16)",
+        "torch.zeros(3).to(x.dtype)",
+        "torch.zeros(3).to(dtype)",
+        "torch.zeros(3).to(other)",
+        "torch.zeros(3).to(rank)",
+        'torch.zeros(3).to("cpu")',
+        'torch.zeros(3).to(torch.device("cpu"))',
+        "torch.zeros(3).to(*args)",
+        "torch.zeros(3).to(**kwargs)",
+        "torch.zeros(3).float().cuda()",
+        "torch.zeros(3)",
+        "torch.zeros(3, device=device).to(device)",
+        'torch.zeros(3, device="cuda").cuda()',
+        "torch.zeros(3, **factory_kwargs).cuda()",
+        "torch.from_numpy(a).cuda()",
+        "torch.as_tensor(a).to(device)",
+        "x.new_zeros(3).cuda()",
+        "torch.cat([a, b]).cuda()",
+        "zeros(3).cuda()",
+        "np.zeros(3).cuda()",
+    ],
+)
+def test_near_misses(expr):
+    assert _lint(f"import torch\nimport numpy as np\nx = {expr}\n") == []
+
+
+def test_user_function_named_like_a_factory_shadows_the_import():
+    code = """
+        from torch import zeros
+
+        def zeros(n):
+            return [0] * n
+
+        x = zeros(3).cuda()
+    """
+    assert _lint(code) == []
+
+
+@pytest.mark.parametrize(
+    "imports, call",
+    [
+        ("import torch as T", "T.ones(2).cuda()"),
+        ("from torch import ones", "ones(2).cuda()"),
+        ("from torch import ones as o", "o(2).cuda()"),
+        ("from torch import *", "ones(2).cuda()"),
+    ],
+)
+def test_import_aliases(imports, call):
+    assert codes(_lint(f"{imports}\nx = {call}\n")) == ["TL201"]
+
+
+def test_import_inside_function():
+    code = """
+        import os
+
+        def build():
+            import torch as th
+            return th.zeros(3).cuda()
+
+        def other():
+            return th.zeros(3).cuda()
+    """
+    diagnostics = _lint(code)
+    assert [(d.line, d.column) for d in diagnostics] == [(6, 12)]
+
+
+def test_reported_at_the_start_of_the_chain():
+    code = "import torch\ny = 1 + torch.zeros(3).to(device)\n"
+    (d,) = _lint(code)
+    assert (d.line, d.column) == (2, 9)
+    assert "`torch.zeros(...)`" in d.message and "device=" in d.message
+
+
+def test_multiline_layout_and_comments_are_kept():
+    code = textwrap.dedent(
+        """\
+        import torch
+        x = torch.zeros(
+            batch,  # rows
+            dim,  # columns
+        ).to(device)
+        y = torch.ones(batch,
+                       dim  # columns
+                       ).cuda()
+        """
+    )
+    assert _fixed(code) == textwrap.dedent(
+        """\
+        import torch
+        x = torch.zeros(
+            batch,  # rows
+            dim,  # columns
+            device=device,
+        )
+        y = torch.ones(batch,
+                       dim,  # columns
+                       device="cuda"
+                       )
+        """
+    )
+
+
+def test_multiline_without_trailing_comma_gets_own_line():
+    code = textwrap.dedent(
+        """\
+        import torch
+        x = torch.zeros(
+            batch,
+            dim  # columns
+        ).to(device, torch.float16)
+        """
+    )
+    assert _fixed(code) == textwrap.dedent(
+        """\
+        import torch
+        x = torch.zeros(
+            batch,
+            dim,  # columns
+            device=device,
+            dtype=torch.float16
+        )
+        """
+    )
+
+
+def test_comment_inside_the_move_makes_the_fix_unsafe():
+    code = "import torch\nx = torch.zeros(3).to(\n    device,  # gpu\n)\n"
+    assert _applicability(code) is Applicability.UNSAFE
+
+
+def test_chained_moves_are_fixed_once_and_idempotent():
+    code = "import torch\nx = torch.zeros(3).to(device).to(torch.float16)\n"
+    assert _fixed(code) == "import torch\nx = torch.zeros(3, device=device).to(torch.float16)\n"
