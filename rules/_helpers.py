@@ -104,7 +104,8 @@ def string_value(expr: cst.BaseExpression) -> Optional[str]:
     return None
 
 
-def _last_name(expr: cst.BaseExpression) -> Optional[str]:
+def last_name(expr: cst.BaseExpression) -> Optional[str]:
+    """``x`` -> ``"x"``; ``a.b.x`` -> ``"x"``; anything else -> None."""
     if isinstance(expr, cst.Name):
         return expr.value
     if isinstance(expr, cst.Attribute):
@@ -150,7 +151,7 @@ def device_kind(expr: cst.BaseExpression, ctx: Context) -> Optional[str]:
         if q.startswith("torch.") and q[len("torch."):] in TORCH_DTYPES:
             return "dtype"
         return None
-    name = _last_name(expr)
+    name = last_name(expr)
     if name is None:
         return None
     lowered = name.lower()

@@ -8,7 +8,15 @@ import libcst as cst
 from torchlint.codemods import item_in_loop as codemod
 from torchlint.model import Applicability, Fix, FixAvailability
 from torchlint.rule import Rule, contains_modulo
-from torchlint.rules._helpers import device_kind, keyword, literal_number, method_name, positional, receiver
+from torchlint.rules._helpers import (
+    device_kind,
+    keyword,
+    last_name,
+    literal_number,
+    method_name,
+    positional,
+    receiver,
+)
 
 
 class ItemInLoop(Rule):
@@ -188,7 +196,7 @@ class ItemInLoop(Rule):
             if expr.attr.value == "values":
                 # pandas' `.values`; but `t.max(dim=1).values` is a tensor.
                 inner = expr.value
-                if isinstance(inner, cst.Call) and _last_name(inner.func) in _RETURN_TYPES:
+                if isinstance(inner, cst.Call) and last_name(inner.func) in _RETURN_TYPES:
                     return self._is_host(inner, scope, depth + 1, seen)
                 return True
             return self._is_host(expr.value, scope, depth + 1, seen)
@@ -353,14 +361,6 @@ _HOST_BUILTINS = frozenset({"len", "int", "float", "bool", "str", "range", "list
 def _is_host_module(qualname: str) -> bool:
     root = qualname.split(".", 1)[0]
     return root in _HOST_MODULE_ROOTS
-
-
-def _last_name(expr: cst.BaseExpression) -> Optional[str]:
-    if isinstance(expr, cst.Name):
-        return expr.value
-    if isinstance(expr, cst.Attribute):
-        return expr.attr.value
-    return None
 
 
 def _ends_with_exit(block: cst.CSTNode) -> bool:

@@ -1,12 +1,16 @@
-import sys
 from pathlib import Path
 
 import pytest
-
-ROOT = Path(__file__).resolve().parent.parent
-FIXTURES = Path(__file__).resolve().parent / "fixtures"
+from click.testing import CliRunner
 
 
 @pytest.fixture
-def repo_root() -> Path:
-    return ROOT
+def runner() -> CliRunner:
+    return CliRunner()
+
+
+@pytest.fixture
+def workdir(tmp_path: Path, monkeypatch) -> Path:
+    """An empty temporary directory that is also the current directory."""
+    monkeypatch.chdir(tmp_path)
+    return tmp_path

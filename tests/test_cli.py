@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import os
 from pathlib import Path
 
 import pytest
@@ -32,14 +31,8 @@ def step(optimizer):
 
 
 @pytest.fixture
-def runner() -> CliRunner:
-    return CliRunner()
-
-
-@pytest.fixture
-def project(tmp_path: Path, monkeypatch) -> Path:
-    monkeypatch.chdir(tmp_path)
-    return tmp_path
+def project(workdir: Path) -> Path:
+    return workdir
 
 
 def run(runner: CliRunner, *args: str, input: str | None = None):

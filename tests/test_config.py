@@ -5,22 +5,14 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from click.testing import CliRunner
 
 from tests.test_cli import BAD, GOOD, run
-from torchlint.cli import main
 
 
 @pytest.fixture
-def runner() -> CliRunner:
-    return CliRunner()
-
-
-@pytest.fixture
-def project(tmp_path: Path, monkeypatch) -> Path:
-    monkeypatch.chdir(tmp_path)
-    (tmp_path / "bad.py").write_text(BAD)
-    return tmp_path
+def project(workdir: Path) -> Path:
+    (workdir / "bad.py").write_text(BAD)
+    return workdir
 
 
 def test_pyproject_ignore(runner, project):

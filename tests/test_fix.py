@@ -20,15 +20,9 @@ FIXED = BAD.replace("set_to_none=False", "set_to_none=True")
 
 
 @pytest.fixture
-def runner() -> CliRunner:
-    return CliRunner()
-
-
-@pytest.fixture
-def project(tmp_path: Path, monkeypatch) -> Path:
-    monkeypatch.chdir(tmp_path)
-    (tmp_path / "bad.py").write_text(BAD)
-    return tmp_path
+def project(workdir: Path) -> Path:
+    (workdir / "bad.py").write_text(BAD)
+    return workdir
 
 
 def test_safe_fixes_only_by_default(runner, project):

@@ -16,7 +16,7 @@ from libcst.metadata import MetadataWrapper, PositionProvider
 from torchlint.config import Settings
 from torchlint.discovery import PathPatterns
 from torchlint.model import Applicability, Diagnostic, Finding, FixInfo, Kind
-from torchlint.noqa import Suppressions, parse_suppressions
+from torchlint.noqa import parse_suppressions
 from torchlint.registry import all_rules
 from torchlint.rule import Context
 from torchlint.walker import Walker
