@@ -220,11 +220,27 @@ def check(paths, select, ignore, extend_select, config, output_format, target_to
 
     Use `-` to read from standard input.
     """
-    from torchlint.engine import lint_text
+    from torchlint.engine import on_large_stack
 
     run = _prepare(paths, select, ignore, extend_select, config, output_format, target_torch,
                    stdin_filename, force_exclude)
     targets, problems = _targets(run)
+    diagnostics, sources = on_large_stack(_check_all, targets, run)
+    _report(diagnostics, sources, run.settings, show_statistics)
+    from torchlint.reporters import TEXT_FORMATS, summary
+
+    if run.settings.output_format in TEXT_FORMATS and not show_statistics:
+        _emit(summary(diagnostics, run.settings.unsafe_fixes))
+    for problem in problems:
+        click.echo(f"torchlint: error: {problem}", err=True)
+    if not targets and not problems and not run.reads_stdin:
+        click.echo("torchlint: warning: no Python files found", err=True)
+    raise click.exceptions.Exit(_exit_code(diagnostics, problems, exit_zero))
+
+
+def _check_all(targets: List[Target], run: Run) -> Tuple[List[Diagnostic], Dict[str, str]]:
+    from torchlint.engine import lint_text
+
     diagnostics: List[Diagnostic] = []
     sources: Dict[str, str] = {}
     for target in targets:
@@ -238,16 +254,7 @@ def check(paths, select, ignore, extend_select, config, output_format, target_to
             sources[target.display] = source.text
             diagnostics.extend(found)
     diagnostics.sort(key=Diagnostic.sort_key)
-    _report(diagnostics, sources, run.settings, show_statistics)
-    from torchlint.reporters import TEXT_FORMATS, summary
-
-    if run.settings.output_format in TEXT_FORMATS and not show_statistics:
-        _emit(summary(diagnostics, run.settings.unsafe_fixes))
-    for problem in problems:
-        click.echo(f"torchlint: error: {problem}", err=True)
-    if not targets and not problems and not run.reads_stdin:
-        click.echo("torchlint: warning: no Python files found", err=True)
-    raise click.exceptions.Exit(_exit_code(diagnostics, problems, exit_zero))
+    return diagnostics, sources
 
 
 def _lint_guarded(lint_text, text: str, display: str, run: Run) -> List[Diagnostic]:
@@ -280,7 +287,7 @@ def fix(paths, select, ignore, extend_select, config, output_format, target_torc
     Safe fixes only, unless --unsafe-fixes.  Use `-` to fix standard input
     (the fixed code goes to standard output).
     """
-    from torchlint.engine import fix_text, internal_error
+    from torchlint.engine import on_large_stack
 
     run = _prepare(paths, select, ignore, extend_select, config, output_format, target_torch,
                    stdin_filename, force_exclude, unsafe_fixes)
@@ -289,49 +296,7 @@ def fix(paths, select, ignore, extend_select, config, output_format, target_torc
     remaining: List[Diagnostic] = []
     sources: Dict[str, str] = {}
     fixed: Dict[str, Counter] = {}
-    names: Dict[str, str] = {}
-    changed_files = 0
-    for target in targets:
-        try:
-            source = _read(target)
-        except SourceError as exc:
-            remaining.append(_io_error(target.display, str(exc)))
-            continue
-        try:
-            result = fix_text(source.text, target.display, run.settings, run.codes, unsafe)
-        except Exception as exc:  # noqa: BLE001
-            remaining.append(internal_error(
-                target.display,
-                f"torchlint crashed on this file ({type(exc).__name__}: {exc}); please report this"))
-            if target.path is None:
-                _emit(source.text)
-            continue
-        remaining.extend(result.remaining)
-        remaining.extend(result.errors)
-        if result.remaining or result.errors:
-            sources[target.display] = result.text
-        if result.applied:
-            fixed[target.display] = result.applied
-        for d in result.remaining:
-            if d.code and d.name:
-                names[d.code] = d.name
-        changed = result.text != source.text
-        if target.path is None:
-            if diff:
-                _emit(_unified_diff(source.text, result.text, target.display))
-            else:
-                _emit(result.text)
-            continue
-        if not changed:
-            continue
-        changed_files += 1
-        if diff:
-            _emit(_unified_diff(source.text, result.text, target.display))
-        else:
-            try:
-                write_atomic(target.path, encode(source, result.text))
-            except (OSError, UnicodeEncodeError) as exc:
-                remaining.append(internal_error(target.display, f"cannot write the fixed file: {exc}"))
+    changed_files = on_large_stack(_fix_all, targets, run, unsafe, diff, remaining, sources, fixed)
     remaining.sort(key=Diagnostic.sort_key)
 
     to_stderr = diff or run.reads_stdin
@@ -374,6 +339,52 @@ def fix(paths, select, ignore, extend_select, config, output_format, target_torc
         code = EXIT_ERROR if problems else (EXIT_FINDINGS if changed_files else EXIT_OK)
         raise click.exceptions.Exit(code)
     raise click.exceptions.Exit(_exit_code(remaining, problems, exit_zero))
+
+
+def _fix_all(targets, run, unsafe, diff, remaining, sources, fixed) -> int:
+    """Fix every target (on the large-stack thread); returns the number of changed files."""
+    from torchlint.engine import fix_text, internal_error
+
+    changed_files = 0
+    for target in targets:
+        try:
+            source = _read(target)
+        except SourceError as exc:
+            remaining.append(_io_error(target.display, str(exc)))
+            continue
+        try:
+            result = fix_text(source.text, target.display, run.settings, run.codes, unsafe)
+        except Exception as exc:  # noqa: BLE001
+            remaining.append(internal_error(
+                target.display,
+                f"torchlint crashed on this file ({type(exc).__name__}: {exc}); please report this"))
+            if target.path is None:
+                _emit(source.text)
+            continue
+        remaining.extend(result.remaining)
+        remaining.extend(result.errors)
+        if result.remaining or result.errors:
+            sources[target.display] = result.text
+        if result.applied:
+            fixed[target.display] = result.applied
+        changed = result.text != source.text
+        if target.path is None:
+            if diff:
+                _emit(_unified_diff(source.text, result.text, target.display))
+            else:
+                _emit(result.text)
+            continue
+        if not changed:
+            continue
+        changed_files += 1
+        if diff:
+            _emit(_unified_diff(source.text, result.text, target.display))
+        else:
+            try:
+                write_atomic(target.path, encode(source, result.text))
+            except (OSError, UnicodeEncodeError) as exc:
+                remaining.append(internal_error(target.display, f"cannot write the fixed file: {exc}"))
+    return changed_files
 
 
 def _unified_diff(before: str, after: str, display: str) -> str:

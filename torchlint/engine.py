@@ -3,8 +3,11 @@
 from __future__ import annotations
 
 import ast
+import sys
+import threading
 import warnings
 from collections import Counter
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from functools import lru_cache
 from pathlib import Path
@@ -22,6 +25,40 @@ from torchlint.rule import Context
 from torchlint.walker import Walker
 
 MAX_FIX_ROUNDS = 10
+
+# Deeply nested code (a sum of 10,000 terms, generated tables) overflows the
+# default thread stack inside LibCST's native parser, which kills the process
+# instead of raising.  Each file is therefore analysed on a thread with a large
+# stack (reserved address space; only what is used is committed), with a Python
+# recursion limit to match, so such files are handled or reported, never fatal.
+_STACK_BYTES = 512 * 1024 * 1024
+_RECURSION_LIMIT = 60_000
+
+
+_executor: Optional[ThreadPoolExecutor] = None
+
+
+def on_large_stack(function, *args):
+    """Run ``function(*args)`` on the one long-lived large-stack worker thread.
+
+    The command line runs its whole per-file loop through this once (a hop per
+    file costs a thread hand-off, about 1 ms); library callers of ``lint_text``
+    and ``fix_text`` hop per call.
+    """
+    global _executor
+    if threading.current_thread().name.startswith("torchlint-file"):
+        return function(*args)
+    if _executor is None:
+        if sys.getrecursionlimit() < _RECURSION_LIMIT:
+            sys.setrecursionlimit(_RECURSION_LIMIT)
+        previous = threading.stack_size(_STACK_BYTES)
+        try:
+            _executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="torchlint-file")
+            future = _executor.submit(function, *args)  # starts the thread now
+        finally:
+            threading.stack_size(previous)
+        return future.result()
+    return _executor.submit(function, *args).result()
 
 
 @dataclass
@@ -93,6 +130,12 @@ def internal_error(path: str, message: str, line: int = 1, column: int = 1) -> D
 
 def lint_text(text: str, path: str, settings: Settings, codes: Sequence[str]) -> LintResult:
     """Every diagnostic of the enabled rules ``codes`` for one source text."""
+    if not codes or not could_concern_torch(text):
+        return LintResult([])
+    return on_large_stack(_lint_text, text, path, settings, codes)
+
+
+def _lint_text(text: str, path: str, settings: Settings, codes: Sequence[str]) -> LintResult:
     if not codes or not could_concern_torch(text):
         return LintResult([])
     suppressions = parse_suppressions(text)
@@ -225,6 +268,15 @@ class FixResult:
 def fix_text(
     text: str, path: str, settings: Settings, codes: Sequence[str], unsafe: bool
 ) -> FixResult:
+    """Apply fixes in rounds until nothing more changes (at most MAX_FIX_ROUNDS)."""
+    if not codes or not could_concern_torch(text):
+        return FixResult(text, Counter(), [], [])
+    return on_large_stack(_fix_text, text, path, settings, codes, unsafe)
+
+
+def _fix_text(
+    text: str, path: str, settings: Settings, codes: Sequence[str], unsafe: bool
+) -> FixResult:
     """Apply fixes in rounds until nothing more changes (at most MAX_FIX_ROUNDS).
 
     Overlapping edits wait for the next round; a fix whose result does not parse
@@ -236,7 +288,7 @@ def fix_text(
     errors: List[Diagnostic] = []
     disabled: set = set()
     must_compile: Optional[bool] = None
-    result = lint_text(text, path, settings, codes)
+    result = _lint_text(text, path, settings, codes)
     for _ in range(MAX_FIX_ROUNDS):
         if result.module is None:
             break
@@ -278,5 +330,5 @@ def fix_text(
             break
         text = new_text
         applied.update(f.code for f in chosen)
-        result = lint_text(text, path, settings, codes)
+        result = _lint_text(text, path, settings, codes)
     return FixResult(text, applied, result.diagnostics, errors)
