@@ -259,12 +259,12 @@ def _check_all(targets: List[Target], run: Run) -> Tuple[List[Diagnostic], Dict[
 
 def _lint_guarded(lint_text, text: str, display: str, run: Run) -> List[Diagnostic]:
     """Lint one file; an unexpected exception becomes an internal-error diagnostic."""
-    from torchlint.engine import internal_error
+    from torchlint.engine import crashed
 
     try:
         return lint_text(text, display, run.settings, run.codes).diagnostics
     except Exception as exc:  # noqa: BLE001 - one bad file must not stop the run
-        return [internal_error(display, f"torchlint crashed on this file ({type(exc).__name__}: {exc}); please report this")]
+        return [crashed(display, exc)]
 
 
 def _exit_code(diagnostics: Sequence[Diagnostic], problems: Sequence[str], exit_zero: bool) -> int:
@@ -343,7 +343,7 @@ def fix(paths, select, ignore, extend_select, config, output_format, target_torc
 
 def _fix_all(targets, run, unsafe, diff, remaining, sources, fixed) -> int:
     """Fix every target (on the large-stack thread); returns the number of changed files."""
-    from torchlint.engine import fix_text, internal_error
+    from torchlint.engine import crashed, fix_text, internal_error
 
     changed_files = 0
     for target in targets:
@@ -355,9 +355,7 @@ def _fix_all(targets, run, unsafe, diff, remaining, sources, fixed) -> int:
         try:
             result = fix_text(source.text, target.display, run.settings, run.codes, unsafe)
         except Exception as exc:  # noqa: BLE001
-            remaining.append(internal_error(
-                target.display,
-                f"torchlint crashed on this file ({type(exc).__name__}: {exc}); please report this"))
+            remaining.append(crashed(target.display, exc))
             if target.path is None:
                 _emit(source.text)
             continue

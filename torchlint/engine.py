@@ -8,7 +8,7 @@ import threading
 import warnings
 from collections import Counter
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from functools import lru_cache
 from pathlib import Path
 from typing import Dict, List, Optional, Sequence, Tuple
@@ -117,15 +117,20 @@ def _explain_syntax_error(text: str, path: str, exc: cst.ParserSyntaxError) -> D
     except (ValueError, RecursionError, MemoryError):
         pass
     diagnostic = syntax_error(path, exc)
-    return Diagnostic(
-        path, diagnostic.line, diagnostic.column, diagnostic.line, diagnostic.column,
-        f"torchlint's parser (LibCST) cannot parse this file: {diagnostic.message}",
-        kind=Kind.SYNTAX_ERROR,
+    return replace(
+        diagnostic, message=f"torchlint's parser (LibCST) cannot parse this file: {diagnostic.message}"
     )
 
 
 def internal_error(path: str, message: str, line: int = 1, column: int = 1) -> Diagnostic:
     return Diagnostic(path, line, column, line, column, message, kind=Kind.INTERNAL_ERROR)
+
+
+def crashed(path: str, exc: Exception) -> Diagnostic:
+    """An unexpected exception while processing one file (the run goes on)."""
+    return internal_error(
+        path, f"torchlint crashed on this file ({type(exc).__name__}: {exc}); please report this"
+    )
 
 
 def lint_text(text: str, path: str, settings: Settings, codes: Sequence[str]) -> LintResult:
@@ -136,8 +141,7 @@ def lint_text(text: str, path: str, settings: Settings, codes: Sequence[str]) ->
 
 
 def _lint_text(text: str, path: str, settings: Settings, codes: Sequence[str]) -> LintResult:
-    if not codes or not could_concern_torch(text):
-        return LintResult([])
+    # The callers (lint_text, fix_text) have already applied the textual pre-filter.
     suppressions = parse_suppressions(text)
     if suppressions.whole_file:
         return LintResult([])
