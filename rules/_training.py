@@ -1,0 +1,112 @@
+"""What a training step looks like: backward calls, their loss, optimizer steps.
+
+Shared by the rules that reason about training loops (TL303, TL602, the opt-in
+TL5xx).  All questions are answered from the syntax of one call; none walks a
+tree.
+
+Idioms recognised as "a backward call on ``loss``":
+  ``loss.backward()``, ``(loss / accum_steps).backward()``,
+  ``(loss * weight).backward()``, ``scaler.scale(loss).backward()``,
+  ``loss.mean().backward()``, ``torch.autograd.backward(loss)``,
+  ``accelerator.backward(loss)`` (Hugging Face Accelerate),
+  ``fabric.backward(loss)`` and ``self.manual_backward(loss)`` (Lightning).
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Optional
+
+import libcst as cst
+
+from torchlint.rule import Context
+from torchlint.rules._helpers import keyword, last_name, method_name, positional, receiver
+
+# Wrappers that take the loss and hand back something to call backward() on.
+_WRAPPER_OWNERS = re.compile(r"^_?(grad_?)?scaler$|_scaler$", re.IGNORECASE)
+# Objects whose ``.backward(loss)`` runs ``loss.backward()`` for the user.
+_BACKWARD_OWNERS = re.compile(r"^_?(accelerator|fabric)$", re.IGNORECASE)
+# Reductions that keep the graph of the tensor they reduce.
+_REDUCTIONS = frozenset({"mean", "sum"})
+
+_OPTIMIZER = re.compile(r"^_?(opt|optim|optimizer|optimiser)s?(_\w+)?$|_(opt|optim|optimizer|optimiser)$|optimizer", re.IGNORECASE)
+
+
+def is_backward(call: cst.Call, ctx: Context) -> bool:
+    """Whether ``call`` runs backpropagation (see the module docstring)."""
+    name = method_name(call)
+    if name == "backward" or name == "manual_backward":
+        return True
+    return ctx.qualname(call.func) == "torch.autograd.backward"
+
+
+def backward_loss(call: cst.Call, ctx: Context) -> Optional[cst.BaseExpression]:
+    """The loss expression a backward call differentiates, or None.
+
+    ``(loss / n).backward()`` -> ``loss``; ``scaler.scale(loss).backward()`` ->
+    ``loss``; ``accelerator.backward(loss)`` -> ``loss``.  The result is the
+    innermost operand as written (a Name, an Attribute, a Subscript...).
+    """
+    if ctx.qualname(call.func) == "torch.autograd.backward":
+        arg = keyword(call, "tensors")
+        if arg is None:
+            args = positional(call)
+            arg = args[0] if args else None
+        return unwrap_loss(arg.value) if arg is not None else None
+    name = method_name(call)
+    if name == "manual_backward" or (
+        name == "backward" and _BACKWARD_OWNERS.match(last_name(receiver(call)) or "")
+    ):
+        args = positional(call)
+        return unwrap_loss(args[0].value) if args else None
+    if name == "backward":
+        return unwrap_loss(receiver(call))
+    return None
+
+
+def unwrap_loss(expr: Optional[cst.BaseExpression]) -> Optional[cst.BaseExpression]:
+    """Strip parentheses, scaling, ``scaler.scale(...)`` and reductions."""
+    while expr is not None:
+        if isinstance(expr, cst.BinaryOperation) and isinstance(
+            expr.operator, (cst.Divide, cst.Multiply)
+        ):
+            left, right = expr.left, expr.right
+            if isinstance(expr.operator, cst.Multiply) and _is_scalar_like(left) and not _is_scalar_like(right):
+                expr = right
+            else:
+                expr = left
+            continue
+        if isinstance(expr, cst.Call):
+            name = method_name(expr)
+            owner = last_name(receiver(expr)) or ""
+            if name == "scale" and _WRAPPER_OWNERS.search(owner):
+                args = positional(expr)
+                expr = args[0].value if args else None
+                continue
+            if name in _REDUCTIONS and not expr.args:
+                expr = receiver(expr)
+                continue
+        return expr
+    return None
+
+
+def _is_scalar_like(expr: cst.BaseExpression) -> bool:
+    return isinstance(expr, (cst.Integer, cst.Float))
+
+
+def is_optimizer_step(call: cst.Call) -> bool:
+    """``optimizer.step()``, ``self.opt.step()``, ``scaler.step(optimizer)``.
+
+    The owner is recognised by its name (``opt``, ``optim``, ``optimizer``,
+    ``g_optimizer``, ``optimizer_d``...), so ``scheduler.step()`` and
+    ``env.step(action)`` are not optimizer steps.
+    """
+    if method_name(call) != "step":
+        return False
+    owner = last_name(receiver(call)) or ""
+    if _OPTIMIZER.search(owner):
+        return True  # ``optimizer.step(closure)`` (LBFGS) included
+    if _WRAPPER_OWNERS.search(owner):
+        args = positional(call)
+        return bool(args) and bool(_OPTIMIZER.search(last_name(args[0].value) or ""))
+    return False
