@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import re
 from pathlib import PurePath
-from typing import TYPE_CHECKING, ClassVar, List, Optional, Sequence, Tuple
+from typing import TYPE_CHECKING, Any, ClassVar, Dict, List, Optional, Sequence, Tuple
 
 import libcst as cst
 
@@ -58,6 +58,9 @@ class Context:
         self.stack: List[cst.CSTNode] = []
         self.findings: List[Finding] = []
         self.module: Optional[cst.Module] = None
+        # Per-file state that several rules share (e.g. facts about the whole
+        # module gathered once for all the rules that need them).
+        self.shared: Dict[str, Any] = {}
 
     # -- names ----------------------------------------------------------------
     def qualname(self, node: Optional[cst.BaseExpression]) -> Optional[str]:
