@@ -1,0 +1,305 @@
+from __future__ import annotations
+
+from typing import Optional, Set
+
+import libcst as cst
+
+from torchlint.model import FixAvailability
+from torchlint.rule import Rule
+from torchlint.rules._helpers import device_kind, has_star, keyword, literal_bool, method_name, positional, receiver
+from torchlint.rules._sync import (
+    chain_top,
+    expression_statement,
+    is_epoch_loop,
+    names_a_module,
+    runs_once,
+    target_names,
+)
+
+
+class HostCopyInLoop(Rule):
+    """
+    ## What it does
+    Reports a copy of a tensor to host memory in a loop: `<tensor>.cpu()`,
+    `<tensor>.to("cpu")` (or `.to(device="cpu")`, `.to(torch.device("cpu"))`)
+    and `<tensor>.numpy(force=True)`, in the body of a `for`/`while` statement
+    or of a comprehension, in the same function, and not under a periodic guard
+    such as `if step % log_every == 0:`. A chain is reported once, at its
+    outermost call: `out.detach().cpu().numpy()` is one diagnostic, and so is
+    `loss.cpu().item()` (TL101 leaves chains that copy to the host first to
+    this rule, so the two rules never report the same chain).
+
+    Not reported (where the copy is not a per-step cost, or is the work itself):
+    - a plain `<tensor>.numpy()`: it only works on a tensor that is already in
+      host memory (it raises for a CUDA tensor), where it returns a view that
+      shares the tensor's storage, without a copy or a wait; after `.cpu()` it
+      is part of the chain's one report;
+    - `.to("cpu", non_blocking=True)`: an asynchronous copy into pinned memory,
+      the recommended way to move results without waiting;
+    - moving a module rather than data: a `.cpu()`/`.to("cpu")` whose result is
+      discarded (`model.cpu()` as a statement: only `nn.Module.cpu()` works in
+      place), whose receiver is named like a module (`model`, `self.ema_model`,
+      `net`, `backbone`, `text_encoder`, ...; `model_output` is data) or is the
+      variable of a loop over modules (`for m in models:`), or whose chain
+      goes on with a module method (`m.cpu().state_dict()`);
+    - copying weights: in a loop over parameters, buffers, gradients or a state
+      dict (its iterable or variables mention `param`, `state_dict`, `weight`,
+      `buffer`, `grad`, `ckpt` or `checkpoint`), or in a function whose name
+      mentions `state_dict`, `checkpoint` or `ckpt`: saving, sending or
+      comparing weights on the host needs the copies;
+    - a loop over epochs (`for epoch in ...`), where the copy happens once per
+      pass over the data;
+    - a copy that runs at most once per loop: in a `return` or `raise`, in a
+      block that ends with `break`/`return`/`raise`, or under `if i == 0:` on
+      the loop counter (`for i in range(...)`, `for i, x in enumerate(...)`);
+    - a comprehension that is not inside a loop statement and copies one
+      concatenated tensor per element (`[torch.cat(v).cpu() for v in zip(*results)]`):
+      that is already the copy-once form;
+    - in test files, a copy made for a comparison (in an `assert`, `torch.equal`,
+      `torch.allclose`, `torch.testing.assert_close`);
+    - a copy in the `for` statement's iterable, which runs once.
+
+    ## Why is this bad?
+    CUDA kernels run asynchronously: the host queues work and moves on while the
+    device computes. A copy to ordinary host memory has to wait until the device
+    has finished *all* the work queued before it, so the host stops every
+    iteration, and the device then sits idle while the host prepares the next
+    step. The PyTorch Performance Tuning Guide lists `tensor.cpu()` among the
+    unnecessary CPU-GPU synchronizations to avoid; the copies themselves are
+    also many small transfers instead of one large one.
+
+    ## Example
+    ```python
+    predictions = []
+    for x, _ in loader:
+        logits = model(x.to(device))
+        predictions.append(logits.argmax(-1).cpu())
+    predictions = torch.cat(predictions)
+    ```
+
+    ## Use instead
+    ```python
+    predictions = []
+    for x, _ in loader:
+        logits = model(x.to(device))
+        predictions.append(logits.argmax(-1))  # stays on the device
+    predictions = torch.cat(predictions).cpu()  # one copy, one wait
+    ```
+    If the results do not fit on the device, copy every N steps, or copy
+    asynchronously into pinned memory (`.to("cpu", non_blocking=True)` into a
+    pinned buffer, synchronizing once before the values are read).
+
+    ## Fix safety
+    There is no fix: where the results should live, and when it is safe to read
+    them on the host, depends on the program.
+
+    ## References
+    - PyTorch Performance Tuning Guide, "Avoid unnecessary CPU-GPU synchronization"
+    - PyTorch documentation, "CUDA semantics", section "Asynchronous execution"
+    - `torch.Tensor.cpu` and `torch.Tensor.numpy` documentation
+    """
+
+    code = "TL102"
+    name = "host-copy-in-loop"
+    summary = "`.cpu()`/`.numpy(force=True)` in a loop copies to the host and waits every iteration"
+    fix = FixAvailability.NONE
+
+    VALID = [
+        "import torch\nfor x in loader:\n    preds.append(model(x))\nall_preds = torch.cat(preds).cpu()\n",
+        "import torch\nfor step, x in enumerate(loader):\n    out = model(x)\n    if step % 100 == 0:\n        log(out.cpu())\n",
+        "import torch\nfor image in images:\n    array = image.numpy()\n",
+        "import torch\nfor model in ensemble:\n    model.cpu()\n",
+    ]
+    INVALID = [
+        "import torch\nfor x in loader:\n    preds.append(model(x).argmax(-1).cpu())\n",
+        "import torch\nfor x in loader:\n    probs = model(x).softmax(-1).detach().cpu().numpy()\n",
+        "import torch\narrays = [t.cpu().numpy() for t in outputs]\n",
+    ]
+
+    _MESSAGE = (
+        "{what} in a loop copies to host memory and waits for all queued device work, "
+        "every iteration; keep the results on the device and copy once after the loop "
+        "(e.g. `torch.cat(results).cpu()`), or copy every N steps"
+    )
+
+    def __init__(self, context) -> None:
+        super().__init__(context)
+        self._reported: Set[int] = set()
+
+    def visit_Call(self, node: cst.Call) -> None:
+        what = self._host_copy(node)
+        if what is None:
+            return
+        ctx = self.context
+        loop = ctx.enclosing_loop()
+        if loop is None or runs_once(ctx, loop):
+            return
+        if is_epoch_loop(loop):
+            return
+        recv = receiver(node)
+        assert recv is not None
+        if names_a_module(recv) or self._iterates_modules(recv):
+            return
+        if expression_statement(ctx) is not None and what != "`.numpy(force=True)`":
+            return  # `model.cpu()` as a statement: moves a module in place
+        top, index = chain_top(ctx)
+        if id(top) in self._reported:
+            return
+        if _module_method_follows(ctx.stack, index):
+            return  # `m.cpu().parameters()`: `m` is a module
+        if self._copies_weights(loop) or self._gathered_once(loop, recv):
+            return
+        if ctx.is_test_file and self._compared(index):
+            return
+        self._reported.add(id(top))
+        self.report(top, self._MESSAGE.format(what=what))
+
+    def _iterates_modules(self, recv: cst.BaseExpression) -> bool:
+        """``for m in models: m.cpu()``, ``[m.cpu() for m in self.modules()]``."""
+        if not isinstance(recv, cst.Name):
+            return False
+        for node in reversed(self.context.stack[:-1]):
+            if isinstance(node, (cst.FunctionDef, cst.Lambda, cst.ClassDef)):
+                return False
+            for loop in _loop_clauses(node):
+                if recv.value in target_names(loop.target):
+                    return _mentions(loop.iter, _MODULE_COLLECTIONS)
+        return False
+
+    def _copies_weights(self, loop: cst.CSTNode) -> bool:
+        """A loop over parameters, buffers, gradients or a state dict, or any loop
+        in a function that builds a state dict or a checkpoint: copying weights
+        to the host is the work itself (saving, comparing, sending them)."""
+        for node in reversed(self.context.stack[:-1]):
+            if isinstance(node, cst.FunctionDef):
+                lowered = node.name.value.lower()
+                return any(word in lowered for word in _CHECKPOINT_FUNCTIONS)
+            if isinstance(node, (cst.Lambda, cst.ClassDef)):
+                return False
+            for clause in _loop_clauses(node):
+                if _mentions(clause.iter, _WEIGHT_WORDS) or _mentions(clause.target, _WEIGHT_WORDS):
+                    return True
+        return False
+
+    def _compared(self, top_index: int) -> bool:
+        """In a test file, a copy made to compare values (inside `assert`,
+        `torch.equal`, `torch.allclose`, `torch.testing.assert_close`)."""
+        ctx = self.context
+        for node in reversed(ctx.stack[:top_index]):
+            if isinstance(node, cst.Assert):
+                return True
+            if isinstance(node, cst.Call):
+                q = ctx.qualname(node.func)
+                if q in _COMPARISONS or (q is not None and ".testing." in q):
+                    return True
+            if isinstance(node, (cst.BaseSmallStatement, cst.BaseCompoundStatement)):
+                return False
+        return False
+
+    def _gathered_once(self, loop: cst.CSTNode, recv: cst.BaseExpression) -> bool:
+        """``[torch.cat(parts).cpu() for parts in zip(*results)]`` outside any
+        loop statement: each element is already one concatenated tensor, the
+        copy-once-after-the-loop form applied to several result lists."""
+        if not isinstance(loop, (cst.ListComp, cst.SetComp, cst.DictComp, cst.GeneratorExp, cst.CompFor)):
+            return False
+        if not (isinstance(recv, cst.Call) and self.context.qualname(recv.func) in _CONCATENATIONS):
+            return False
+        for node in reversed(self.context.stack[:-1]):
+            if isinstance(node, (cst.For, cst.While)):
+                return False
+            if isinstance(node, (cst.FunctionDef, cst.Lambda, cst.ClassDef)):
+                break
+        return True
+
+    def _host_copy(self, node: cst.Call) -> Optional[str]:
+        """What kind of host copy the call is, or None."""
+        name = method_name(node)
+        if name == "cpu":
+            return "`.cpu()`"
+        if name == "numpy":
+            arg = keyword(node, "force")
+            if arg is not None and literal_bool(arg.value) is True:
+                return "`.numpy(force=True)`"
+            return None
+        if name == "to":
+            if has_star(node):
+                return None
+            args = positional(node)
+            non_blocking = keyword(node, "non_blocking")
+            if len(args) >= 3 or (non_blocking is not None and literal_bool(non_blocking.value) is not False):
+                return None  # an asynchronous copy (into pinned memory): no wait
+            target = keyword(node, "device")
+            if target is None:
+                target = args[0] if args else None
+            if target is not None and device_kind(target.value, self.context) == "cpu":
+                return '`.to("cpu")`'
+        return None
+
+
+# Methods only an `nn.Module` has: `x.cpu().parameters()` moved a module.
+_MODULE_METHODS = frozenset(
+    {
+        "parameters", "named_parameters", "buffers", "named_buffers", "state_dict",
+        "load_state_dict", "modules", "named_modules", "children", "named_children",
+        "eval", "train", "apply",
+    }
+)
+# Iterables of modules: `models`, `ensemble`, `self.modules()`, `net.children()`.
+_MODULE_COLLECTIONS = ("model", "module", "children", "ensemble", "nets", "networks")
+# Loops over these copy weights, not per-step data.
+_WEIGHT_WORDS = ("param", "state_dict", "weight", "buffer", "grad", "ckpt", "checkpoint")
+_CHECKPOINT_FUNCTIONS = ("state_dict", "checkpoint", "ckpt")
+_COMPARISONS = frozenset({"torch.equal", "torch.allclose", "torch.isclose"})
+_CONCATENATIONS = frozenset(
+    {"torch.cat", "torch.concat", "torch.concatenate", "torch.stack", "torch.vstack", "torch.hstack"}
+)
+
+
+def _module_method_follows(stack, top_index: int) -> bool:
+    """Whether a call in the chain above the node being visited (up to the chain's
+    outermost call at ``stack[top_index]``) is a module-only method."""
+    for node in stack[top_index:-1]:
+        if isinstance(node, cst.Call) and method_name(node) in _MODULE_METHODS:
+            return True
+    return False
+
+
+def _mentions(expr: cst.CSTNode, words) -> bool:
+    """Whether a name or attribute in a (small) expression contains one of ``words``."""
+    todo = [expr]
+    while todo:
+        node = todo.pop()
+        if isinstance(node, cst.Name):
+            if any(word in node.value.lower() for word in words):
+                return True
+        elif isinstance(node, cst.Attribute):
+            if any(word in node.attr.value.lower() for word in words):
+                return True
+            todo.append(node.value)
+        elif isinstance(node, cst.Call):
+            todo.append(node.func)
+            todo.extend(arg.value for arg in node.args)
+        elif isinstance(node, (cst.Tuple, cst.List)):
+            todo.extend(e.value for e in node.elements)
+        elif isinstance(node, (cst.StarredElement, cst.Subscript)):
+            todo.append(node.value)
+    return False
+
+
+_COMPREHENSIONS = (cst.ListComp, cst.SetComp, cst.DictComp, cst.GeneratorExp)
+
+
+def _loop_clauses(node: cst.CSTNode):
+    """The ``for`` clauses (target and iterable) that an ancestor contributes:
+    a ``for`` statement's, or every ``for`` of a comprehension (the element
+    is not a descendant of the ``CompFor`` nodes)."""
+    if isinstance(node, cst.For):
+        return [node]
+    if isinstance(node, _COMPREHENSIONS):
+        clauses = []
+        clause = node.for_in
+        while clause is not None:
+            clauses.append(clause)
+            clause = clause.inner_for_in
+        return clauses
+    return []

@@ -1,0 +1,148 @@
+from __future__ import annotations
+
+from typing import Dict, Optional
+
+import libcst as cst
+
+from torchlint.model import FixAvailability
+from torchlint.rule import Rule
+from torchlint.rules._helpers import method_name, receiver
+from torchlint.rules._sync import LoopFacts, is_epoch_loop, loop_facts, runs_once
+
+# Functions that block the host until every queued kernel on the device is done.
+_DEVICE_SYNCS = frozenset(
+    {
+        "torch.cuda.synchronize", "torch.accelerator.synchronize", "torch.xpu.synchronize",
+        "torch.mps.synchronize",
+    }
+)
+# `torch.cuda.current_stream().synchronize()`: waits for all work on that stream.
+_STREAM_GETTERS = frozenset(
+    {
+        "torch.cuda.current_stream", "torch.cuda.default_stream",
+        "torch.accelerator.current_stream", "torch.xpu.current_stream",
+    }
+)
+
+
+class SynchronizeInLoop(Rule):
+    """
+    ## What it does
+    Reports a device synchronization in a loop: `torch.cuda.synchronize()`
+    (with or without a device), `torch.accelerator.synchronize()`, their
+    `torch.xpu`/`torch.mps` counterparts, and
+    `torch.cuda.current_stream().synchronize()` /
+    `torch.cuda.default_stream().synchronize()`, in the body of a `for`/`while`
+    statement or of a comprehension, in the same function, and not under a
+    periodic guard such as `if step % log_every == 0:`.
+
+    Not reported:
+    - a synchronization in a loop whose body reads a clock (`time.time()`,
+      `time.perf_counter()`, `time.monotonic()`, `timeit.default_timer()`, ...)
+      or CUDA event timings (`start.elapsed_time(end)`): a timing or benchmark
+      loop needs the synchronization for its measurement to mean anything;
+    - a loop over epochs (`for epoch in ...`), where the wait happens once per
+      pass over the data;
+    - a synchronization that runs at most once per loop: in a block that ends
+      with `break`/`return`/`raise`, or under `if i == 0:` on the loop counter;
+    - `event.synchronize()` on a CUDA event, which waits only for the work
+      recorded before that event.
+
+    ## Why is this bad?
+    CUDA kernels run asynchronously: the host queues work and moves on while the
+    device computes, and that overlap is where much of the throughput comes
+    from. A device-wide synchronization blocks the host until every queued
+    kernel has finished, so each iteration the device drains its queue and then
+    idles while the host prepares the next step. The PyTorch Performance Tuning
+    Guide asks to avoid unnecessary CPU-GPU synchronizations "to let the CPU run
+    ahead of the accelerator"; an explicit device-wide synchronization is the
+    bluntest of them. PyTorch already synchronizes where it must (a copy to the
+    host, `.item()`), so a manual one is rarely needed for correctness.
+
+    ## Example
+    ```python
+    for x, y in loader:
+        loss = loss_fn(model(x), y)
+        loss.backward()
+        optimizer.step()
+        torch.cuda.synchronize()
+        meter.update(loss.detach())
+    ```
+
+    ## Use instead
+    ```python
+    for x, y in loader:
+        loss = loss_fn(model(x), y)
+        loss.backward()
+        optimizer.step()
+        meter.update(loss.detach())  # no wait; read the meter every N steps
+    ```
+    To time a region, record CUDA events (`torch.cuda.Event(enable_timing=True)`)
+    and read `elapsed_time` after one synchronization at the end, or use
+    `torch.utils.benchmark`.
+
+    ## Fix safety
+    There is no fix: whether the synchronization is needed (for a measurement,
+    for code that reads memory written by another stream or by a custom
+    extension) depends on the program.
+
+    ## References
+    - PyTorch Performance Tuning Guide, "Avoid unnecessary CPU-GPU synchronization"
+    - PyTorch documentation, "CUDA semantics", section "Asynchronous execution"
+    - `torch.cuda.synchronize` documentation
+    """
+
+    code = "TL103"
+    name = "synchronize-in-loop"
+    summary = "`torch.cuda.synchronize()` in a loop stalls the host every iteration"
+    fix = FixAvailability.NONE
+
+    VALID = [
+        "import torch\nfor x in loader:\n    loss = model(x)\ntorch.cuda.synchronize()\n",
+        "import time\nimport torch\nfor _ in range(10):\n    start = time.perf_counter()\n    model(x)\n    torch.cuda.synchronize()\n    times.append(time.perf_counter() - start)\n",
+        "import torch\nfor step, x in enumerate(loader):\n    model(x)\n    if step % 100 == 0:\n        torch.cuda.synchronize()\n",
+    ]
+    INVALID = [
+        "import torch\nfor x in loader:\n    model(x).backward()\n    torch.cuda.synchronize()\n",
+        "import torch\nwhile True:\n    step()\n    torch.cuda.current_stream().synchronize()\n",
+        "from torch.cuda import synchronize\nfor x in loader:\n    model(x)\n    synchronize()\n",
+    ]
+
+    _MESSAGE = (
+        "`{what}` in a loop blocks the host until every queued kernel has finished, "
+        "every iteration, so the device idles while the host prepares the next step; "
+        "remove it (copies to the host already wait where they must), or synchronize "
+        "once after the loop"
+    )
+
+    def __init__(self, context) -> None:
+        super().__init__(context)
+        self._facts: Dict[int, LoopFacts] = {}
+
+    def visit_Call(self, node: cst.Call) -> None:
+        what = self._synchronization(node)
+        if what is None:
+            return
+        ctx = self.context
+        loop = ctx.enclosing_loop()
+        if loop is None or runs_once(ctx, loop) or is_epoch_loop(loop):
+            return
+        if loop_facts(ctx, loop, self._facts).reads_clock:
+            return  # a timing loop: the measurement needs the wait
+        self.report(node, self._MESSAGE.format(what=what))
+
+    def _synchronization(self, node: cst.Call) -> Optional[str]:
+        func = node.func
+        if isinstance(func, cst.Attribute) and func.attr.value != "synchronize":
+            return None  # the cheap test first: most calls are other methods
+        ctx = self.context
+        q = ctx.qualname(func)
+        if q in _DEVICE_SYNCS:
+            return q + "()"
+        if method_name(node) == "synchronize" and not node.args:
+            stream = receiver(node)
+            if isinstance(stream, cst.Call):
+                getter = ctx.qualname(stream.func)
+                if getter in _STREAM_GETTERS:
+                    return getter + "().synchronize()"
+        return None

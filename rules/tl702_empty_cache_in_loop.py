@@ -1,0 +1,156 @@
+from __future__ import annotations
+
+from typing import Dict
+
+import libcst as cst
+
+from torchlint.codemods import remove_statement as codemod
+from torchlint.model import Applicability, Fix, FixAvailability
+from torchlint.rule import Rule
+from torchlint.rules._sync import (
+    LoopFacts,
+    expression_statement,
+    in_except_handler,
+    is_epoch_loop,
+    loop_facts,
+    runs_once,
+)
+
+# Functions that hand the caching allocator's unused blocks back to the driver.
+_EMPTY_CACHE = frozenset(
+    {
+        "torch.cuda.empty_cache", "torch.cuda.memory.empty_cache", "torch.accelerator.empty_cache",
+        "torch.accelerator.memory.empty_cache", "torch.xpu.empty_cache", "torch.xpu.memory.empty_cache",
+        "torch.mps.empty_cache",
+    }
+)
+
+
+class EmptyCacheInLoop(Rule):
+    """
+    ## What it does
+    Reports `torch.cuda.empty_cache()` (and `torch.accelerator.empty_cache()`,
+    `torch.xpu.empty_cache()`, `torch.mps.empty_cache()`) called in a loop: in
+    the body of a `for`/`while` statement or of a comprehension, in the same
+    function, and not under a periodic guard such as `if step % 100 == 0:`.
+
+    Not reported, because there the call runs rarely or releases memory on
+    purpose:
+    - in an `except` clause (the out-of-memory recovery idiom
+      `except torch.cuda.OutOfMemoryError: torch.cuda.empty_cache()`), and
+      anywhere in a loop that retries on out-of-memory errors (a `try` in the
+      loop catching `torch.cuda.OutOfMemoryError`, `RuntimeError` or
+      `MemoryError`), such as a search for the largest batch size that fits;
+    - in a loop that also calls `gc.collect()` or deletes a model (`del model`),
+      which releases memory on purpose between heavy iterations (one model
+      after another), or that reads or resets the allocator's statistics
+      (`torch.cuda.max_memory_allocated()`, `torch.cuda.reset_peak_memory_stats()`:
+      a memory measurement per run);
+    - in a loop over epochs (`for epoch in ...`), where it runs once per pass
+      over the data;
+    - where it runs at most once per loop: in a block that ends with
+      `break`/`return`/`raise`, or under `if i == 0:` on the loop counter.
+
+    ## Why is this bad?
+    PyTorch's caching allocator keeps freed device memory to reuse it for the
+    next tensors of the same size, because asking the driver for memory
+    (`cudaMalloc`) is slow and `cudaFree` synchronizes the device.
+    `empty_cache()` hands every unused cached block back to the driver, so the
+    next iteration allocates all of it again, and the call itself waits for the
+    device. It does not make more memory available to your own program: the
+    tensors still alive keep their memory, and freed blocks were already
+    reusable. The PyTorch documentation ("CUDA semantics", memory management)
+    explains that the released memory only becomes available to *other*
+    applications.
+
+    ## Example
+    ```python
+    for x, y in loader:
+        loss = loss_fn(model(x), y)
+        loss.backward()
+        optimizer.step()
+        optimizer.zero_grad()
+        del loss
+        torch.cuda.empty_cache()
+    ```
+
+    ## Use instead
+    ```python
+    for x, y in loader:
+        loss = loss_fn(model(x), y)
+        loss.backward()
+        optimizer.step()
+        optimizer.zero_grad()
+    ```
+    If memory fragmentation is the problem, set
+    `PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True` instead.
+
+    ## Fix safety
+    The fix removes the statement (an `empty_cache()` that is the only
+    statement of its block becomes `pass`); it is offered only when the call is
+    a statement of its own. It is unsafe because the call does have effects:
+    other processes on the same GPU (another training run, a second model
+    server, a data-loading process using CUDA) can use the released memory and
+    may run out of memory without it; `torch.cuda.memory_reserved()` and
+    `nvidia-smi` report more memory in use; and a program that relies on it to
+    recover from fragmentation before a large allocation, for example in a
+    retry loop, may now raise an out-of-memory error.
+
+    ## References
+    - PyTorch documentation, "CUDA semantics", section "Memory management"
+    - PyTorch Performance Tuning Guide, "Preallocate memory in case of variable
+      input length" (releasing and re-allocating buffers every iteration is slow)
+    - `torch.cuda.empty_cache` documentation ("doesn't increase the amount of GPU
+      memory available for PyTorch")
+    """
+
+    code = "TL702"
+    name = "empty-cache-in-loop"
+    summary = "`torch.cuda.empty_cache()` in a loop throws away the allocator's cache every iteration"
+    fix = FixAvailability.UNSAFE
+
+    VALID = [
+        "import torch\nfor x in loader:\n    step(x)\ntorch.cuda.empty_cache()\n",
+        "import torch\nfor x in loader:\n    try:\n        step(x)\n    except torch.cuda.OutOfMemoryError:\n        torch.cuda.empty_cache()\n",
+        "import torch\nfor epoch in range(10):\n    train(model)\n    torch.cuda.empty_cache()\n",
+    ]
+    INVALID = [
+        "import torch\nfor x in loader:\n    step(x)\n    torch.cuda.empty_cache()\n",
+        "import torch\nwhile running:\n    out = model(next(it))\n    del out\n    torch.cuda.empty_cache()\n",
+    ]
+
+    _MESSAGE = (
+        "`{what}()` in a loop returns the allocator's cached memory to the "
+        "driver every iteration, so the next iteration pays for slow, synchronizing "
+        "allocations again; remove it (freed memory is already reused), or call it once "
+        "outside the loop"
+    )
+
+    def __init__(self, context) -> None:
+        super().__init__(context)
+        self._facts: Dict[int, LoopFacts] = {}
+
+    def visit_Call(self, node: cst.Call) -> None:
+        func = node.func
+        if isinstance(func, cst.Attribute) and func.attr.value != "empty_cache":
+            return  # the cheap test first: most calls are other methods
+        ctx = self.context
+        what = ctx.qualname(func)
+        if what not in _EMPTY_CACHE:
+            return
+        loop = ctx.enclosing_loop()
+        if loop is None or runs_once(ctx, loop) or is_epoch_loop(loop) or in_except_handler(ctx, loop):
+            return
+        facts = loop_facts(ctx, loop, self._facts)
+        if facts.retries_on_oom or facts.collects_garbage or facts.reads_memory_stats or facts.deletes_model:
+            return
+        fix = None
+        statement = expression_statement(ctx)
+        if statement is not None:
+            fix = Fix(
+                Applicability.UNSAFE,
+                "Remove the `empty_cache()` call",
+                lambda: codemod.remove_statement(statement),
+                target=codemod.removal_target(statement),
+            )
+        self.report(node, self._MESSAGE.format(what=what), fix=fix)

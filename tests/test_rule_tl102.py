@@ -1,0 +1,250 @@
+"""Focused tests for TL102 (host-copy-in-loop)."""
+
+from __future__ import annotations
+
+import pytest
+
+from tests.helpers import codes, lint
+from torchlint.registry import all_rules
+
+RULE = all_rules()["TL102"]
+
+
+def tl102(code: str, path: str = "snippet.py"):
+    return lint(code, select=["TL102"], path=path)
+
+
+def positions(code: str, path: str = "snippet.py"):
+    return [(d.line, d.column) for d in tl102(code, path)]
+
+
+@pytest.mark.parametrize("example", RULE.INVALID)
+def test_invalid_examples_are_reported(example: str) -> None:
+    assert codes(tl102(example)) == ["TL102"]
+
+
+@pytest.mark.parametrize("example", RULE.VALID)
+def test_valid_examples_are_silent(example: str) -> None:
+    assert tl102(example) == []
+
+
+def test_one_report_per_chain_at_its_outermost_call() -> None:
+    code = """
+    import torch
+    for x in loader:
+        a = model(x).detach().cpu().numpy().tolist()
+        b = x.cpu().numpy(force=True)
+        c, d = x.cpu(), y.cpu()
+    """
+    diagnostics = tl102(code)
+    assert [(d.line, d.column) for d in diagnostics] == [(4, 9), (5, 9), (6, 12), (6, 21)]
+    # the first report spans the whole chain, up to `.tolist()`
+    first = diagnostics[0]
+    assert (first.end_line, first.end_column) == (4, 49)
+
+
+def test_chains_ending_in_item_or_tolist_are_reported_once_between_tl101_and_tl102() -> None:
+    code = """
+    import torch
+    for x, y in loader:
+        loss = criterion(model(x), y)
+        a = loss.cpu().item()
+        b = loss.to("cpu").tolist()
+        c = loss.item()
+    """
+    diagnostics = lint(code, select=["TL101", "TL102"])
+    assert [(d.line, d.code) for d in diagnostics] == [(5, "TL102"), (6, "TL102"), (7, "TL101")]
+
+
+@pytest.mark.parametrize(
+    "copy",
+    [
+        'y = x.to("cpu")',
+        'y = x.to("cpu:0")',
+        'y = x.to(device="cpu")',
+        'y = x.to(torch.device("cpu"))',
+        'y = x.to("cpu", non_blocking=False)',
+        "y = x.numpy(force=True)",
+        "y = x.cpu(memory_format=torch.contiguous_format)",
+    ],
+)
+def test_kinds_of_host_copy(copy: str) -> None:
+    assert codes(tl102(f"import torch\nfor x in loader:\n    {copy}\n")) == ["TL102"]
+
+
+@pytest.mark.parametrize(
+    "line",
+    [
+        "y = x.numpy()",
+        "y = x.detach().numpy()",
+        "y = x.numpy(force=False)",
+        'y = x.to("cpu", non_blocking=True)',
+        'y = x.to("cpu", non_blocking=flag)',
+        "y = x.to(device)",
+        "y = x.to(torch.float16)",
+        "y = x.to(*args)",
+        "y = x.to(other)",
+        "y = x.cuda()",
+        "x.cpu()",
+        "model.cpu()",
+        "y = self.model.cpu()",
+        "y = ema_model.to('cpu')",
+        "y = backbone.cpu()",
+        "y = resnet.cpu()",
+        "params = list(m.cpu().parameters())",
+        "y = model2.cpu()",
+        "y = self.text_encoder.to('cpu')",
+    ],
+)
+def test_not_a_host_copy_of_data(line: str) -> None:
+    assert tl102(f"import torch\nfor x in loader:\n    {line}\n") == []
+
+
+def test_loops_over_modules() -> None:
+    code = """
+    import torch
+    def offload(models, net):
+        moved = [m.cpu() for m in models]
+        for child in net.children():
+            kept = child.cpu()
+        for name, sub in net.named_modules():
+            kept = sub.cpu()
+        for batch in loader:
+            out = net(batch).cpu()
+    """
+    assert positions(code) == [(10, 15)]
+
+
+def test_outside_a_loop_and_periodic_guard() -> None:
+    code = """
+    import torch
+    y = x.cpu()
+    for i in range(x.cpu().shape[0]):
+        if i % 10 == 0:
+            log(x.cpu())
+        else:
+            log(y.cpu())
+    """
+    assert positions(code) == [(8, 13)]
+
+
+def test_while_loop_and_comprehensions() -> None:
+    code = """
+    import torch
+    while running:
+        out = model(next(it)).cpu()
+    arrays = [t.detach().cpu().numpy() for t in outputs]
+    total = sum(t.cpu().sum() for t in outputs)
+    """
+    assert positions(code) == [(4, 11), (5, 11), (6, 13)]
+
+
+def test_runs_once_per_loop() -> None:
+    code = """
+    import torch
+    def search(model, loader, target):
+        for i, x in enumerate(loader):
+            out = model(x)
+            if i == 0:
+                first = out.cpu()
+            if i == len(loader) - 1:
+                last = out.cpu()
+            if out.isnan().any():
+                raise ValueError(out.cpu())
+            if out.max() > target:
+                best = out.cpu()
+                break
+        for label in labels:
+            if label == 0:
+                zeros = label.cpu()
+    """
+    # `label == 0` is a value test, not the loop counter: it can hold many times
+    assert positions(code) == [(17, 21)]
+
+
+def test_epoch_loops_are_not_per_step() -> None:
+    code = """
+    import torch
+    def fit(model, loader, epochs):
+        for epoch in range(epochs):
+            for x in loader:
+                model(x).backward()
+                per_step = model.weight.grad.norm().cpu()
+            per_epoch = model.head(x).cpu()
+        for epoch_idx, batch in enumerate(loader):
+            per_epoch = batch.cpu()
+    """
+    assert positions(code) == [(7, 24)]
+
+
+@pytest.mark.parametrize(
+    "loop",
+    [
+        "for name, p in model.named_parameters():\n        host[name] = p.detach().cpu()",
+        "for k, v in state_dict.items():\n        host[k] = v.cpu()",
+        "for key, tensor in ckpt['model'].items():\n        host[key] = tensor.cpu()",
+        "for g in grads:\n        host.append(g.cpu())",
+        "for p0, p1 in zip(params_before, params_after):\n        same = torch.equal(p0.cpu(), p1.cpu())",
+        "host = {k: v.cpu() for k, v in module.state_dict().items()}",
+        "host = [b.cpu() for b in net.buffers()]",
+    ],
+)
+def test_copying_weights_is_the_work(loop: str) -> None:
+    code = f"import torch\ndef export(model, module, net, state_dict, ckpt, grads, host):\n    {loop}\n"
+    assert tl102(code) == []
+
+
+def test_functions_that_build_checkpoints() -> None:
+    code = """
+    import torch
+    def full_optimizer_state_dict(sharded):
+        for group, tensors in sharded.items():
+            for key, value in tensors.items():
+                out[key] = value.full_tensor().cpu()
+    def save_checkpoint(shards):
+        return {key: shard.cpu() for key, shard in shards.items()}
+    def train(shards):
+        return {key: shard.cpu() for key, shard in shards.items()}
+    """
+    assert positions(code) == [(10, 18)]
+
+
+def test_standalone_comprehension_of_concatenations() -> None:
+    code = """
+    import torch
+    def finish(stats, loader):
+        arrays = [torch.cat(column, 0).cpu().numpy() for column in zip(*stats)]
+        for x in loader:
+            parts = [torch.cat(p).cpu() for p in x]
+    """
+    assert positions(code) == [(6, 18)]
+
+
+def test_test_files_skip_comparisons_only() -> None:
+    code = """
+    import torch
+    def test_round_trip(model, loader, expected):
+        for x, y in loader:
+            assert torch.allclose(model(x).cpu(), y)
+            torch.testing.assert_close(model(x).cpu(), y)
+            assert model(x).cpu().shape == y.shape
+            out = model(x).cpu()
+    """
+    assert positions(code, "tests/test_model.py") == [(8, 15)]
+    assert len(positions(code, "train.py")) == 4
+
+
+def test_nested_function_in_loop_is_its_own_scope() -> None:
+    code = """
+    import torch
+    for x in loader:
+        def to_host(t):
+            return t.cpu()
+        handler = lambda t: t.cpu()
+    """
+    assert tl102(code) == []
+
+
+@pytest.mark.parametrize("name", ["model_output", "encoder_out", "net_input", "head_logits", "layer_acts"])
+def test_data_named_after_a_module_is_still_data(name: str) -> None:
+    assert codes(tl102(f"import torch\nfor x in loader:\n    y = {name}.cpu()\n")) == ["TL102"]
