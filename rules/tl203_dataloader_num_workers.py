@@ -1,0 +1,372 @@
+from __future__ import annotations
+
+import re
+from typing import Dict, List, Optional, Tuple
+
+import libcst as cst
+
+from torchlint.model import FixAvailability
+from torchlint.rule import Rule
+from torchlint.rules._helpers import argument, keyword, literal_number, positional
+from torchlint.rules._loaders import (
+    DATALOADERS,
+    IN_MEMORY_DATASETS,
+    ITERABLE_DATASETS,
+    SUBSETS,
+    dataset_argument,
+    indexes_memory_only,
+)
+
+# A dataset named like an iterator (`train_iter`, `valid_iterator`): by
+# convention an iterable-style dataset (torchtext, datapipes).
+_ITERATOR_NAME = re.compile(r"(^|_)iter(ator)?($|_)", re.IGNORECASE)
+
+_MAX_DEPTH = 6
+
+
+class DataLoaderNumWorkers(Rule):
+    """
+    ## What it does
+    Reports a `torch.utils.data.DataLoader(...)` whose `num_workers` is absent
+    or the literal `0` (given by keyword or as the 6th positional argument),
+    when its dataset visibly does work for every item:
+    - a `torchvision.datasets`/`torchaudio.datasets` dataset (they read and
+      decode files), e.g. `ImageFolder(root, transform=tf)`;
+    - any dataset built with a per-item `transform=`/`transforms=`/
+      `target_transform=`;
+    - an instance of a dataset class defined in the same file whose
+      `__getitem__` does more than index data it already holds (it opens
+      files, decodes, tokenizes, calls a transform);
+    - a name or `self.attr` assigned only such datasets (in the same function,
+      the module, or the same class), or a `random_split`/`Subset` of one.
+
+    ## Why is this bad?
+    With `num_workers=0` (the default) every batch is read, decoded, augmented
+    and collated in the main process, between two training steps: the
+    accelerator sits idle while the host prepares the next batch. With worker
+    processes, batches are prepared in parallel and ahead of time
+    (`prefetch_factor` batches per worker), so data loading overlaps with
+    compute. The PyTorch Performance Tuning Guide recommends
+    `num_workers > 0` for asynchronous data loading.
+
+    There is no single right value: start from the number of CPU cores per GPU
+    (`os.cpu_count() // torch.cuda.device_count()`), measure the time per step,
+    and lower it if the host runs out of memory or cores. Add
+    `persistent_workers=True` so workers are not restarted every epoch.
+
+    ## Example
+    ```python
+    train_set = ImageFolder("data/train", transform=augment)
+    loader = DataLoader(train_set, batch_size=64, shuffle=True)
+    ```
+
+    ## Use instead
+    ```python
+    train_set = ImageFolder("data/train", transform=augment)
+    loader = DataLoader(
+        train_set, batch_size=64, shuffle=True,
+        num_workers=8, persistent_workers=True,  # measured on this machine
+    )
+    ```
+
+    ## Fix safety
+    There is no fix: the right number of workers depends on the machine (CPU
+    cores, host memory, GPUs per host) and on the dataset, and worker processes
+    change behaviour that code may rely on (each worker has its own copy of the
+    dataset object and its own random state; a `torch.utils.data.IterableDataset`
+    must shard itself with `torch.utils.data.get_worker_info()` or every worker
+    yields the whole dataset; where processes are spawned rather than forked,
+    as on macOS and Windows, the dataset must be picklable and a dataset class
+    defined in a notebook must move to an importable module).
+
+    Not reported, because workers would not help or the rule cannot tell:
+    - a dataset whose items cost nothing to produce: a `TensorDataset`, or a
+      class of this file whose `__getitem__` only indexes what it holds
+      (`return self.x[i], self.y[i]`, with at most conversions such as
+      `torch.tensor(...)` or `.float()`); workers only add inter-process copies;
+    - a dataset the rule cannot see: a function parameter, a class imported
+      from another module without a `transform=`, anything computed (this is
+      the rule's main trade-off: it reports only what it can show is slow);
+    - an iterable-style dataset (a class of this file deriving from
+      `IterableDataset`, or a name like `train_iter`), where workers duplicate
+      the data unless it shards itself;
+    - a `collate_fn` that takes a device (`partial(collate, device=device)`, or
+      a function of this file with a `device` parameter): it builds batches on
+      the accelerator, which worker processes cannot do;
+    - `next(iter(DataLoader(...)))`: one batch, where starting workers costs more
+      than it saves;
+    - a `num_workers` given as a variable or expression (`num_workers=args.workers`),
+      or a call with `*args`/`**kwargs` that may set it;
+    - test files (`test_*.py`, `*_test.py`, `conftest.py`, `tests/`): tests load
+      tiny datasets and keep `num_workers=0` on purpose (fast start-up,
+      determinism, no subprocesses in the test runner);
+    - a class of your own named `DataLoader`, or another library's.
+
+    ## References
+    - PyTorch Performance Tuning Guide, "Enable asynchronous data loading and augmentation"
+    - Hugging Face single-GPU training guide, "Data preloading"
+    - `torch.utils.data` documentation, "Single- and Multi-process Data Loading"
+    """
+
+    code = "TL203"
+    name = "dataloader-num-workers"
+    summary = "DataLoader prepares batches in the main process (`num_workers` absent or 0)"
+    fix = FixAvailability.NONE
+
+    VALID = [
+        "from torch.utils.data import DataLoader\nfrom torchvision.datasets import MNIST\n"
+        "loader = DataLoader(MNIST('data', transform=tf), num_workers=4)\n",
+        "from torch.utils.data import DataLoader\nfrom torchvision.datasets import MNIST\n"
+        "loader = DataLoader(MNIST('data', transform=tf), num_workers=args.workers)\n",
+        "from torch.utils.data import DataLoader\nfrom torchvision.datasets import MNIST\n"
+        "loader = DataLoader(MNIST('data', transform=tf), **loader_kwargs)\n",
+        "from torch.utils.data import DataLoader, TensorDataset\n"
+        "loader = DataLoader(TensorDataset(x, y), batch_size=32)\n",
+        "import torch\nfrom torchvision.datasets import MNIST\n"
+        "class DataLoader: ...\nloader = DataLoader(MNIST('data', transform=tf))\n",
+    ]
+    INVALID = [
+        "from torch.utils.data import DataLoader\nfrom torchvision import datasets\n"
+        "train_set = datasets.ImageFolder('data/train', transform=augment)\n"
+        "loader = DataLoader(train_set, batch_size=32, shuffle=True)\n",
+        "from torch.utils.data import DataLoader\n"
+        "loader = DataLoader(Images(paths, transform=tf), batch_size=32, num_workers=0)\n",
+        "from torch.utils.data import DataLoader\n"
+        "loader = DataLoader(Images(paths, transform=tf), 32, True, None, None, 0)\n",
+    ]
+
+    _ADVICE = (
+        "so the accelerator waits while each batch is prepared; set `num_workers` "
+        "(start from the CPU cores per GPU, `os.cpu_count() // num_gpus`, and measure)"
+    )
+
+    def __init__(self, context) -> None:
+        super().__init__(context)
+        # A file that never says `DataLoader` cannot call it; tests are skipped.
+        self._active = not context.is_test_file and "DataLoader" in context.source
+        self._candidates: List[Tuple[cst.Call, Optional[cst.FunctionDef], Optional[cst.ClassDef], bool]] = []
+        # (scope key, name) -> [(value, is one part of an unpacked value, function, class)]
+        self._values: Dict[Tuple[object, str], List[_Value]] = {}
+        # class defined in this module -> "memory" / "iterable" / None, per definition
+        self._classes: Dict[str, List[Optional[str]]] = {}
+        # functions defined in this module -> their parameter names, per definition
+        self._functions: Dict[str, List[Tuple[str, ...]]] = {}
+
+    # -- collecting ------------------------------------------------------------
+    def visit_Call(self, node: cst.Call) -> None:
+        if not self._active:
+            return
+        ctx = self.context
+        if ctx.qualname(node.func) not in DATALOADERS:
+            return
+        known, arg = argument(node, "num_workers", 5)
+        if not known:
+            return
+        if arg is not None and literal_number(arg.value) != 0:
+            return
+        if self._one_batch(node):
+            return
+        self._candidates.append((node, ctx.enclosing_function(), ctx.enclosing_class(), arg is not None))
+
+    def visit_Assign(self, node: cst.Assign) -> None:
+        if self._active:
+            for target in node.targets:
+                self._record(target.target, node.value, isinstance(target.target, (cst.Tuple, cst.List)))
+
+    def visit_AnnAssign(self, node: cst.AnnAssign) -> None:
+        if self._active and node.value is not None:
+            self._record(node.target, node.value, False)
+
+    def visit_ClassDef(self, node: cst.ClassDef) -> None:
+        if not self._active:
+            return
+        kind: Optional[str] = None
+        if any(self.context.qualname(base.value) in ITERABLE_DATASETS for base in node.bases):
+            kind = "iterable"
+        elif isinstance(node.body, cst.IndentedBlock):
+            for stmt in node.body.body:
+                if isinstance(stmt, cst.FunctionDef) and stmt.name.value == "__getitem__":
+                    kind = "memory" if indexes_memory_only(stmt, self.context) else "work"
+        self._classes.setdefault(node.name.value, []).append(kind)
+
+    def visit_FunctionDef(self, node: cst.FunctionDef) -> None:
+        if self._active:
+            self._functions.setdefault(node.name.value, []).append(_parameters(node))
+
+    def _record(self, target: cst.BaseExpression, value: cst.BaseExpression, part: bool) -> None:
+        """Remember what a name or `self.attr` is assigned (`part`: one element
+        of an unpacked value)."""
+        if isinstance(target, (cst.Tuple, cst.List)):
+            for element in target.elements:
+                self._record(element.value, value, True)
+            return
+        if isinstance(target, cst.StarredElement):
+            self._record(target.value, value, True)
+            return
+        ctx = self.context
+        function = ctx.enclosing_function()
+        klass = ctx.enclosing_class()
+        if isinstance(target, cst.Attribute):
+            if klass is None or function is None or not _is_self(target.value):
+                return
+            key: Tuple[object, str] = (("self", id(klass)), target.attr.value)
+        elif isinstance(target, cst.Name):
+            if function is None and klass is not None:
+                return  # a class attribute
+            key = (id(function) if function is not None else 0, target.value)
+        else:
+            return
+        self._values.setdefault(key, []).append((value, part, function, klass))
+
+    def _one_batch(self, node: cst.Call) -> bool:
+        """`next(iter(DataLoader(...)))`: one batch, where starting workers costs
+        more than it saves."""
+        stack = self.context.stack
+        if len(stack) < 5:
+            return False
+        arg, inner, outer_arg, outer = stack[-2], stack[-3], stack[-4], stack[-5]
+        return (
+            isinstance(arg, cst.Arg)
+            and isinstance(inner, cst.Call)
+            and isinstance(inner.func, cst.Name)
+            and inner.func.value == "iter"
+            and isinstance(outer_arg, cst.Arg)
+            and isinstance(outer, cst.Call)
+            and isinstance(outer.func, cst.Name)
+            and outer.func.value == "next"
+        )
+
+    # -- deciding ----------------------------------------------------------------
+    def leave_Module(self, node: cst.Module) -> None:
+        for call, function, klass, explicit in self._candidates:
+            if not self._works_per_item(dataset_argument(call), function, klass, 0):
+                continue
+            collate = keyword(call, "collate_fn")
+            if collate is not None and self._collates_on_device(collate.value, function, klass, 0):
+                continue
+            what = "`DataLoader(num_workers=0)`" if explicit else "`DataLoader` without `num_workers`"
+            self.report(call, f"{what} loads every batch in the main process, {self._ADVICE}")
+
+    def _bindings(
+        self, expr: cst.BaseExpression, function: Optional[cst.FunctionDef], klass: Optional[cst.ClassDef]
+    ) -> Optional[List[_Value]]:
+        """What a name (or `self.attr`) is assigned in its scope; None for a
+        parameter or a name bound some other way."""
+        if isinstance(expr, cst.Name):
+            name = expr.value
+            if function is not None:
+                if name in _parameters(function):
+                    return None
+                local = self._values.get((id(function), name))
+                if local is not None:
+                    return local
+            return self._values.get((0, name))
+        if isinstance(expr, cst.Attribute) and klass is not None and _is_self(expr.value):
+            return self._values.get((("self", id(klass)), expr.attr.value))
+        return None
+
+    def _works_per_item(
+        self,
+        expr: Optional[cst.BaseExpression],
+        function: Optional[cst.FunctionDef],
+        klass: Optional[cst.ClassDef],
+        depth: int,
+    ) -> bool:
+        """Whether producing an item of the dataset visibly costs work: reading
+        or decoding files, or a per-item transform."""
+        if expr is None or depth > _MAX_DEPTH:
+            return False
+        ctx = self.context
+        if isinstance(expr, cst.Call):
+            qualified = ctx.qualname(expr.func)
+            if qualified in SUBSETS:
+                return self._works_per_item(_first(expr), function, klass, depth + 1)
+            if qualified is not None:
+                if qualified in IN_MEMORY_DATASETS or qualified in ITERABLE_DATASETS:
+                    return False
+                if qualified.startswith(_FILE_DATASETS):
+                    return True
+            elif isinstance(expr.func, cst.Name):
+                kinds = self._classes.get(expr.func.value)
+                if kinds and all(kind == "work" for kind in kinds):
+                    return True
+                if kinds and any(kind in ("memory", "iterable") for kind in kinds):
+                    return False
+            return _has_transform(expr)
+        if isinstance(expr, (cst.Name, cst.Attribute)):
+            name = expr.value if isinstance(expr, cst.Name) else expr.attr.value
+            if _ITERATOR_NAME.search(name):
+                return False
+        values = self._bindings(expr, function, klass)
+        if not values:
+            return False
+        for value, part, where, owner in values:
+            if part:
+                ok = (
+                    isinstance(value, cst.Call)
+                    and ctx.qualname(value.func) in SUBSETS
+                    and self._works_per_item(_first(value), where, owner, depth + 1)
+                )
+            else:
+                ok = self._works_per_item(value, where, owner, depth + 1)
+            if not ok:
+                return False
+        return True
+
+    def _collates_on_device(
+        self, expr: cst.BaseExpression, function: Optional[cst.FunctionDef], klass: Optional[cst.ClassDef], depth: int
+    ) -> bool:
+        """Whether a `collate_fn` takes a device (`partial(collate, device=device)`,
+        or a function of this module with a `device` parameter): it builds the
+        batch on the accelerator, which worker processes cannot do."""
+        if depth > _MAX_DEPTH:
+            return False
+        if isinstance(expr, cst.Call):
+            return keyword(expr, "device") is not None
+        if isinstance(expr, cst.Name):
+            if any("device" in params for params in self._functions.get(expr.value, ())):
+                return True
+            values = self._bindings(expr, function, klass)
+            return bool(values) and any(
+                not part and self._collates_on_device(value, where, owner, depth + 1)
+                for value, part, where, owner in values
+            )
+        return False
+
+
+# Dataset families that read and decode files for every item.
+_FILE_DATASETS = ("torchvision.datasets.", "torchaudio.datasets.")
+_TRANSFORM_KEYWORDS = ("transform", "transforms", "target_transform")
+
+
+def _has_transform(call: cst.Call) -> bool:
+    """A dataset built with a per-item transform (`transform=...`, not `None`)."""
+    for arg in call.args:
+        if arg.keyword is not None and arg.keyword.value in _TRANSFORM_KEYWORDS:
+            return not (isinstance(arg.value, cst.Name) and arg.value.value == "None")
+    return False
+
+
+_Value = Tuple[cst.BaseExpression, bool, Optional[cst.FunctionDef], Optional[cst.ClassDef]]
+
+
+def _is_self(expr: cst.BaseExpression) -> bool:
+    return isinstance(expr, cst.Name) and expr.value == "self"
+
+
+def _parameters(function: cst.FunctionDef) -> Tuple[str, ...]:
+    params = function.params
+    names = [p.name.value for p in (*params.posonly_params, *params.params, *params.kwonly_params)]
+    for star in (params.star_arg, params.star_kwarg):
+        if isinstance(star, cst.Param):
+            names.append(star.name.value)
+    return tuple(names)
+
+
+def _first(call: cst.Call) -> Optional[cst.BaseExpression]:
+    """The first argument (`dataset`) of `random_split`/`Subset`."""
+    pos = positional(call)
+    if pos and not call.args[0].star:
+        return pos[0].value
+    arg = keyword(call, "dataset")
+    return arg.value if arg is not None else None

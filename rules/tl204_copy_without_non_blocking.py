@@ -1,0 +1,571 @@
+from __future__ import annotations
+
+from typing import Dict, List, Optional, Tuple
+
+import libcst as cst
+
+from torchlint.codemods import non_blocking as codemod
+from torchlint.model import Applicability, Fix, FixAvailability
+from torchlint.rule import Rule
+from torchlint.rules._helpers import (
+    has_star,
+    keyword,
+    last_name,
+    literal_bool,
+    method_name,
+    moves_to_device,
+    positional,
+    receiver,
+    string_value,
+)
+from torchlint.rules._loaders import LoaderIndex
+
+_COMPREHENSIONS = (cst.ListComp, cst.SetComp, cst.DictComp, cst.GeneratorExp)
+_STATEMENTS = (cst.BaseSmallStatement, cst.BaseCompoundStatement)
+# Device types that do not take pinned host memory.
+_UNPINNABLE = ("mps", "meta", "cpu")
+# In-place methods that do not write into the tensor's data.
+_METADATA_ONLY = frozenset({"requires_grad_", "share_memory_", "record_stream"})
+
+_Event = Tuple
+
+
+class _Loop:
+    """A `for` over something that may be a pinned loader, with what happens
+    in its body, in source order."""
+
+    __slots__ = ("node", "loader", "target", "scope", "events")
+
+    def __init__(self, node: cst.For, loader: cst.BaseExpression, target: cst.BaseExpression, scope) -> None:
+        self.node = node
+        self.loader = loader
+        self.target = target
+        self.scope = scope
+        self.events: List[_Event] = []
+
+
+class CopyWithoutNonBlocking(Rule):
+    """
+    ## What it does
+    Inside `for ... in <loader>`, where `<loader>` is a
+    `torch.utils.data.DataLoader` built with `pin_memory=True` in the same
+    module, reports a copy of the loop's data to a device with `.to(<device>)`,
+    `.to(device=...)` or `.cuda(...)` that does not pass `non_blocking=True`.
+
+    The loop may be written `for batch in loader`, `for i, batch in
+    enumerate(loader)` or `for x, y in tqdm(loader)`. The loader may be a
+    local or module-level name, `self.train_loader` assigned in a method of
+    the same class, the result of a function of the module that returns it,
+    or a parameter of a module-level function (or of a class's `__init__`)
+    to which every call in the module passes such a loader. The loop's data
+    are the loop's target names (`x`, `y` in `for i, (x, y) in
+    enumerate(loader)`), their items and attributes (`batch["input_ids"]`,
+    `batch.x`), names unpacked or assigned from them in the body
+    (`images, target = batch`), and the variables of a comprehension over
+    them (`{k: v.to(device) for k, v in batch.items()}`).
+
+    ## Why is this bad?
+    The loader's `pin_memory=True` puts each batch in page-locked host memory
+    so that the copy to the GPU can run asynchronously, by direct memory
+    access, while the host goes on queuing work. A copy without
+    `non_blocking=True` throws this away: after queuing the copy, PyTorch
+    synchronizes the stream, so the host waits until the GPU has finished
+    every kernel queued before the copy and the copy itself, and only then
+    prepares the next step. The pinning buys a faster copy, but not an
+    overlapped one, and the GPU idles while the host catches up.
+
+    ## Example
+    ```python
+    loader = DataLoader(train_set, batch_size=64, num_workers=8, pin_memory=True)
+    for images, labels in loader:
+        images, labels = images.to(device), labels.to(device)
+        loss = criterion(model(images), labels)
+    ```
+
+    ## Use instead
+    ```python
+    loader = DataLoader(train_set, batch_size=64, num_workers=8, pin_memory=True)
+    for images, labels in loader:
+        images = images.to(device, non_blocking=True)
+        labels = labels.to(device, non_blocking=True)
+        loss = criterion(model(images), labels)
+    ```
+
+    ## Fix safety
+    Adding `non_blocking=True` is safe. The copy is queued on the current CUDA
+    stream, so every kernel queued after it on that stream (the forward pass)
+    sees the copied data; the source is a pinned batch that the loader does
+    not reuse, and PyTorch's pinned-memory allocator does not hand its memory
+    out again until the copy has finished, even if the batch is freed. The
+    only way to observe the difference would be to read the destination from
+    the host before the copy has finished, which a device tensor does not
+    allow without synchronizing (`.item()`, `.cpu()` and printing wait for the
+    stream). On a machine without CUDA the device is the CPU and the flag does
+    nothing.
+
+    The fix is unsafe when:
+    - `non_blocking=False` is written explicitly: the author may have chosen
+      it on purpose;
+    - the loop later writes into the batch in place on the host (`x += 1`,
+      `x.mul_(2)`, `x[mask] = 0`): an asynchronous copy may read the source
+      after that write.
+
+    Not reported: a copy inside `with torch.cuda.stream(...)` (a prefetcher
+    manages its own streams and events), a `non_blocking=` whose value is not
+    a literal, `non_blocking` given positionally (`.cuda(device, True)`,
+    `.to(device, dtype, True)`), `*args`/`**kwargs`, a device written as
+    `"mps"` or `"meta"`, a copy of something computed from the batch
+    (`x.float().cuda()` copies a new, unpinned tensor), a whole batch moved
+    with `batch.to(device)` when the loader has a custom `collate_fn` (the
+    batch may be a class of its own whose `.to` has no `non_blocking`), and a
+    loader whose `pin_memory` is not the literal `True` or that cannot be
+    traced to its `DataLoader(...)` call in the module (a function parameter
+    filled by code elsewhere, an import). A copy made in a helper function
+    that the loop calls is not followed.
+
+    ## References
+    - PyTorch Performance Tuning Guide, "Enable asynchronous data loading and augmentation"
+      (pinned memory "enables faster and asynchronous memory copy from the host to the GPU")
+    - Hugging Face single-GPU training guide, "Data preloading"
+    - PyTorch documentation, "CUDA semantics", section "Use pinned memory buffers"
+    - PyTorch tutorial "A guide on good usage of non_blocking and pin_memory() in PyTorch"
+    """
+
+    code = "TL204"
+    name = "copy-without-non-blocking"
+    summary = "Copy of a pinned batch to the GPU without `non_blocking=True`"
+    fix = FixAvailability.SOMETIMES_SAFE
+
+    VALID = [
+        "from torch.utils.data import DataLoader\n"
+        "loader = DataLoader(ds, pin_memory=True)\n"
+        "for x, y in loader:\n    x = x.to(device, non_blocking=True)\n",
+        "from torch.utils.data import DataLoader\n"
+        "loader = DataLoader(ds)\n"
+        "for x, y in loader:\n    x = x.to(device)\n",
+        "from torch.utils.data import DataLoader\n"
+        "loader = DataLoader(ds, pin_memory=True)\n"
+        "for x, y in loader:\n    x = x.to(torch.float16)\n",
+        "from torch.utils.data import DataLoader\n"
+        "loader = DataLoader(ds, pin_memory=True)\n"
+        "for x, y in loader:\n    x = x.float().cuda()\n",
+        "from torch.utils.data import DataLoader\n"
+        "def train(loader):\n    for x, y in loader:\n        x = x.cuda()\n",
+    ]
+    INVALID = [
+        "from torch.utils.data import DataLoader\n"
+        "loader = DataLoader(ds, pin_memory=True)\n"
+        "for x, y in loader:\n    x = x.to(device)\n",
+        "from torch.utils.data import DataLoader\n"
+        "loader = DataLoader(ds, pin_memory=True)\n"
+        "for step, batch in enumerate(loader):\n    ids = batch['input_ids'].cuda()\n",
+        "import torch\n"
+        "class Trainer:\n"
+        "    def __init__(self, ds):\n"
+        "        self.loader = torch.utils.data.DataLoader(ds, pin_memory=True)\n"
+        "    def fit(self):\n"
+        "        for x, y in self.loader:\n            x, y = x.to(self.device), y.to(self.device)\n",
+    ]
+
+    def __init__(self, context) -> None:
+        super().__init__(context)
+        source = context.source
+        # Without a literal `pin_memory` there is no pinned loader to find
+        # (`pin_memory=True` is essentially never written positionally).
+        self._active = "DataLoader" in source and "pin_memory" in source
+        self._index = LoaderIndex(context)
+        self._frames: List[List[_Loop]] = [[]]
+        self._loops: List[_Loop] = []
+
+    # -- scopes ------------------------------------------------------------------
+    def visit_Module(self, node: cst.Module) -> None:
+        if self._active:
+            self._index.enter_module(node)
+
+    def _enter(self, node) -> None:
+        if self._active:
+            self._index.enter(node)
+            self._frames.append([])
+
+    def _leave(self, node) -> None:
+        if self._active:
+            self._index.leave()
+            self._frames.pop()
+
+    visit_FunctionDef = _enter
+    visit_ClassDef = _enter
+    visit_Lambda = _enter
+    leave_FunctionDef = _leave
+    leave_ClassDef = _leave
+    leave_Lambda = _leave
+
+    # -- bindings ----------------------------------------------------------------
+    def visit_Assign(self, node: cst.Assign) -> None:
+        if self._active:
+            for target in node.targets:
+                self._index.assign(target.target, node.value)
+
+    def leave_Assign(self, node: cst.Assign) -> None:
+        if self._active and self._frames[-1]:
+            targets = [t.target for t in node.targets]
+            self._event(("assign", targets, node.value))
+            for target in targets:
+                if isinstance(target, cst.Subscript) and not _string_key(target):
+                    self._event(("mutate", target.value))
+
+    def visit_AnnAssign(self, node: cst.AnnAssign) -> None:
+        if self._active and node.value is not None:
+            self._index.assign(node.target, node.value)
+
+    def leave_AnnAssign(self, node: cst.AnnAssign) -> None:
+        if self._active and self._frames[-1] and node.value is not None:
+            self._event(("assign", [node.target], node.value))
+
+    def visit_AugAssign(self, node: cst.AugAssign) -> None:
+        if self._active:
+            self._index.assign(node.target, None)
+            if self._frames[-1]:
+                self._event(("mutate", node.target))
+
+    def visit_NamedExpr(self, node: cst.NamedExpr) -> None:
+        if self._active:
+            self._index.assign(node.target, None)
+
+    def leave_NamedExpr(self, node: cst.NamedExpr) -> None:
+        if self._active and self._frames[-1]:
+            self._event(("kill", node.target))
+
+    def visit_WithItem(self, node: cst.WithItem) -> None:
+        if self._active and node.asname is not None:
+            self._index.assign(node.asname.name, None)
+            if self._frames[-1]:
+                self._event(("kill", node.asname.name))
+
+    def visit_ExceptHandler(self, node: cst.ExceptHandler) -> None:
+        if self._active and node.name is not None:
+            self._index.assign(node.name.name, None)
+
+    def visit_Del(self, node: cst.Del) -> None:
+        if self._active:
+            self._index.assign(node.target, None)
+
+    def visit_Import(self, node: cst.Import) -> None:
+        if self._active:
+            for alias in node.names:
+                if alias.asname is not None:
+                    self._index.assign(alias.asname.name, None)
+                else:
+                    head = alias.name
+                    while isinstance(head, cst.Attribute):
+                        head = head.value
+                    self._index.assign(head, None)
+
+    def visit_ImportFrom(self, node: cst.ImportFrom) -> None:
+        if self._active and not isinstance(node.names, cst.ImportStar):
+            for alias in node.names:
+                self._index.assign(alias.asname.name if alias.asname is not None else alias.name, None)
+
+    def visit_Global(self, node: cst.Global) -> None:
+        if self._active:
+            for item in node.names:
+                self._index.declare_global(item.name.value)
+
+    def visit_Nonlocal(self, node: cst.Nonlocal) -> None:
+        if self._active:
+            for item in node.names:
+                self._index.declare_global(item.name.value)
+
+    def visit_Return(self, node: cst.Return) -> None:
+        if self._active:
+            self._index.add_return(node.value)
+
+    def visit_Yield(self, node: cst.Yield) -> None:
+        if self._active:
+            self._index.add_yield()
+
+    # -- loops and copies --------------------------------------------------------
+    def visit_For(self, node: cst.For) -> None:
+        if not self._active:
+            return
+        self._index.assign(node.target, None)
+        frame = self._frames[-1]
+        if frame:
+            self._event(("for", node.target, node.iter))
+        unwrapped = self._unwrap(node.iter, node.target)
+        if unwrapped is not None:
+            loop = _Loop(node, unwrapped[0], unwrapped[1], self._index.scope)
+            frame.append(loop)
+            self._loops.append(loop)
+
+    def leave_For(self, node: cst.For) -> None:
+        if self._active:
+            frame = self._frames[-1]
+            if frame and frame[-1].node is node:
+                frame.pop()
+
+    def visit_Call(self, node: cst.Call) -> None:
+        if not self._active:
+            return
+        self._index.add_call(node)
+        if not self._frames[-1]:
+            return
+        name = method_name(node)
+        if name in ("to", "cuda"):
+            if moves_to_device(node, self.context) is not None:
+                self._event(("move", node, self._comprehension_binds(), self._on_side_stream()))
+        elif name is not None and name.endswith("_") and not name.startswith("__") and name not in _METADATA_ONLY:
+            self._event(("mutate", receiver(node)))
+
+    def _event(self, event: _Event) -> None:
+        for loop in self._frames[-1]:
+            loop.events.append(event)
+
+    def _unwrap(
+        self, iterable: cst.BaseExpression, target: cst.BaseExpression
+    ) -> Optional[Tuple[cst.BaseExpression, cst.BaseExpression]]:
+        """``enumerate(tqdm(loader))`` -> ``(loader, <the data part of target>)``."""
+        ctx = self.context
+        for _ in range(4):
+            if not isinstance(iterable, cst.Call):
+                break
+            func = iterable.func
+            pos = positional(iterable)
+            first = pos[0].value if pos and not iterable.args[0].star else None
+            if isinstance(func, cst.Name) and func.value in ("enumerate", "iter") and _builtin(func.value, ctx):
+                if first is None:
+                    return None
+                if func.value == "enumerate":
+                    if not isinstance(target, (cst.Tuple, cst.List)) or len(target.elements) != 2:
+                        return None
+                    if any(isinstance(e, cst.StarredElement) for e in target.elements):
+                        return None
+                    target = target.elements[1].value
+                iterable = first
+                continue
+            qualified = ctx.qualname(func)
+            if qualified is not None and qualified.split(".", 1)[0] == "tqdm" and qualified.endswith(".tqdm"):
+                if first is None:
+                    return None
+                iterable = first
+                continue
+            break
+        if isinstance(iterable, (cst.Name, cst.Attribute)):
+            return iterable, target
+        if isinstance(iterable, cst.Call) and not (isinstance(iterable.func, cst.Name) and iterable.func.value == "range"):
+            return iterable, target
+        return None
+
+    def _comprehension_binds(self) -> List[Tuple[cst.BaseExpression, cst.BaseExpression]]:
+        """The ``for`` clauses of the comprehensions around the node being visited,
+        outermost first."""
+        binds: List[Tuple[cst.BaseExpression, cst.BaseExpression]] = []
+        stack = self.context.stack
+        for i in range(len(stack) - 2, -1, -1):
+            node = stack[i]
+            if isinstance(node, _STATEMENTS):
+                break
+            if isinstance(node, _COMPREHENSIONS):
+                chain = []
+                clause: Optional[cst.CompFor] = node.for_in
+                while clause is not None:
+                    chain.append((clause.target, clause.iter))
+                    clause = clause.inner_for_in
+                binds = chain + binds
+        return binds
+
+    def _on_side_stream(self) -> bool:
+        """Inside ``with torch.cuda.stream(...)`` (or any ``with ....stream(...)``)."""
+        for node in self.context.ancestors():
+            if isinstance(node, (cst.FunctionDef, cst.Lambda, cst.ClassDef)):
+                return False
+            if isinstance(node, cst.With):
+                for item in node.items:
+                    call = item.item
+                    if isinstance(call, cst.Call) and last_name(call.func) in ("stream", "StreamContext"):
+                        return True
+        return False
+
+    # -- deciding ------------------------------------------------------------------
+    def leave_Module(self, node: cst.Module) -> None:
+        if not self._active:
+            return
+        reported = set()
+        for loop in self._loops:
+            loaders = self._index.pinned(loop.loader, loop.scope)
+            if not loaders:
+                continue
+            whole_batch_ok = all(keyword(l, "collate_fn") is None and not has_star(l) for l in loaders)
+            for call, arg, safe in self._copies(loop, whole_batch_ok):
+                if id(call) in reported:
+                    continue
+                reported.add(id(call))
+                self._report(call, arg, safe)
+
+    def _copies(self, loop: _Loop, whole_batch_ok: bool) -> List[list]:
+        """Replay the loop body: which copies take the loop's data, and whether
+        the data is written in place afterwards."""
+        data: Dict[str, str] = {}
+        if isinstance(loop.target, cst.Name):
+            data[loop.target.value] = "whole"
+        else:
+            _bind_names(data, loop.target, "part")
+        found: List[list] = []
+        for event in loop.events:
+            kind = event[0]
+            if kind == "assign":
+                for target in event[1]:
+                    _bind(data, target, event[2])
+            elif kind == "for":
+                _bind_iteration(data, event[1], event[2])
+            elif kind == "kill":
+                _bind_names(data, event[1], None)
+            elif kind == "mutate":
+                if event[1] is not None and _root(event[1]) in data:
+                    for item in found:
+                        item[2] = False
+            elif kind == "move":
+                call, binds, side_stream = event[1], event[2], event[3]
+                if side_stream:
+                    continue
+                local = data
+                if binds:
+                    local = dict(data)
+                    for target, iterable in binds:
+                        _bind_iteration(local, target, iterable)
+                verdict = self._missing_non_blocking(call, local, whole_batch_ok)
+                if verdict is not None:
+                    found.append([call, verdict[1], verdict[1] is None])
+        return found
+
+    def _missing_non_blocking(
+        self, call: cst.Call, data: Dict[str, str], whole_batch_ok: bool
+    ) -> Optional[Tuple[str, Optional[cst.Arg]]]:
+        """``("absent", None)`` or ``("false", arg)`` for a copy of the loop's
+        data without ``non_blocking=True``; None otherwise."""
+        recv = receiver(call)
+        if recv is None:
+            return None
+        root = _root(recv)
+        if root is None or root not in data:
+            return None
+        if isinstance(recv, cst.Name) and data[root] == "whole" and not whole_batch_ok:
+            return None
+        if has_star(call):
+            return None
+        name = method_name(call)
+        pos = positional(call)
+        device = keyword(call, "device")
+        if device is None and pos:
+            device = pos[0]
+        if device is not None and _device_type(device.value, self.context) in _UNPINNABLE:
+            return None
+        flag = keyword(call, "non_blocking")
+        if flag is not None:
+            return ("false", flag) if literal_bool(flag.value) is False else None
+        if name == "cuda" and len(pos) >= 2:
+            return None
+        if name == "to" and (len(pos) >= 3 or (len(pos) == 2 and literal_bool(pos[1].value) is not None)):
+            return None
+        return ("absent", None)
+
+    def _report(self, call: cst.Call, arg: Optional[cst.Arg], safe: bool) -> None:
+        method = method_name(call)
+        self.report(
+            call,
+            f"`.{method}(...)` copies a batch from a `pin_memory=True` loader without "
+            "`non_blocking=True`, so the host waits until the GPU has finished all queued "
+            "work and the copy; pass `non_blocking=True` to let the copy overlap with compute",
+            fix=Fix(
+                Applicability.SAFE if safe else Applicability.UNSAFE,
+                "Pass `non_blocking=True`",
+                lambda: codemod.non_blocking_true(call, arg),
+            ),
+        )
+
+
+# -- the loop's data ------------------------------------------------------------------
+
+
+def _root(expr: cst.BaseExpression) -> Optional[str]:
+    """``batch["x"].y`` -> ``"batch"``; a call or anything else -> None."""
+    while isinstance(expr, (cst.Attribute, cst.Subscript)):
+        expr = expr.value
+    return expr.value if isinstance(expr, cst.Name) else None
+
+
+def _kind(expr: cst.BaseExpression, data: Dict[str, str]) -> Optional[str]:
+    """``"whole"`` for a name holding a whole batch, ``"part"`` for anything
+    taken from the loop's data, None otherwise."""
+    if isinstance(expr, cst.Name):
+        return data.get(expr.value)
+    if isinstance(expr, (cst.Attribute, cst.Subscript)):
+        return "part" if _root(expr) in data else None
+    return None
+
+
+def _bind_names(data: Dict[str, str], target: cst.BaseExpression, kind: Optional[str]) -> None:
+    if isinstance(target, cst.Name):
+        if kind is None:
+            data.pop(target.value, None)
+        else:
+            data[target.value] = kind
+    elif isinstance(target, (cst.Tuple, cst.List)):
+        for element in target.elements:
+            _bind_names(data, element.value, kind)
+    elif isinstance(target, cst.StarredElement):
+        _bind_names(data, target.value, kind)
+
+
+def _bind(data: Dict[str, str], target: cst.BaseExpression, value: cst.BaseExpression) -> None:
+    """``target = value``."""
+    if isinstance(target, (cst.Tuple, cst.List)):
+        if (
+            isinstance(value, (cst.Tuple, cst.List))
+            and len(value.elements) == len(target.elements)
+            and not any(isinstance(e, cst.StarredElement) for e in (*value.elements, *target.elements))
+        ):
+            for t, v in zip(target.elements, value.elements):
+                _bind(data, t.value, v.value)
+            return
+        _bind_names(data, target, "part" if _kind(value, data) else None)
+    elif isinstance(target, (cst.Name, cst.StarredElement)):
+        _bind_names(data, target, _kind(value, data))
+
+
+def _bind_iteration(data: Dict[str, str], target: cst.BaseExpression, iterable: cst.BaseExpression) -> None:
+    """``for target in iterable`` (a statement or a comprehension clause)."""
+    if isinstance(iterable, cst.Call) and not iterable.args and method_name(iterable) in ("items", "values"):
+        source = receiver(iterable)
+        if source is not None and _kind(source, data):
+            if method_name(iterable) == "values":
+                _bind_names(data, target, "part")
+                return
+            if isinstance(target, (cst.Tuple, cst.List)) and len(target.elements) == 2:
+                _bind_names(data, target.elements[0].value, None)
+                _bind_names(data, target.elements[1].value, "part")
+                return
+    _bind_names(data, target, "part" if _kind(iterable, data) else None)
+
+
+def _string_key(target: cst.Subscript) -> bool:
+    """``batch["image"] = ...`` replaces an entry of a mapping; it does not
+    write into a tensor."""
+    return len(target.slice) == 1 and isinstance(target.slice[0].slice, cst.Index) and isinstance(
+        target.slice[0].slice.value, (cst.SimpleString, cst.ConcatenatedString, cst.FormattedString)
+    )
+
+
+def _builtin(name: str, ctx) -> bool:
+    return name not in ctx.imports.defined and ctx.imports.resolve(name) is None
+
+
+def _device_type(expr: cst.BaseExpression, ctx) -> Optional[str]:
+    """``"mps"`` for ``"mps"``, ``"mps:0"`` or ``torch.device("mps")``, else None."""
+    text = string_value(expr)
+    if text is None and isinstance(expr, cst.Call) and ctx.qualname(expr.func) == "torch.device":
+        args = positional(expr)
+        if args:
+            text = string_value(args[0].value)
+    if text is None:
+        return None
+    return text.split(":", 1)[0].strip()
