@@ -20,7 +20,7 @@ from typing import Optional
 import libcst as cst
 
 from torchlint.rule import Context
-from torchlint.rules._helpers import keyword, last_name, method_name, positional, receiver
+from torchlint.rules._helpers import keyword, last_name, literal_bool, method_name, positional, receiver
 
 # Wrappers that take the loss and hand back something to call backward() on.
 _WRAPPER_OWNERS = re.compile(r"^_?(grad_?)?scaler$|_scaler$", re.IGNORECASE)
@@ -40,6 +40,16 @@ def is_backward(call: cst.Call, ctx: Context) -> bool:
     return ctx.qualname(call.func) == "torch.autograd.backward"
 
 
+def is_framework_backward(call: cst.Call) -> bool:
+    """``accelerator.backward(loss)``, ``fabric.backward(loss)``,
+    ``self.manual_backward(loss)``: a framework runs the backward (and owns
+    mixed precision, gradient synchronization and the like)."""
+    name = method_name(call)
+    return name == "manual_backward" or (
+        name == "backward" and bool(_BACKWARD_OWNERS.match(last_name(receiver(call)) or ""))
+    )
+
+
 def backward_loss(call: cst.Call, ctx: Context) -> Optional[cst.BaseExpression]:
     """The loss expression a backward call differentiates, or None.
 
@@ -54,9 +64,7 @@ def backward_loss(call: cst.Call, ctx: Context) -> Optional[cst.BaseExpression]:
             arg = args[0] if args else None
         return unwrap_loss(arg.value) if arg is not None else None
     name = method_name(call)
-    if name == "manual_backward" or (
-        name == "backward" and _BACKWARD_OWNERS.match(last_name(receiver(call)) or "")
-    ):
+    if is_framework_backward(call):
         args = positional(call)
         return unwrap_loss(args[0].value) if args else None
     if name == "backward":
@@ -110,3 +118,44 @@ def is_optimizer_step(call: cst.Call) -> bool:
         args = positional(call)
         return bool(args) and bool(_OPTIMIZER.search(last_name(args[0].value) or ""))
     return False
+
+
+GRAD_OFF = "off"
+GRAD_ON = "on"
+
+
+def grad_mode(expr: cst.BaseExpression, ctx: Context) -> Optional[str]:
+    """``"off"`` for ``torch.no_grad()``/``torch.inference_mode()``/
+    ``torch.set_grad_enabled(<not True>)``, ``"on"`` for ``torch.enable_grad()``/
+    ``set_grad_enabled(True)``/``inference_mode(False)``, else None."""
+    call = expr if isinstance(expr, cst.Call) else None
+    func = call.func if call is not None else expr
+    q = ctx.qualname(func)
+    if q is not None and (q == "torch" or q.startswith("torch.")):
+        last = q.rsplit(".", 1)[-1]
+        if last == "no_grad":
+            return GRAD_OFF
+        if last == "enable_grad":
+            return GRAD_ON
+        if last in ("inference_mode", "set_grad_enabled"):
+            if call is None:
+                return GRAD_OFF if last == "inference_mode" else None
+            arg = keyword(call, "mode")
+            if arg is None:
+                args = positional(call)
+                arg = args[0] if args else None
+            value = literal_bool(arg.value) if arg is not None else None
+            if last == "inference_mode":
+                return GRAD_ON if value is False else GRAD_OFF
+            if value is True:
+                return GRAD_ON
+            # set_grad_enabled(False) or set_grad_enabled(phase == "train"):
+            # the author chose when gradients are recorded.
+            return GRAD_OFF
+        return None
+    # A helper of one's own: `@no_grad_wrapper`, `with inference_context():`.
+    name = last_name(func) or ""
+    lowered = name.lower()
+    if "grad" in lowered or "inference" in lowered:
+        return GRAD_OFF
+    return None

@@ -1,0 +1,463 @@
+from __future__ import annotations
+
+import re
+from typing import Dict, List, Optional, Tuple
+
+import libcst as cst
+
+from torchlint.codemods import no_grad as codemod
+from torchlint.model import Applicability, Fix, FixAvailability
+from torchlint.names import dotted_name
+from torchlint.rule import Rule
+from torchlint.rules._helpers import last_name, literal_bool, method_name
+from torchlint.rules._training import GRAD_OFF, GRAD_ON, grad_mode, is_optimizer_step
+
+# Function names that say "this runs a model for evaluation or inference".
+_EVAL_NAME = re.compile(r"^_*(eval|valid|test|predict|infer)", re.IGNORECASE)
+# Lightning hooks: Lightning already runs them under no_grad/inference_mode.
+_LIGHTNING_HOOK = re.compile(
+    r"^(on_)?(validation|val|test|predict)_(step|batch|epoch|model|start|end|dataloader)"
+    r"|_(step|epoch)_end$"
+)
+# A callee named like a network: `model`, `self.net`, `netG`, `text_encoder`, `ema_model`.
+_MODEL_NAME = re.compile(
+    r"^module$|^(.*_)?(model|models|net|network|backbone|encoder|decoder|classifier|generator|discriminator"
+    r"|teacher|student|transformer|unet|vae|gpt|llm|detector)(_.*|\d+)?$"
+    r"|model$|^net[a-z]?$",
+    re.IGNORECASE,
+)
+# `get_model(...)`, `build_net(...)`: factories, not models.
+_FACTORY = re.compile(
+    r"^_*(get|build|load|create|make|init|initialize|setup|save|prepare|restore|wrap|unwrap|export"
+    r"|compile|configure|print|log|freeze|unfreeze|set|count|update|register|convert|replace|copy"
+    r"|download|validate|evaluate|eval|test|train|run|check|compute|summarize|profile|benchmark"
+    r"|plot|show|visualize|infer|predict|apply|fuse|quantize|prune|sync|average|merge|split)_",
+    re.IGNORECASE,
+)
+# Functions whose name says they train or compute a loss: a `.eval()` in them
+# freezes a submodule (a teacher, a mask generator) inside a training step.
+_TRAINING_NAME = re.compile(r"^(forward|__call__)$|train|loss", re.IGNORECASE)
+# Methods of a model that run its forward pass.
+# (Not `generate`: Hugging Face's and LitGPT's `generate` already run without
+# gradients, and hand-written ones are usually decorated where defined.)
+_FORWARD_METHODS = frozenset({"forward", "__call__"})
+# Anything here in a function means it wants gradients (saliency maps,
+# adversarial examples, gradient penalties, test-time training...).
+_NEEDS_GRAD_ATTRS = frozenset(
+    {
+        "backward", "manual_backward", "grad", "requires_grad", "requires_grad_", "retain_grad",
+        "enable_grad", "zero_grad", "autograd", "jacobian", "hessian", "vjp", "jvp", "jacrev",
+        "jacfwd", "grad_fn",
+    }
+)
+class _Function:
+    __slots__ = (
+        "node", "name", "module_class", "method", "skip", "grad_off", "depth", "evals", "calls",
+        "needs_grad", "torch_alias", "alias_is_attribute", "asserts", "nested", "has_params",
+    )
+
+    def __init__(self, node: Optional[cst.FunctionDef]) -> None:
+        self.node = node
+        self.name = node.name.value if node is not None else ""
+        self.module_class = False  # a method of a class that looks like an nn.Module
+        self.method = False
+        self.skip = False  # never reported (decorators, name)
+        self.grad_off = False  # the whole body runs without gradients
+        self.depth = 0  # how many grad-disabling `with` blocks enclose the current node
+        self.evals: set = set()
+        # (callee key, method name or None, under no_grad)
+        self.calls: List[Tuple[str, Optional[str], bool]] = []
+        self.needs_grad = False
+        self.asserts = False
+        self.nested = False  # defined inside another function
+        self.has_params = node is not None and _has_parameters(node.params)
+        self.torch_alias: Optional[str] = None
+        self.alias_is_attribute = True
+
+
+class EvalWithoutNoGrad(Rule):
+    """
+    ## What it does
+    Reports a function that runs a model for evaluation or inference without
+    disabling gradient tracking. A function is a candidate when it puts a model
+    in eval mode (`model.eval()`, `model.to(device).eval()`) or is named like
+    evaluation (`eval*`, `valid*`, `predict*`, `infer*`, and `test*` outside
+    test files; case and leading underscores ignored). It is reported when it
+    also:
+
+    - calls a model outside any `with torch.no_grad():`,
+      `with torch.inference_mode():` or `with torch.set_grad_enabled(...):`
+      block. "Calls a model" means calling (or calling `.forward(...)` on)
+      something the function put in eval mode (`model.eval()` ... `model(x)`);
+      in a function named like evaluation, also `self` in a class with an
+      `nn.Module`-like base, or a name that says it is a network (`model`,
+      `self.net`, `netG`, `module`, `backbone`, `text_encoder`, `ema_model`,
+      `model_without_ddp`...). Other calls are not model calls:
+      `compute_metrics(preds, labels)`, `np.mean(...)`, factories such as
+      `get_model(cfg)`/`build_net()`, imported functions, and
+      `model.generate(...)` (Hugging Face's and LitGPT's `generate` already
+      run without gradients);
+    - does nothing that needs gradients: no `.backward()`, `torch.autograd.*`,
+      `.grad`, `.requires_grad_()`/`.requires_grad = ...`,
+      `requires_grad=True`, `torch.enable_grad()`, `torch.func` transforms,
+      `zero_grad()` or optimizer step (saliency maps, adversarial examples,
+      gradient penalties and test-time training stay silent).
+
+    Not reported:
+    - functions decorated with `@torch.no_grad()`, `@torch.inference_mode()`,
+      `@torch.enable_grad()`, `@torch.set_grad_enabled(...)`, `@torch.jit.*`,
+      or a decorator or context manager of one's own whose name mentions
+      `grad` or `inference` (`@smart_inference_mode()`); functions that call
+      `torch.set_grad_enabled(False)` as a statement or
+      `stack.enter_context(torch.no_grad())`; every function of a module that
+      calls `torch.set_grad_enabled(False)` at the top level;
+    - functions whose every call site in the same module runs without
+      gradients: under `no_grad` there, or inside a function whose own call
+      sites all do (followed a few levels up). Call sites in other modules
+      cannot be seen, so a function called nowhere in its module is judged on
+      its body alone. A function known only by its name (no `.eval()`) that is
+      called, with gradients on, from a training function (one that
+      backpropagates or steps, or is named `forward`/`*train*`/`*loss*`) is
+      not reported either: its result may feed a loss (`predict_noise` in a
+      diffusion model). Nor is a nested function known only by its name and
+      never called in the module (a callback handed to an evaluator);
+    - `eval`/`train` methods (overrides of `nn.Module.eval`/`train`), and
+      functions named `forward`, `__call__`, `*train*` or `*loss*` that call
+      `.eval()` (they freeze a submodule, such as a teacher, inside a training
+      step);
+    - tests: `test*` functions and functions containing an `assert` in test
+      files, `test*` functions containing an `assert` anywhere, and
+      parameterless `test*` functions (`def test(): net = Net();
+      print(net(x).shape)`, a smoke test);
+    - Lightning hooks (`validation_step`, `test_step`, `predict_step`,
+      `on_validation_*`, `*_epoch_end`..., in classes), which Lightning
+      already runs without gradients; functions that only call `.eval()` and
+      return (setup); module-level code (not a function).
+
+    ## Why is this bad?
+    Outside `no_grad`/`inference_mode`, every operation on a tensor that
+    requires grad records an autograd graph and keeps the intermediate
+    activations it needs for a backward pass that never comes. Evaluation then
+    uses several times more memory (limiting the batch size) and spends time
+    building the graph. `torch.inference_mode()` goes further and also skips
+    version counting and view tracking. `model.eval()` alone does not disable
+    gradients: it only switches dropout and batch normalization to inference
+    behaviour.
+
+    ## Example
+    ```python
+    def evaluate(model, loader):
+        model.eval()
+        correct = 0
+        for x, y in loader:
+            correct += (model(x).argmax(1) == y).sum()
+        return correct
+    ```
+
+    ## Use instead
+    ```python
+    @torch.no_grad()
+    def evaluate(model, loader):
+        model.eval()
+        correct = 0
+        for x, y in loader:
+            correct += (model(x).argmax(1) == y).sum()
+        return correct
+    ```
+    (or `with torch.inference_mode():` around the loop, when the outputs are
+    never used in autograd later).
+
+    ## Fix safety
+    The fix decorates the function with `@torch.no_grad()`, spelled with the
+    module's own name for `torch` (`@T.no_grad()` after `import torch as T`,
+    `@no_grad()` after `from torch import no_grad`), as the innermost
+    decorator (below `@staticmethod`/`@property`). No import is added: when
+    `torch` is not bound under a usable name (e.g. only `from torch import
+    nn`), or the function is `async`, no fix is offered.
+
+    It is unsafe: tensors returned by the function no longer carry autograd
+    history and do not require grad, so a caller that backpropagates through
+    the result (a `predict` used in a training loss, a knowledge-distillation
+    teacher that is fine-tuned, a function that is also used for training)
+    would silently get no gradient or fail with "element 0 of tensors does not
+    require grad". Only the author knows how the result is used.
+
+    ## References
+    - PyTorch Performance Tuning Guide, "Disable gradient calculation for
+      validation or inference"
+    - PyTorch documentation, "Autograd mechanics", section "Locally disabling
+      gradient computation" (`no_grad`, `inference_mode`, and why `eval()` is
+      not a substitute)
+    - `torch.no_grad` and `torch.inference_mode` documentation
+    """
+
+    code = "TL302"
+    name = "eval-without-no-grad"
+    summary = "Evaluation or inference function runs the model with gradient tracking on"
+    fix = FixAvailability.UNSAFE
+
+    VALID = [
+        "import torch\n@torch.no_grad()\ndef evaluate(model, x):\n    model.eval()\n    return model(x)\n",
+        "import torch\ndef evaluate(model, x):\n    model.eval()\n    with torch.inference_mode():\n        return model(x)\n",
+        "import torch\ndef evaluate(preds, labels):\n    return (preds == labels).float().mean()\n",
+        "import torch\ndef saliency(model, x):\n    model.eval()\n    x.requires_grad_()\n    model(x).max().backward()\n    return x.grad\n",
+        "import torch\ndef prepare(model):\n    model.eval()\n    return model\n",
+    ]
+    INVALID = [
+        "import torch\ndef evaluate(model, x):\n    model.eval()\n    return model(x)\n",
+        "import torch\ndef predict(model, loader):\n    return [model(x).argmax(1) for x in loader]\n",
+        "import torch\ndef run(net, x):\n    net.eval()\n    return net(x).softmax(-1)\n",
+    ]
+
+    _MESSAGE = (
+        "`{name}` {why} but runs the model with gradient tracking on, so autograd records "
+        "a graph and keeps activations for a backward pass that never comes; decorate it "
+        "with `@torch.no_grad()` or run the model under `with torch.inference_mode():`"
+    )
+
+    def __init__(self, context) -> None:
+        super().__init__(context)
+        self._frames: List[_Function] = [_Function(None)]
+        self._candidates: List[Tuple[_Function, str]] = []
+        # Call sites of functions by name: name -> [(under no_grad?, calling function)]
+        self._call_sites: Dict[str, List[Tuple[bool, _Function]]] = {}
+        self._module_grad_off = False
+        self._class_is_module: Dict[int, bool] = {}
+
+    # -- scopes ----------------------------------------------------------------
+    def visit_ClassDef(self, node: cst.ClassDef) -> None:
+        self._class_is_module[id(node)] = any(self._module_like_base(arg.value) for arg in node.bases)
+
+    def _module_like_base(self, expr: cst.BaseExpression) -> bool:
+        q = self.context.qualname(expr)
+        if q is not None and (q.startswith("torch.nn") or "lightning" in q):
+            return True
+        name = last_name(expr) or ""
+        return bool(re.search(r"(Module|Model|Net|Network)$", name))
+
+    def visit_FunctionDef(self, node: cst.FunctionDef) -> None:
+        ctx = self.context
+        frame = _Function(node)
+        parent = ctx.parent
+        cls = None
+        stack = ctx.stack
+        if isinstance(parent, cst.IndentedBlock) and len(stack) >= 3 and isinstance(stack[-3], cst.ClassDef):
+            cls = stack[-3]
+        frame.method = cls is not None
+        frame.nested = self._frames[-1].node is not None
+        frame.module_class = cls is not None and self._class_is_module.get(id(cls), False)
+        for decorator in node.decorators:
+            mode = grad_mode(decorator.decorator, ctx)
+            if mode is not None:
+                frame.skip = True
+                frame.grad_off = frame.grad_off or mode == GRAD_OFF
+            expr = decorator.decorator
+            q = ctx.qualname(expr.func if isinstance(expr, cst.Call) else expr)
+            if q is not None and q.startswith("torch.jit."):
+                frame.skip = True  # scripted or traced: not ours to decorate
+        name = frame.name
+        if name in ("eval", "train") and frame.method:
+            frame.skip = True  # an override of nn.Module.eval/train: sets a mode
+        if frame.method and _LIGHTNING_HOOK.search(name):
+            frame.skip = frame.grad_off = True  # Lightning runs these without gradients
+        if ctx.is_test_file and name.lower().lstrip("_").startswith("test"):
+            frame.skip = True  # a pytest test
+        if not frame.skip:
+            frame.torch_alias, frame.alias_is_attribute = self._torch_alias()
+        self._frames.append(frame)
+
+    def leave_FunctionDef(self, node: cst.FunctionDef) -> None:
+        frame = self._frames.pop()
+        if frame.skip or frame.needs_grad:
+            return
+        if frame.asserts and (self.context.is_test_file or frame.name.lower().lstrip("_").startswith("test")):
+            return  # a test: its speed does not matter
+        named = bool(_EVAL_NAME.match(frame.name))
+        if not named and (not frame.evals or _TRAINING_NAME.search(frame.name)):
+            return
+        if named and not frame.evals and not frame.has_params and frame.name.lower().lstrip("_").startswith("test"):
+            return  # `def test(): net = Net(); print(net(x).shape)`: a smoke test
+        if not any(
+            not covered and self._is_model_call(frame, key, method, named) for key, method, covered in frame.calls
+        ):
+            return
+        why = (
+            "puts a model in eval mode (`.eval()` does not disable gradients)"
+            if frame.evals
+            else "is named like evaluation or inference"
+        )
+        self._candidates.append((frame, why))
+
+    def leave_Module(self, node: cst.Module) -> None:
+        if self._module_grad_off:
+            return
+        for frame, why in self._candidates:
+            sites = self._call_sites.get(frame.name, [])
+            if sites and self._all_covered(frame, set()):
+                continue  # every caller in this module already disabled gradients
+            if not frame.evals and frame.nested and not sites:
+                continue  # a closure handed to someone else (a callback): its caller decides
+            if not frame.evals and any(
+                not covered and (caller.needs_grad or _TRAINING_NAME.search(caller.name))
+                for covered, caller in sites
+            ):
+                continue  # named like inference, but its result feeds a training step
+            fix = None
+            function = frame.node
+            assert function is not None
+            if frame.torch_alias is not None and function.asynchronous is None:
+                alias, attribute = frame.torch_alias, frame.alias_is_attribute
+                spelled = f"@{alias}.no_grad()" if attribute else f"@{alias}()"
+                fix = Fix(
+                    Applicability.UNSAFE,
+                    f"Decorate `{frame.name}` with `{spelled}`",
+                    lambda function=function, alias=alias, attribute=attribute: codemod.add_no_grad(
+                        function, alias, attribute
+                    ),
+                )
+            self.report(function, self._MESSAGE.format(name=frame.name, why=why), fix=fix)
+
+    def _all_covered(self, frame: _Function, seen: set) -> bool:
+        """Every call site of ``frame``'s name in this module runs without
+        gradients: under no_grad there, or in a function all of whose own
+        call sites do (a few levels up)."""
+        sites = self._call_sites.get(frame.name)
+        if not sites or len(seen) > 4 or id(frame) in seen:
+            return False
+        seen = seen | {id(frame)}
+        return all(
+            covered or (caller.node is not None and self._all_covered(caller, seen)) for covered, caller in sites
+        )
+
+    # -- grad mode blocks ---------------------------------------------------------
+    def visit_With(self, node: cst.With) -> None:
+        frame = self._frames[-1]
+        for item in node.items:
+            mode = grad_mode(item.item, self.context)
+            if mode == GRAD_ON:
+                frame.needs_grad = True
+            elif mode == GRAD_OFF:
+                frame.depth += 1
+                return
+
+    def leave_With(self, node: cst.With) -> None:
+        frame = self._frames[-1]
+        for item in node.items:
+            mode = grad_mode(item.item, self.context)
+            if mode == GRAD_OFF:
+                frame.depth -= 1
+                return
+
+    # -- what the function does -----------------------------------------------------
+    def visit_Assert(self, node: cst.Assert) -> None:
+        self._frames[-1].asserts = True
+
+    def visit_Attribute(self, node: cst.Attribute) -> None:
+        if node.attr.value in _NEEDS_GRAD_ATTRS:
+            self._frames[-1].needs_grad = True
+
+    def visit_Call(self, node: cst.Call) -> None:
+        frame = self._frames[-1]
+        ctx = self.context
+        func = node.func
+        covered = frame.depth > 0 or frame.grad_off
+        if isinstance(func, cst.Name):
+            self._call_sites.setdefault(func.value, []).append((covered, frame))
+        elif isinstance(func, cst.Attribute):
+            self._call_sites.setdefault(func.attr.value, []).append((covered, frame))
+        name = method_name(node)
+        if name == "enter_context" and len(node.args) == 1 and grad_mode(node.args[0].value, ctx) == GRAD_OFF:
+            frame.skip = frame.grad_off = True  # `stack.enter_context(torch.no_grad())`
+            return
+        if name == "eval" and not node.args:
+            frame.evals.add(_chain_root(func.value) or "")  # type: ignore[union-attr]
+            return
+        for arg in node.args:
+            if arg.keyword is not None and arg.keyword.value == "requires_grad" and literal_bool(arg.value) is not False:
+                frame.needs_grad = True
+        if name is not None and is_optimizer_step(node):
+            frame.needs_grad = True
+            return
+        q = ctx.qualname(func)
+        if q is not None:
+            if q.startswith("torch.func.") or q in ("functorch.grad", "functorch.vmap"):
+                frame.needs_grad = True
+            elif q.rsplit(".", 1)[-1] == "set_grad_enabled" and isinstance(ctx.parent, cst.Expr):
+                # `torch.set_grad_enabled(False)` as a statement
+                if grad_mode(node, ctx) == GRAD_OFF:
+                    if frame.node is None:
+                        self._module_grad_off = True
+                    else:
+                        frame.skip = frame.grad_off = True
+                else:
+                    frame.needs_grad = True
+            return
+        if frame.node is None:
+            return
+        if name in _FORWARD_METHODS:
+            key = dotted_name(func.value)  # type: ignore[union-attr]
+            if key is not None:
+                frame.calls.append((key, name, covered))
+            return
+        key = dotted_name(func)
+        if key is not None:
+            frame.calls.append((key, None, covered))
+
+    # -- decisions ---------------------------------------------------------------------
+    def _is_model_call(self, frame: _Function, key: str, method: Optional[str], named: bool) -> bool:
+        """A call of something put in eval mode here; in a function named like
+        evaluation, also of `self` in a module class or a name that says it is
+        a network."""
+        if key in frame.evals:
+            return True
+        if not named:
+            return False
+        if key == "self":
+            return frame.module_class
+        last = key.rsplit(".", 1)[-1]
+        if key.split(".", 1)[0] != "self" and self.context.imports.resolve(key.split(".", 1)[0]) is not None:
+            return False  # an imported callable (`from utils import model_fn`)
+        return bool(_MODEL_NAME.match(last)) and not _FACTORY.match(last)
+
+    def _torch_alias(self) -> Tuple[Optional[str], bool]:
+        """A name bound to ``torch`` (or to ``torch.no_grad``) where the
+        decorator is evaluated: the scopes enclosing the function."""
+        imports = self.context.imports
+        outer = imports.scopes[:-1]
+        best: Optional[Tuple[str, bool]] = None
+        for scope in reversed(outer):
+            for local, value in scope.items():
+                if value not in ("torch", "torch.no_grad", "torch.autograd.no_grad"):
+                    continue
+                if _resolve_in(outer, local) != value:
+                    continue
+                candidate = (local, value == "torch")
+                if local == "torch" and value == "torch":
+                    return candidate
+                if best is None or (candidate[1] and not best[1]):
+                    best = candidate
+        if best is None:
+            return None, True
+        return best
+
+
+def _has_parameters(params: cst.Parameters) -> bool:
+    """Whether a function takes anything besides ``self``/``cls``."""
+    named = (*params.posonly_params, *params.params, *params.kwonly_params)
+    if any(p.name.value not in ("self", "cls") for p in named):
+        return True
+    return isinstance(params.star_arg, cst.Param) or params.star_kwarg is not None
+
+
+def _chain_root(expr: cst.BaseExpression) -> Optional[str]:
+    """``model.to(device)`` -> ``"model"``: the object at the root of a method chain."""
+    while isinstance(expr, cst.Call) and isinstance(expr.func, cst.Attribute):
+        expr = expr.func.value
+    return dotted_name(expr)
+
+
+def _resolve_in(scopes, name: str) -> Optional[str]:
+    for scope in reversed(scopes):
+        if name in scope:
+            return scope[name]
+    return None

@@ -1,0 +1,381 @@
+from __future__ import annotations
+
+from typing import Dict, Iterator, List, Optional, Set, Tuple
+
+import libcst as cst
+
+from torchlint.codemods import detach as codemod
+from torchlint.model import Applicability, Fix, FixAvailability
+from torchlint.names import dotted_name
+from torchlint.rule import Rule
+from torchlint.rules._helpers import keyword, method_name, positional, receiver
+from torchlint.rules._training import GRAD_OFF, backward_loss, grad_mode, is_backward
+from torchlint.walker import walk_nodes
+
+_LOOPS = (cst.For, cst.While)
+# Calls whose result no longer holds the autograd graph of their argument.
+_DETACHING_METHODS = frozenset({"item", "detach", "tolist", "cpu", "numpy", "detach_"})
+_DETACHING_FUNCTIONS = frozenset({"float", "int", "bool", "str", "round"})
+# Operators through which an accumulated expression still holds the loss tensor.
+_ARITHMETIC = (cst.Add, cst.Subtract, cst.Multiply, cst.Divide, cst.FloorDivide, cst.Power)
+
+
+class _Scope:
+    """What one function (or the module's top level) does, for the decision at its end."""
+
+    __slots__ = ("losses", "backpropagated", "assignments", "accumulations")
+
+    def __init__(self) -> None:
+        # loop -> the loss expressions (dotted names) backpropagated in it
+        self.losses: Dict[int, Set[str]] = {}
+        # expressions handed to backward()/autograd.grad(), in full
+        self.backpropagated: List[cst.BaseExpression] = []
+        # (target, value) of every assignment, examined only when needed
+        self.assignments: List[Tuple[cst.BaseExpression, cst.BaseExpression]] = []
+        # (loop, accumulator key, accumulator as written, accumulated expression)
+        self.accumulations: List[Tuple[cst.CSTNode, str, cst.BaseExpression, cst.BaseExpression]] = []
+
+
+class LossGraphRetained(Rule):
+    """
+    ## What it does
+    Reports a loss tensor accumulated across the iterations of a training loop
+    with its autograd graph attached. In a `for`/`while` loop that calls
+    `<loss>.backward()` (also `(loss / n).backward()`,
+    `scaler.scale(loss).backward()`, `accelerator.backward(loss)`...), it
+    reports the same loss (the same name, e.g. `loss` or `outputs.loss`)
+    when it is accumulated in that loop:
+
+    - `acc += <expr>`, `acc = acc + <expr>` (or `<expr> + acc`),
+    - `acc_list.append(<expr>)`,
+
+    where `<expr>` is the loss itself or arithmetic on it (`loss * x.size(0)`,
+    `loss / n`, `-loss`), or a tuple, list or dict holding it
+    (`history.append((step, loss))`). The report is at the loss inside the
+    accumulated expression, e.g. the `loss` of `epoch_loss += loss * n`.
+    "In that loop" means in the body of the innermost `for`/`while` around
+    the backward call, before or after it, including under a periodic guard
+    such as `if step % 100 == 0:` (one graph kept every 100 steps still
+    grows without bound).
+
+    Not reported: a detached or converted value (`loss.item()`,
+    `loss.detach()`, `float(loss)`; `.item()` in a loop is TL101's business);
+    an accumulator that is itself backpropagated later in the same function
+    (`total.backward()`, `torch.stack(losses).sum().backward()`, also through
+    intermediate assignments such as `total = sum(losses)`); an accumulation
+    under `torch.no_grad()`/`inference_mode()` (no graph is recorded); a loss
+    name that is assigned a detached value anywhere in the function
+    (`loss = loss.item()`), since the name may then hold a number; a different
+    name (`acc += ce_loss` while `loss = ce_loss + aux` is backpropagated: it
+    also holds the graph, but the rule only follows the backpropagated name);
+    and accumulations in a different loop than the backward call (e.g. an
+    epoch loop appending the last batch's loss).
+
+    ## Why is this bad?
+    A loss tensor references the autograd graph that produced it. Adding it to
+    a running total (`total_loss += loss`) makes the total a tensor whose own
+    graph links every step's graph, and appending it to a list keeps each
+    step's graph reachable, so nothing of those graphs can be freed until the
+    accumulator goes away: memory grows with every iteration, and every
+    accumulation records one more autograd node. The PyTorch FAQ's first
+    advice for out-of-memory errors is exactly this: "Don't accumulate history
+    across your training loop".
+
+    ## Example
+    ```python
+    total_loss = 0.0
+    for x, y in loader:
+        loss = criterion(model(x), y)
+        loss.backward()
+        optimizer.step()
+        total_loss += loss
+    ```
+
+    ## Use instead
+    ```python
+    total_loss = 0.0
+    for x, y in loader:
+        loss = criterion(model(x), y)
+        loss.backward()
+        optimizer.step()
+        total_loss += loss.detach()  # no graph, and no host-device sync
+    ```
+
+    ## Fix safety
+    The fix replaces the accumulated loss by `loss.detach()` and is safe: the
+    accumulated values are the same numbers on the same device, only without
+    autograd history. The rule has checked that the accumulator is never
+    backpropagated in the function, which is the only thing the history could
+    be used for. (`detach()` is preferred to `.item()`/`float()`, which would
+    block the host until the device has finished, every iteration.)
+
+    ## References
+    - PyTorch documentation, "Frequently Asked Questions", section "My model
+      reports 'cuda runtime error(2): out of memory'": "Don't accumulate
+      history across your training loop"
+    - PyTorch documentation, "Autograd mechanics"
+    - PyTorch Performance Tuning Guide, "Avoid unnecessary CPU-GPU
+      synchronization" (why `detach()` rather than `.item()`)
+    """
+
+    code = "TL303"
+    name = "loss-graph-retained"
+    summary = "A backpropagated loss accumulated with its autograd graph keeps every step's graph alive"
+    fix = FixAvailability.SAFE
+
+    VALID = [
+        "import torch\ntotal = 0.0\nfor x in loader:\n    loss = model(x)\n    loss.backward()\n    total += loss.item()\n",
+        "import torch\ntotal = 0.0\nfor x in loader:\n    loss = model(x)\n    loss.backward()\n    total += loss.detach()\n",
+        "import torch\nlosses = []\nfor x in loader:\n    loss = model(x)\n    loss.backward()\n    losses.append(float(loss))\n",
+        "import torch\ntotal = 0.0\nfor x in loader:\n    loss = model(x)\n    total += loss\ntotal.backward()\n",
+        "import torch\nfor x in loader:\n    loss = model(x)\n    loss.backward()\n    with torch.no_grad():\n        running += loss\n",
+    ]
+    INVALID = [
+        "import torch\ntotal = 0.0\nfor x in loader:\n    loss = model(x)\n    loss.backward()\n    total += loss\n",
+        "import torch\nlosses = []\nfor x in loader:\n    loss = model(x)\n    (loss / 4).backward()\n    losses.append(loss)\n",
+        "import torch\nepoch_loss = 0\nfor x, y in loader:\n    loss = model(x)\n    loss.backward()\n    epoch_loss = epoch_loss + loss * x.size(0)\n",
+    ]
+
+    _MESSAGE = (
+        "`{loss}` is accumulated into `{acc}` with its autograd graph, which keeps every "
+        "step's graph alive (memory grows each iteration, the PyTorch FAQ's \"don't "
+        "accumulate history across your training loop\"); accumulate `{loss}.detach()` instead"
+    )
+
+    def __init__(self, context) -> None:
+        super().__init__(context)
+        self._scopes: List[_Scope] = [_Scope()]
+
+    # -- scopes ------------------------------------------------------------------
+    def visit_FunctionDef(self, node: cst.FunctionDef) -> None:
+        self._scopes.append(_Scope())
+
+    def leave_FunctionDef(self, node: cst.FunctionDef) -> None:
+        self._decide(self._scopes.pop())
+
+    def leave_Module(self, node: cst.Module) -> None:
+        self._decide(self._scopes[0])
+
+    # -- collection ------------------------------------------------------------
+    def _loop(self) -> Optional[cst.CSTNode]:
+        loop = self.context.enclosing_loop(periodic_guard=False)
+        return loop if isinstance(loop, _LOOPS) else None
+
+    def visit_Call(self, node: cst.Call) -> None:
+        ctx = self.context
+        scope = self._scopes[-1]
+        if is_backward(node, ctx):
+            for arg in (receiver(node), *(a.value for a in node.args)):
+                if arg is not None:
+                    scope.backpropagated.append(arg)
+            loss = backward_loss(node, ctx)
+            key = dotted_name(loss) if loss is not None else None
+            loop = self._loop()
+            if key is not None and loop is not None:
+                scope.losses.setdefault(id(loop), set()).add(key)
+            return
+        name = method_name(node)
+        if name == "append":
+            args = positional(node)
+            if len(args) != 1 or len(node.args) != 1:
+                return
+            acc = _accumulator_key(receiver(node))
+            loop = self._loop() if acc is not None else None
+            if loop is not None and not self._under_no_grad():
+                scope.accumulations.append((loop, acc, receiver(node), args[0].value))  # type: ignore[arg-type]
+            return
+        if name == "grad" or name is None:
+            q = ctx.qualname(node.func)
+            if q in ("torch.autograd.grad", "torch.autograd.backward"):
+                outputs = keyword(node, "outputs") or keyword(node, "tensors")
+                if outputs is None:
+                    args = positional(node)
+                    outputs = args[0] if args else None
+                if outputs is not None:
+                    scope.backpropagated.append(outputs.value)
+
+    def visit_AugAssign(self, node: cst.AugAssign) -> None:
+        if not isinstance(node.operator, cst.AddAssign):
+            return
+        acc = _accumulator_key(node.target)
+        if acc is None:
+            return
+        loop = self._loop()
+        if loop is not None and not self._under_no_grad():
+            self._scopes[-1].accumulations.append((loop, acc, node.target, node.value))
+
+    def visit_Assign(self, node: cst.Assign) -> None:
+        scope = self._scopes[-1]
+        for target in node.targets:
+            scope.assignments.append((target.target, node.value))
+        value = node.value
+        if len(node.targets) != 1 or not (
+            isinstance(value, cst.BinaryOperation) and isinstance(value.operator, cst.Add)
+        ):
+            return
+        acc = _accumulator_key(node.targets[0].target)
+        if acc is None:
+            return
+        if _accumulator_key(value.left) == acc:
+            added = value.right
+        elif _accumulator_key(value.right) == acc:
+            added = value.left
+        else:
+            return
+        loop = self._loop()
+        if loop is not None and not self._under_no_grad():
+            scope.accumulations.append((loop, acc, node.targets[0].target, added))
+
+    def visit_AnnAssign(self, node: cst.AnnAssign) -> None:
+        if node.value is not None:
+            self._scopes[-1].assignments.append((node.target, node.value))
+
+    def _under_no_grad(self) -> bool:
+        ctx = self.context
+        for ancestor in ctx.ancestors():
+            if isinstance(ancestor, (cst.FunctionDef, cst.Lambda, cst.ClassDef)):
+                return False
+            if isinstance(ancestor, cst.With):
+                if any(grad_mode(item.item, ctx) == GRAD_OFF for item in ancestor.items):
+                    return True
+        return False
+
+    # -- decision ----------------------------------------------------------------
+    def _decide(self, scope: _Scope) -> None:
+        if not scope.losses or not scope.accumulations:
+            return
+        candidates = []
+        for loop, acc, written, added in scope.accumulations:
+            keys = scope.losses.get(id(loop))
+            if not keys:
+                continue
+            occurrence = _find_loss(added, keys)
+            if occurrence is not None:
+                candidates.append((acc, written, occurrence))
+        if not candidates:
+            return
+        detached = _detached_names(scope.assignments)
+        backpropagated = _backpropagated_names(scope)
+        for acc, written, occurrence in candidates:
+            loss = dotted_name(occurrence)
+            assert loss is not None
+            if loss in detached or acc in backpropagated:
+                continue
+            text = cst.Module([]).code_for_node(written)
+            if len(text) > 40 or "\n" in text:
+                text = acc
+            self.report(
+                occurrence,
+                self._MESSAGE.format(loss=loss, acc=text),
+                fix=Fix(
+                    Applicability.SAFE,
+                    f"Accumulate `{loss}.detach()`",
+                    lambda occurrence=occurrence: codemod.detach(occurrence),
+                ),
+            )
+
+
+# -- helpers -------------------------------------------------------------------------
+
+
+def _accumulator_key(expr: Optional[cst.BaseExpression]) -> Optional[str]:
+    """``total`` -> ``"total"``; ``self.stats`` -> ``"self.stats"``;
+    ``stats["loss"]`` -> ``"stats"`` (the container)."""
+    while isinstance(expr, cst.Subscript):
+        expr = expr.value
+    return dotted_name(expr) if expr is not None else None
+
+
+def _find_loss(expr: cst.BaseExpression, keys: Set[str]) -> Optional[cst.BaseExpression]:
+    """The occurrence of a loss in ``expr`` that the accumulation keeps,
+    looking through arithmetic and containers but not into calls."""
+    if isinstance(expr, (cst.Name, cst.Attribute)):
+        return expr if dotted_name(expr) in keys else None
+    if isinstance(expr, cst.BinaryOperation) and isinstance(expr.operator, _ARITHMETIC):
+        return _find_loss(expr.left, keys) or _find_loss(expr.right, keys)
+    if isinstance(expr, cst.UnaryOperation) and isinstance(expr.operator, cst.Minus):
+        return _find_loss(expr.expression, keys)
+    if isinstance(expr, (cst.Tuple, cst.List)):
+        for element in expr.elements:
+            if not isinstance(element, cst.StarredElement):
+                found = _find_loss(element.value, keys)
+                if found is not None:
+                    return found
+        return None
+    if isinstance(expr, cst.Dict):
+        for element in expr.elements:
+            if isinstance(element, cst.DictElement):
+                found = _find_loss(element.value, keys)
+                if found is not None:
+                    return found
+    return None
+
+
+def _is_detaching(value: cst.BaseExpression) -> bool:
+    """``x.item()``, ``x.detach()``, ``float(x)``, ``x.cpu().numpy()``..."""
+    if isinstance(value, cst.Call):
+        name = method_name(value)
+        if name in _DETACHING_METHODS:
+            return True
+        func = value.func
+        if isinstance(func, cst.Name) and func.value in _DETACHING_FUNCTIONS:
+            return True
+    if isinstance(value, cst.Attribute) and value.attr.value == "data":
+        return True
+    return False
+
+
+def _detached_names(assignments) -> Set[str]:
+    names: Set[str] = set()
+    for target, value in assignments:
+        if _is_detaching(value):
+            key = dotted_name(target)
+            if key is not None:
+                names.add(key)
+    return names
+
+
+def _prefixes(expr: cst.CSTNode) -> Iterator[str]:
+    """Every dotted name mentioned in ``expr`` and its prefixes:
+    ``torch.stack(self.losses)`` -> torch, torch.stack, self, self.losses."""
+    for node in walk_nodes(expr):
+        if isinstance(node, cst.Attribute) or isinstance(node, cst.Name):
+            key = dotted_name(node)
+            if key is not None:
+                parts = key.split(".")
+                for i in range(1, len(parts) + 1):
+                    yield ".".join(parts[:i])
+
+
+def _target_keys(target: cst.BaseExpression) -> Iterator[str]:
+    if isinstance(target, (cst.Tuple, cst.List)):
+        for element in target.elements:
+            yield from _target_keys(element.value)
+        return
+    key = _accumulator_key(target)
+    if key is not None:
+        yield key
+
+
+def _backpropagated_names(scope: _Scope) -> Set[str]:
+    """Names whose value flows into a backward call, through assignments
+    (``total = sum(losses)`` ... ``total.backward()`` marks ``losses``)."""
+    names: Set[str] = set()
+    for expr in scope.backpropagated:
+        names.update(_prefixes(expr))
+    pending = [(list(_target_keys(t)), v) for t, v in scope.assignments]
+    changed = True
+    rounds = 0
+    while changed and rounds < 8:
+        changed = False
+        rounds += 1
+        remaining = []
+        for keys, value in pending:
+            if any(k in names for k in keys):
+                before = len(names)
+                names.update(_prefixes(value))
+                changed = changed or len(names) != before
+            else:
+                remaining.append((keys, value))
+        pending = remaining
+    return names
