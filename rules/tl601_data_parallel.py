@@ -1,0 +1,118 @@
+from __future__ import annotations
+
+import libcst as cst
+
+from torchlint.model import FixAvailability
+from torchlint.rule import Rule
+
+# The class and the functional form (`data_parallel(module, inputs)`), which
+# replicates, scatters and gathers in the same way on every call.
+_DATA_PARALLEL = {
+    "torch.nn.DataParallel": "DataParallel",
+    "torch.nn.parallel.DataParallel": "DataParallel",
+    "torch.nn.parallel.data_parallel.DataParallel": "DataParallel",
+    "torch.nn.parallel.data_parallel": "data_parallel",
+    "torch.nn.parallel.data_parallel.data_parallel": "data_parallel",
+}
+_LAST_NAMES = frozenset(q.rsplit(".", 1)[1] for q in _DATA_PARALLEL)
+
+
+class DataParallel(Rule):
+    """
+    ## What it does
+    Reports calls of `torch.nn.DataParallel(...)`, however it is imported
+    (`nn.DataParallel`, `torch.nn.parallel.DataParallel`,
+    `from torch.nn import DataParallel as DP`), and of its functional form
+    `torch.nn.parallel.data_parallel(module, inputs)`.
+
+    Only calls are reported: `isinstance(model, nn.DataParallel)`,
+    `type(m) is DataParallel`, unwrapping `model.module`, annotations and
+    subclass definitions (`class MyDP(nn.DataParallel)`) name the class without
+    using it, and code that handles a model wrapped elsewhere is not the place to
+    change. A class of your own named `DataParallel`, or another library's, is
+    not reported; neither is a call of your own subclass of it (the rule does
+    not follow class hierarchies).
+
+    ## Why is this bad?
+    `DataParallel` is single-process and multi-threaded: on every forward pass
+    it copies the model's parameters and buffers from the first GPU to every
+    other GPU, splits the batch, runs one Python thread per GPU (contending for
+    the GIL), and gathers the outputs back on the first GPU, which therefore
+    holds more memory and does more work than the others. `DistributedDataParallel`
+    runs one process per GPU, replicates the model once, and overlaps gradient
+    all-reduce with the backward pass; the PyTorch documentation recommends it
+    over `DataParallel` even on a single machine ("significantly faster ... for
+    single-node multi-GPU data parallel training"), and the Performance Tuning
+    Guide names it the efficient data-parallel backend.
+
+    ## Example
+    ```python
+    model = Net().cuda()
+    model = torch.nn.DataParallel(model)
+    for x, y in loader:
+        loss_fn(model(x.cuda()), y.cuda()).backward()
+    ```
+
+    ## Use instead
+    ```python
+    # launched with `torchrun --nproc_per_node=NUM_GPUS train.py`
+    torch.distributed.init_process_group("nccl")
+    local_rank = int(os.environ["LOCAL_RANK"])
+    torch.cuda.set_device(local_rank)
+    model = DistributedDataParallel(Net().cuda(), device_ids=[local_rank])
+    sampler = DistributedSampler(dataset)  # each process reads its own shard
+    ```
+
+    ## Fix safety
+    There is no fix: moving to `DistributedDataParallel` changes how the
+    program is launched (one process per GPU, `torchrun`), how data is sharded
+    (`DistributedSampler`), the per-process batch size, and where logging and
+    checkpointing happen (rank 0 only).
+
+    ## References
+    - PyTorch Performance Tuning Guide, "Distributed optimizations", section "Use efficient data-parallel backend"
+    - PyTorch documentation, "CUDA semantics", section "Use nn.parallel.DistributedDataParallel instead of multiprocessing or nn.DataParallel"
+    - `torch.nn.DataParallel` documentation (the warning that recommends `DistributedDataParallel`)
+    - PyTorch tutorial, "Getting Started with Distributed Data Parallel", section "Comparison between DataParallel and DistributedDataParallel"
+    """
+
+    code = "TL601"
+    name = "data-parallel"
+    summary = "`nn.DataParallel` instead of `DistributedDataParallel`"
+    fix = FixAvailability.NONE
+
+    VALID = [
+        "import torch\nif isinstance(model, torch.nn.DataParallel):\n    model = model.module\n",
+        "import torch\nfrom torch.nn.parallel import DistributedDataParallel as DDP\nmodel = DDP(model, device_ids=[rank])\n",
+        "import torch\nclass DataParallel:\n    def __init__(self, m):\n        self.m = m\nwrapped = DataParallel(model)\n",
+    ]
+    INVALID = [
+        "import torch\nmodel = torch.nn.DataParallel(model)\n",
+        "from torch.nn import DataParallel as DP\nmodel = DP(model, device_ids=[0, 1])\n",
+    ]
+
+    _MESSAGES = {
+        "DataParallel": (
+            "`DataParallel` is single-process and multi-threaded: it copies the model "
+            "to every GPU on each forward pass, gathers outputs on the first GPU and is "
+            "bound by the GIL; use `DistributedDataParallel` with one process per GPU "
+            "(`torchrun`), as the PyTorch docs recommend even on one machine"
+        ),
+        "data_parallel": (
+            "`data_parallel(...)` copies the model to every GPU on each call, runs the "
+            "replicas in threads bound by the GIL and gathers outputs on the first GPU; "
+            "use `DistributedDataParallel` with one process per GPU (`torchrun`), as the "
+            "PyTorch docs recommend even on one machine"
+        ),
+    }
+
+    def visit_Call(self, node: cst.Call) -> None:
+        func = node.func
+        if isinstance(func, cst.Attribute):
+            if func.attr.value not in _LAST_NAMES:
+                return
+        elif not isinstance(func, cst.Name):
+            return
+        kind = _DATA_PARALLEL.get(self.context.qualname(func) or "")
+        if kind is not None:
+            self.report(node, self._MESSAGES[kind])

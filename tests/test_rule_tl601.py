@@ -1,0 +1,115 @@
+"""Unit tests for TL601 (data-parallel)."""
+
+from __future__ import annotations
+
+import pytest
+
+from tests.helpers import codes, lint
+from torchlint.registry import all_rules
+
+RULE = all_rules()["TL601"]
+
+
+def _lint(code: str, path: str = "snippet.py"):
+    return lint(code, select=["TL601"], path=path)
+
+
+@pytest.mark.parametrize("example", RULE.VALID)
+def test_valid_examples(example):
+    assert _lint(example) == []
+
+
+@pytest.mark.parametrize("example", RULE.INVALID)
+def test_invalid_examples(example):
+    assert codes(_lint(example)) == ["TL601"]
+
+
+@pytest.mark.parametrize(
+    "imports, call",
+    [
+        ("import torch", "torch.nn.DataParallel(model)"),
+        ("import torch as T", "T.nn.DataParallel(model)"),
+        ("from torch import nn", "nn.DataParallel(model, device_ids=[0, 1])"),
+        ("import torch.nn as nn", "nn.parallel.DataParallel(model)"),
+        ("from torch.nn import DataParallel", "DataParallel(model)"),
+        ("from torch.nn import DataParallel as DP", "DP(model)"),
+        ("from torch.nn.parallel import DataParallel", "DataParallel(module=model)"),
+        ("import torch.nn.parallel as par", "par.DataParallel(model)"),
+        ("from torch.nn.parallel.data_parallel import DataParallel", "DataParallel(model)"),
+        ("from torch.nn import *", "DataParallel(model)"),
+        ("import torch", "torch.nn.parallel.data_parallel(model, inputs, range(2))"),
+        ("from torch.nn.parallel import data_parallel", "data_parallel(model, inputs)"),
+        ("from torch.nn.parallel.data_parallel import data_parallel as dp", "dp(model, inputs)"),
+    ],
+)
+def test_import_forms(imports, call):
+    diagnostics = _lint(f"{imports}\nmodel = {call}\n")
+    assert codes(diagnostics) == ["TL601"]
+    assert (diagnostics[0].line, diagnostics[0].column) == (2, 9)
+
+
+def test_message_says_why_and_what_to_do():
+    (d,) = _lint("import torch\nmodel = torch.nn.DataParallel(model)\n")
+    assert "DistributedDataParallel" in d.message
+    assert "GIL" in d.message
+    (f,) = _lint("import torch\ny = torch.nn.parallel.data_parallel(model, x)\n")
+    assert f.message.startswith("`data_parallel(...)`")
+
+
+@pytest.mark.parametrize(
+    "line",
+    [
+        "ok = isinstance(model, nn.DataParallel)",
+        "ok = type(model) is nn.DataParallel",
+        "inner = model.module if isinstance(model, nn.DataParallel) else model",
+        "wrapper = nn.DataParallel if many else nn.Identity",
+        "make = functools.partial(nn.DataParallel, device_ids=[0, 1])",
+        "def unwrap(m: nn.DataParallel) -> nn.Module:\n    return m.module",
+        "class Replicated(nn.DataParallel):\n    pass",
+        "nn.DataParallel.__init__(self, module)",
+        "model = nn.parallel.DistributedDataParallel(model)",
+        "model = nn.parallel.replicate(model, [0, 1])",
+    ],
+)
+def test_non_calls_and_other_wrappers_are_silent(line):
+    assert _lint(f"import functools\nfrom torch import nn\n{line}\n") == []
+
+
+def test_users_own_and_other_libraries_dataparallel_are_silent():
+    code = """
+        import torch
+        from torch_geometric.nn import DataParallel as GeoDP
+
+        class DataParallel:
+            def __init__(self, module):
+                self.module = module
+
+        a = DataParallel(model)
+        b = GeoDP(model)
+    """
+    assert _lint(code) == []
+
+
+def test_import_inside_function_is_scoped():
+    code = """
+        import torch
+
+        def wrap(model):
+            from torch.nn import DataParallel
+            return DataParallel(model)
+
+        def other(model):
+            return DataParallel(model)
+    """
+    diagnostics = _lint(code)
+    assert [(d.line, d.column) for d in diagnostics] == [(6, 12)]
+
+
+def test_reported_in_test_files_too():
+    code = "import torch\nmodel = torch.nn.DataParallel(model)\n"
+    assert codes(_lint(code, path="tests/test_train.py")) == ["TL601"]
+
+
+def test_no_fix_is_offered():
+    (d,) = _lint("import torch\nmodel = torch.nn.DataParallel(model)\n")
+    assert d.fix is None
