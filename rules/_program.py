@@ -1,0 +1,409 @@
+"""Whole-module facts for the opt-in whole-program rules (TL501, TL503-TL505).
+
+Those rules ask questions about a module as a whole: does it contain a training
+step, is it a program's entry point, does it ever mention autocast, a
+reduced-precision dtype, ``torch.compile``, TF32, ``cudnn.benchmark``?  The
+answers are collected once per file, during the engine's single walk, into a
+:class:`ProgramFacts` shared by every such rule enabled for the file (the first
+of them feeds it, the others' hooks do nothing), and the rules decide in
+``leave_Module``.
+
+A *training step* is a function (or the module's top-level code) that calls a
+backward (``_training.is_backward``) and an optimizer step
+(``_training.is_optimizer_step``).  A backward inside a function nested in it
+(an LBFGS ``closure``) counts for the enclosing function; a class body is a
+boundary.  A step is located at its first backward call, or at its first one
+inside a loop when there is one (a notebook may call ``loss.backward()`` once
+to show autograd long before its training loop); the whole-program rules report
+there, once per module, at the first step in source order.
+
+A module is a program's *entry point* when it is a notebook, has an ``if
+__name__ == "__main__":`` block, a top-level ``for``/``while``/``with`` block, a
+bare top-level call (``main()``, ``train(cfg)``; not the library set-up calls
+``warnings.filterwarnings(...)``, ``logging.basicConfig(...)``,
+``sys.path.append(...)``, ``torch.manual_seed(...)``), or a training loop at
+the top level.  Process-wide settings (TF32, cuDNN autotuner) and compilation
+belong there, so TL501's module check, TL503 and TL505 look only at entry
+points; a library module that defines ``train_one_epoch`` is left alone.
+
+Mentions are recognised by identifier, which covers aliases, configuration
+switches and helpers defined elsewhere: ``args.amp``, ``use_amp``,
+``maybe_autocast()``, ``cfg.compile``, ``--tf32`` read as ``args.tf32``.  A
+mention makes a rule stay silent: the module has already made its choice, or
+may have, and the rule cannot tell which.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Dict, List, Optional, Tuple
+
+import libcst as cst
+
+from torchlint.rule import Context, Rule
+from torchlint.rules._helpers import method_name
+from torchlint.rules._training import is_backward, is_framework_backward, is_optimizer_step
+
+
+# Identifiers (names and attribute names) are matched by one expression; a
+# name may say several things:
+# - reduced: the module deals with reduced precision (autocast, AMP, a
+#   GradScaler or loss scaler, half/bfloat16 weights, apex, DeepSpeed, a switch);
+# - tf32: it chose a float32 matmul precision (`allow_tf32`, `args.tf32`);
+# - compile: it compiles, or has a switch for it (`args.compile`);
+# - benchmark: a switch for the cuDNN autotuner (`args.cudnn_benchmark`);
+# - cuda: it configures cuDNN, so it runs on a GPU.
+_MENTION = re.compile(
+    r"(?P<reduced>autocast|(?:^|_)amp(?:$|_)|scaler|half|bfloat16|float16|(?:^|_)(?:fp|bf)16(?:$|_)"
+    r"|mixed_?precision|apex|deepspeed)"
+    r"|(?P<tf32>tf32|matmul_precision|fp32_precision)"
+    r"|(?P<compile>compile|dynamo|inductor)"
+    r"|(?P<benchmark>cudnn_?benchmark)"
+    r"|(?P<cuda>^cudnn$)",
+    re.IGNORECASE,
+)
+_MENTIONS_SEEN: Dict[str, Tuple[str, ...]] = {}
+
+
+def _mentions(identifier: str) -> Tuple[str, ...]:
+    """The kinds of mention in an identifier (memoised: names repeat a lot)."""
+    kinds = _MENTIONS_SEEN.get(identifier)
+    if kinds is None:
+        kinds = tuple(m.lastgroup or "" for m in _MENTION.finditer(identifier))
+        if len(_MENTIONS_SEEN) > 100_000:
+            _MENTIONS_SEEN.clear()
+        _MENTIONS_SEEN[identifier] = kinds
+    return kinds
+
+
+_REDUCED_PRECISION_STRING = re.compile(r"^(bf16|fp16|bfloat16|float16|half)\b|-mixed$", re.IGNORECASE)
+
+_CONV_LAYERS = frozenset(
+    f"{prefix}{base}{dim}d"
+    for prefix in ("torch.nn.", "torch.nn.modules.conv.")
+    for base in ("Conv", "ConvTranspose", "LazyConv", "LazyConvTranspose")
+    for dim in (1, 2, 3)
+)
+_BENCHMARK = "torch.backends.cudnn.benchmark"
+# Layers and functions whose work is matrix multiplication (TF32 for matmuls
+# matters to them; convolutions already use TF32 by default).
+_MATMUL_TAILS = frozenset(
+    {
+        "Linear", "Bilinear", "LazyLinear", "MultiheadAttention", "Transformer",
+        "TransformerEncoderLayer", "TransformerDecoderLayer", "TransformerEncoder",
+        "TransformerDecoder", "linear", "bilinear", "matmul", "mm", "bmm", "einsum",
+        "addmm", "baddbmm", "scaled_dot_product_attention",
+    }
+)
+# Calls that place work on a CUDA device (a bare `torch.cuda.is_available()` does not).
+_CUDA_CALLS = frozenset({"set_device", "current_device", "device"})
+
+
+class _Scope:
+    __slots__ = ("backward", "order", "framework", "in_loop", "steps", "nested")
+
+    def __init__(self, nested: bool) -> None:
+        # The first backward call, or the first one in a loop once there is one.
+        self.backward: Optional[cst.Call] = None
+        self.order = 0
+        self.framework = False
+        self.in_loop = False
+        self.steps = False
+        self.nested = nested  # a function inside a function: its backward counts outside
+
+
+class Step:
+    """A training step: where it reports, and whether a framework drives it."""
+
+    __slots__ = ("backward", "order", "framework")
+
+    def __init__(self, backward: cst.Call, order: int, framework: bool) -> None:
+        self.backward = backward
+        self.order = order
+        self.framework = framework
+
+
+class ProgramFacts:
+    """What the whole-program rules need to know about one module."""
+
+    def __init__(self, context: Context) -> None:
+        self.context = context
+        self.steps: List[Step] = []
+        self.entry = context.path.endswith(".ipynb")
+        self.uses_cuda = False
+        self.has_conv = False
+        self.has_matmul = False
+        self.benchmark_set = False
+        self.reduced_precision = False
+        self.tf32_set = False
+        self.compiles = False
+        # One entry per function, lambda or class (None: a class body, where
+        # no step is looked for); [0] is the module's top level.
+        self._scopes: List[Optional[_Scope]] = [_Scope(nested=False)]
+        self._counter = 0
+        self._finished = False
+        self._feeder: Optional[int] = None
+
+    def claim(self, rule: Rule) -> bool:
+        """Whether ``rule`` is the one that feeds these facts (the first to ask)."""
+        if self._feeder is None:
+            self._feeder = id(rule)
+        return self._feeder == id(rule)
+
+    # -- feeding (by one rule, during the walk) --------------------------------
+
+    def visit_module(self, node: cst.Module) -> None:
+        for stmt in node.body:
+            if _is_entry_statement(stmt):
+                self.entry = True
+                break
+
+    def enter_scope(self, node: cst.CSTNode) -> None:
+        inside_function = isinstance(node, (cst.FunctionDef, cst.Lambda)) and len(self._scopes) > 1 and (
+            self._scopes[-1] is not None
+        )
+        self._scopes.append(_Scope(nested=inside_function) if not isinstance(node, cst.ClassDef) else None)
+
+    def leave_scope(self, node: cst.CSTNode) -> None:
+        scope = self._scopes.pop()
+        if scope is None or scope.backward is None:
+            return
+        outer = self._scopes[-1]
+        if scope.steps:
+            self._add_step(scope)
+        elif scope.nested and outer is not None and outer.backward is None:
+            # An LBFGS closure, a helper defined in the step: its backward
+            # belongs to the enclosing function.
+            outer.backward, outer.order, outer.framework = scope.backward, scope.order, scope.framework
+            outer.in_loop = False
+
+    def visit_call(self, node: cst.Call) -> None:
+        ctx = self.context
+        scope = self._scopes[-1]
+        name = method_name(node)
+        if scope is not None:
+            if is_backward(node, ctx):
+                # Report at the first backward of the scope, but prefer one in a
+                # loop: a notebook may call `loss.backward()` once to show
+                # autograd long before its training loop.
+                in_loop = ctx.enclosing_loop(periodic_guard=False) is not None
+                if scope.backward is None or (in_loop and not scope.in_loop):
+                    self._counter += 1
+                    scope.backward, scope.order, scope.in_loop = node, self._counter, in_loop
+                    # Backward run by a framework (Accelerate, Fabric, manual
+                    # optimization): mixed precision, compilation and cuDNN
+                    # settings are then its options, often set elsewhere.
+                    scope.framework = is_framework_backward(node)
+                return
+            if is_optimizer_step(node):
+                scope.steps = True
+                return
+        if name == "cuda":
+            self.uses_cuda = True
+            return
+        func = node.func
+        tail = func.attr.value if isinstance(func, cst.Attribute) else func.value if isinstance(func, cst.Name) else ""
+        if "Conv" in tail:
+            if ctx.qualname(func) in _CONV_LAYERS:
+                self.has_conv = True
+        elif tail in _MATMUL_TAILS:
+            q = ctx.qualname(func)
+            if q is not None and q.startswith("torch.") and q.rsplit(".", 1)[1] in _MATMUL_TAILS:
+                self.has_matmul = True
+        elif tail in _CUDA_CALLS and ctx.qualname(func) == "torch.cuda." + tail:
+            self.uses_cuda = True
+
+    def visit_binary(self, node: cst.BinaryOperation) -> None:
+        if isinstance(node.operator, cst.MatrixMultiply):
+            self.has_matmul = True
+
+    def visit_name(self, node: cst.Name) -> None:
+        value = node.value
+        for kind in _mentions(value):
+            if kind == "reduced":
+                self.reduced_precision = True
+            elif kind == "tf32":
+                self.tf32_set = True
+            elif kind == "compile":
+                if value != "compile" or not self._is_regex_compile(node):
+                    self.compiles = True
+            elif kind == "benchmark":
+                self.benchmark_set = True
+            else:
+                self.uses_cuda = True
+
+    def visit_string(self, node: cst.SimpleString) -> None:
+        text = node.value.lstrip("rRbBuUfF")
+        text = text.strip("'\"")
+        if text.startswith("cuda"):
+            self.uses_cuda = True
+        elif _REDUCED_PRECISION_STRING.search(text):
+            self.reduced_precision = True
+
+    def visit_fstring(self, node: cst.FormattedString) -> None:
+        if node.parts and isinstance(node.parts[0], cst.FormattedStringText):
+            if node.parts[0].value.startswith("cuda"):
+                self.uses_cuda = True
+
+    def visit_assign_target(self, node: cst.AssignTarget) -> None:
+        if self.context.qualname(node.target) == _BENCHMARK:
+            self.benchmark_set = True
+
+    def _is_regex_compile(self, node: cst.Name) -> bool:
+        parent = self.context.parent
+        if isinstance(parent, cst.Attribute) and parent.attr is node:
+            owner = self.context.qualname(parent.value)
+            return owner in ("re", "regex")
+        return False
+
+    # -- results ----------------------------------------------------------------
+    def finish(self) -> None:
+        if self._finished:
+            return
+        self._finished = True
+        module_scope = self._scopes[0]
+        if module_scope is not None and module_scope.backward is not None and module_scope.steps:
+            self.entry = True  # a training loop at the top level is a script
+            self._add_step(module_scope)
+        self.steps.sort(key=lambda step: step.order)
+
+    def _add_step(self, scope: _Scope) -> None:
+        assert scope.backward is not None
+        self.steps.append(Step(scope.backward, scope.order, scope.framework))
+
+    def first_step(self) -> Optional[Step]:
+        """The first training step (by its backward call) that no framework drives."""
+        self.finish()
+        for step in self.steps:
+            if not step.framework:
+                return step
+        return None
+
+
+def _is_entry_statement(stmt: cst.CSTNode) -> bool:
+    """A top-level statement that only a script has: an ``if __name__ ==
+    "__main__":`` block, a loop or ``with`` block, or a bare call (``main()``)."""
+    if isinstance(stmt, (cst.For, cst.While, cst.With)):
+        return True
+    if isinstance(stmt, cst.If):
+        test = stmt.test
+        return (
+            isinstance(test, cst.Comparison)
+            and isinstance(test.left, cst.Name)
+            and test.left.value == "__name__"
+        )
+    if isinstance(stmt, cst.SimpleStatementLine):
+        for small in stmt.body:
+            if isinstance(small, cst.Expr) and isinstance(small.value, cst.Call):
+                root = small.value.func
+                while isinstance(root, cst.Attribute):
+                    root = root.value
+                if not (isinstance(root, cst.Name) and root.value in _SETUP_MODULES):
+                    return True
+    return False
+
+
+# Modules whose top-level calls also occur in libraries (set-up, not a program).
+_SETUP_MODULES = frozenset({"warnings", "logging", "sys", "os", "torch", "random", "np", "numpy"})
+
+
+def facts_for(context: Context) -> ProgramFacts:
+    facts = context.shared.get("program")
+    if facts is None:
+        facts = context.shared["program"] = ProgramFacts(context)
+    return facts
+
+
+class ProgramRule(Rule):
+    """Base of the whole-program rules: feeds the shared :class:`ProgramFacts`.
+
+    Subclasses implement ``decide(facts)`` (called once, at the end of the
+    module, outside test files).
+    """
+
+    def __init__(self, context: Context) -> None:
+        super().__init__(context)
+        self.facts = facts_for(context)
+        self._off = context.is_test_file
+        # One rule feeds the shared facts; the others' hooks do nothing.
+        self._feeds = not self._off and self.facts.claim(self)
+
+    def visit_Module(self, node: cst.Module) -> None:
+        if self._feeds:
+            self.facts.visit_module(node)
+
+    def visit_FunctionDef(self, node: cst.FunctionDef) -> None:
+        if self._feeds:
+            self.facts.enter_scope(node)
+
+    def leave_FunctionDef(self, node: cst.FunctionDef) -> None:
+        if self._feeds:
+            self.facts.leave_scope(node)
+
+    def visit_Lambda(self, node: cst.Lambda) -> None:
+        if self._feeds:
+            self.facts.enter_scope(node)
+
+    def leave_Lambda(self, node: cst.Lambda) -> None:
+        if self._feeds:
+            self.facts.leave_scope(node)
+
+    def visit_ClassDef(self, node: cst.ClassDef) -> None:
+        if self._feeds:
+            self.facts.enter_scope(node)
+
+    def leave_ClassDef(self, node: cst.ClassDef) -> None:
+        if self._feeds:
+            self.facts.leave_scope(node)
+
+    def visit_Call(self, node: cst.Call) -> None:
+        if self._feeds:
+            self.facts.visit_call(node)
+
+    def visit_Name(self, node: cst.Name) -> None:
+        if self._feeds:
+            self.facts.visit_name(node)
+
+    def visit_BinaryOperation(self, node: cst.BinaryOperation) -> None:
+        if self._feeds:
+            self.facts.visit_binary(node)
+
+    def visit_SimpleString(self, node: cst.SimpleString) -> None:
+        if self._feeds:
+            self.facts.visit_string(node)
+
+    def visit_FormattedString(self, node: cst.FormattedString) -> None:
+        if self._feeds:
+            self.facts.visit_fstring(node)
+
+    def visit_AssignTarget(self, node: cst.AssignTarget) -> None:
+        if self._feeds:
+            self.facts.visit_assign_target(node)
+
+    def leave_Module(self, node: cst.Module) -> None:
+        if not self._off:
+            self.facts.finish()
+            self.decide(self.facts)
+
+    def decide(self, facts: ProgramFacts) -> None:  # pragma: no cover - abstract
+        raise NotImplementedError
+
+
+def under_switch(context: Context, pattern: "re.Pattern[str]") -> bool:
+    """Whether the node being visited runs under an ``if`` whose test mentions
+    an identifier (or string) matching ``pattern``: a run-time switch such as
+    ``if args.deterministic:`` or ``if args.seed is not None:``."""
+    from torchlint.walker import walk_nodes
+
+    for ancestor in context.ancestors():
+        if isinstance(ancestor, cst.If):
+            for n in walk_nodes(ancestor.test):
+                if isinstance(n, cst.Name) and pattern.search(n.value):
+                    return True
+                if isinstance(n, cst.SimpleString) and pattern.search(n.value):
+                    return True
+    return False
+
+
+# A reproducibility switch: ``if args.deterministic:``, ``if seed is not None:``.
+REPRODUCIBILITY_SWITCH = re.compile(r"determin|reproduc|seed", re.IGNORECASE)

@@ -1,0 +1,180 @@
+from __future__ import annotations
+
+from typing import List, Optional, Set, Tuple
+
+import libcst as cst
+
+from torchlint.model import FixAvailability
+from torchlint.rules._helpers import literal_bool
+from torchlint.rules._program import REPRODUCIBILITY_SWITCH, ProgramFacts, ProgramRule, under_switch
+
+_BENCHMARK = "torch.backends.cudnn.benchmark"
+_DETERMINISTIC = "torch.backends.cudnn.deterministic"
+_USE_DETERMINISTIC = frozenset({"torch.use_deterministic_algorithms", "torch.set_deterministic"})
+
+
+class CudnnBenchmarkDisabled(ProgramRule):
+    """
+    ## What it does
+    Reports two things, outside test files:
+
+    - an assignment of the literal `False` to `torch.backends.cudnn.benchmark`
+      (also through `from torch.backends import cudnn` or
+      `import torch.backends.cudnn as cudnn`), reported at the assignment;
+    - a module that is a program's entry point (it has an
+      `if __name__ == "__main__":` block, a top-level loop, `with` block or
+      bare call such as `main()`, or is a notebook), uses CUDA (`.cuda()`,
+      a `"cuda..."` device string, `torch.cuda.set_device(...)`, `cudnn`
+      settings; `torch.cuda.is_available()` alone does not count), builds
+      convolution layers
+      (`nn.Conv1d/2d/3d`, `nn.ConvTranspose1d/2d/3d` and their `Lazy`
+      variants), contains a training step (a function, or top-level code,
+      that calls `backward()` and `optimizer.step()`), and never assigns
+      `torch.backends.cudnn.benchmark` at all. This is reported once per
+      module, at the `backward()` call of the first training step.
+
+    Where the same function (or the module's top level) also turns on
+    deterministic mode (`cudnn.deterministic = True`,
+    `torch.use_deterministic_algorithms(True)`), the message speaks of the
+    reproducibility trade-off.
+
+    Not reported: an assignment of anything but the literal `False`
+    (`cudnn.benchmark = args.benchmark` is the user's choice); an assignment
+    inside an `if` whose test names a reproducibility switch (`if
+    args.deterministic:`, `if args.seed is not None:`), since the fast path is
+    then the default; a module with a `cudnn_benchmark` switch; training steps
+    driven by Accelerate, Lightning Fabric or `manual_backward` (the framework
+    has its own option, e.g. `Trainer(benchmark=True)`); modules that only
+    import their model from elsewhere (no convolution layer built here); the
+    scoped `with torch.backends.cudnn.flags(benchmark=False):`.
+
+    ## Why is this bad?
+    With `benchmark = True`, cuDNN times the available convolution algorithms
+    the first time it sees an input shape and caches the fastest; with
+    `False` (the default) it picks one by heuristics, which is often slower.
+    For a convolutional network with a fixed input size this is a free
+    speed-up after the first iteration.
+
+    Two trade-offs, which the message mentions where they apply:
+    - **Variable input sizes.** The autotuner runs again for every new shape.
+      When shapes change from batch to batch (variable-length sequences,
+      multi-scale detection, a last batch of another size that recurs), the
+      repeated tuning can cost more than it saves; leave it off there.
+    - **Reproducibility.** The autotuner may pick a different algorithm from
+      run to run, so bitwise-reproducible runs need `benchmark = False`
+      together with `cudnn.deterministic = True` (see TL502). That is a
+      deliberate trade of speed for reproducibility: keep it behind a switch
+      that is off for normal training runs.
+
+    The module-wide check is advice about the whole program and can be wrong
+    when the setting is made in another module (a shared `setup()` helper);
+    suppress it there with `# noqa: TL501` on the reported line.
+
+    ## Example
+    ```python
+    import torch
+    from torch import nn
+
+    torch.backends.cudnn.benchmark = False
+    model = nn.Sequential(nn.Conv2d(3, 64, 3), nn.ReLU()).cuda()
+    ```
+
+    ## Use instead
+    ```python
+    import torch
+    from torch import nn
+
+    torch.backends.cudnn.benchmark = True  # fixed input size: let cuDNN pick
+    model = nn.Sequential(nn.Conv2d(3, 64, 3), nn.ReLU()).cuda()
+    ```
+
+    ## Fix safety
+    No fix is offered: whether the autotuner helps depends on whether the
+    input shapes are fixed, and turning it on changes which algorithm runs
+    (and so the low-order bits of the results) from run to run.
+
+    ## References
+    - PyTorch Performance Tuning Guide, "Enable cuDNN auto-tuner"
+    - PyTorch documentation, "Reproducibility", section "cuDNN"
+    """
+
+    code = "TL501"
+    name = "cudnn-benchmark-disabled"
+    summary = "cuDNN autotuner disabled (or never enabled) for a convolutional network"
+    default = False
+    fix = FixAvailability.NONE
+
+    VALID = [
+        "import torch\ntorch.backends.cudnn.benchmark = True\n",
+        "import torch\ntorch.backends.cudnn.benchmark = args.cudnn_benchmark\n",
+        "import torch\nif args.deterministic:\n    torch.backends.cudnn.benchmark = False\n",
+        "import torch\nfrom torch import nn\n\nmodel = nn.Conv2d(3, 8, 3).cuda()\n"
+        "torch.backends.cudnn.benchmark = True\n"
+        "for x in loader:\n    model(x).sum().backward()\n    optimizer.step()\n",
+    ]
+    INVALID = [
+        "import torch\ntorch.backends.cudnn.benchmark = False\n",
+        "from torch.backends import cudnn\ncudnn.deterministic = True\ncudnn.benchmark = False\n",
+        "import torch\nfrom torch import nn\n\nmodel = nn.Conv2d(3, 8, 3).cuda()\n"
+        "for x in loader:\n    model(x).sum().backward()\n    optimizer.step()\n",
+    ]
+
+    def __init__(self, context) -> None:
+        super().__init__(context)
+        # `benchmark = False` assignments, with the function they are in; the
+        # functions (None: the module's top level) that turn deterministic mode on.
+        self._disabled: List[Tuple[cst.Assign, Optional[int]]] = []
+        self._deterministic: Set[Optional[int]] = set()
+
+    def _scope(self) -> Optional[int]:
+        function = self.context.enclosing_function()
+        return id(function) if function is not None else None
+
+    def visit_Assign(self, node: cst.Assign) -> None:
+        if self._off:
+            return
+        qualname = self.context.qualname
+        for target in node.targets:
+            q = qualname(target.target)
+            if q == _BENCHMARK:
+                if literal_bool(node.value) is False and not under_switch(self.context, REPRODUCIBILITY_SWITCH):
+                    self._disabled.append((node, self._scope()))
+            elif q == _DETERMINISTIC and literal_bool(node.value) is True:
+                self._deterministic.add(self._scope())
+
+    def visit_Call(self, node: cst.Call) -> None:
+        super().visit_Call(node)
+        if not self._off and node.args and self.context.qualname(node.func) in _USE_DETERMINISTIC:
+            if literal_bool(node.args[0].value) is True:
+                self._deterministic.add(self._scope())
+
+    def decide(self, facts: ProgramFacts) -> None:
+        for node, scope in self._disabled:
+            if scope in self._deterministic:
+                message = (
+                    "`cudnn.benchmark = False` (here paired with deterministic mode for "
+                    "reproducibility) turns off cuDNN's autotuner, so convolutions run a "
+                    "heuristically chosen algorithm instead of the fastest one for their shapes; "
+                    "keep reproducible mode behind a switch that is off for normal training runs, "
+                    "and set `benchmark = True` there when input shapes are fixed"
+                )
+            else:
+                message = (
+                    "`cudnn.benchmark = False` turns off cuDNN's autotuner, so convolutions run a "
+                    "heuristically chosen algorithm instead of the fastest one for their shapes; "
+                    "set it to `True` when input shapes are fixed (leave it off for inputs whose "
+                    "size changes from batch to batch)"
+                )
+            self.report(node, message)
+        if facts.benchmark_set or not (facts.has_conv and facts.entry and facts.uses_cuda):
+            return
+        step = facts.first_step()
+        if step is None:
+            return
+        self.report(
+            step.backward,
+            "this program trains a convolutional network but never sets "
+            "`torch.backends.cudnn.benchmark = True`, so cuDNN picks convolution algorithms by "
+            "heuristics instead of timing the fastest one for each input shape; set it once at "
+            "start-up when input shapes are fixed (not for inputs whose size varies)",
+        )

@@ -1,0 +1,118 @@
+from __future__ import annotations
+
+import libcst as cst
+
+from torchlint.model import FixAvailability
+from torchlint.rule import Rule
+from torchlint.rules._helpers import argument, literal_bool
+from torchlint.rules._program import REPRODUCIBILITY_SWITCH, under_switch
+
+_USE_DETERMINISTIC = frozenset({"torch.use_deterministic_algorithms", "torch.set_deterministic"})
+_CUDNN_DETERMINISTIC = "torch.backends.cudnn.deterministic"
+
+
+class DeterministicAlgorithms(Rule):
+    """
+    ## What it does
+    Reports, outside test files, `torch.use_deterministic_algorithms(True)`
+    (the older `torch.set_deterministic(True)` too) at the call, and an
+    assignment of the literal `True` to `torch.backends.cudnn.deterministic`
+    (also through `from torch.backends import cudnn`) at the assignment.
+
+    Not reported:
+    - a value that is not the literal `True` (`use_deterministic_algorithms(
+      args.deterministic)` is a switch the user controls), or `False`;
+    - a call or assignment inside an `if` whose test names a
+      reproducibility switch (`if args.deterministic:`, `if seed is not
+      None:`, `if cfg.reproducible:`): deterministic mode is then opt-in at
+      run time and the fast path is the default;
+    - test files, which legitimately ask for determinism to compare results;
+    - `with torch.backends.cudnn.flags(deterministic=True):`, a scoped
+      setting used almost only in tests.
+
+    ## Why is this bad?
+    Deterministic mode makes PyTorch choose, for every operation that has
+    one, an algorithm that gives bitwise-identical results from run to run,
+    and raise an error for operations that have none. Those algorithms are
+    often slower: deterministic cuDNN convolutions exclude the fastest
+    algorithms, and scatter/index operations that normally use atomic adds on
+    the GPU fall back to slower sorted or serial implementations. The PyTorch
+    Performance Tuning Guide lists it among the debugging settings to turn off
+    for training runs. Reproducibility is a legitimate need; the advice is to
+    enable it only in the runs that need it.
+
+    ## Example
+    ```python
+    import torch
+
+    torch.manual_seed(0)
+    torch.use_deterministic_algorithms(True)
+    ```
+
+    ## Use instead
+    ```python
+    import torch
+
+    torch.manual_seed(0)
+    if args.deterministic:  # only for runs that must be bitwise reproducible
+        torch.use_deterministic_algorithms(True)
+    ```
+
+    ## Fix safety
+    No fix is offered: removing deterministic mode changes results from run
+    to run, which is exactly what the code asked not to happen.
+
+    ## References
+    - PyTorch documentation, "Reproducibility", sections "Avoiding nondeterministic algorithms" and "cuDNN"
+    - PyTorch Performance Tuning Guide, "Disable debugging APIs" (the same advice for the other debugging settings) and "Enable cuDNN auto-tuner"
+    - `torch.use_deterministic_algorithms` documentation
+    """
+
+    code = "TL502"
+    name = "deterministic-algorithms"
+    summary = "Deterministic algorithms forced on: slower kernels in every run"
+    default = False
+    fix = FixAvailability.NONE
+
+    VALID = [
+        "import torch\ntorch.use_deterministic_algorithms(args.deterministic)\n",
+        "import torch\nif args.deterministic:\n    torch.use_deterministic_algorithms(True)\n",
+        "import torch\ntorch.backends.cudnn.deterministic = False\n",
+        "import torch\nif args.seed is not None:\n    torch.backends.cudnn.deterministic = True\n",
+    ]
+    INVALID = [
+        "import torch\ntorch.use_deterministic_algorithms(True)\n",
+        "import torch\ntorch.backends.cudnn.deterministic = True\n",
+        "from torch.backends import cudnn\ndef set_seed(seed):\n    cudnn.deterministic = True\n",
+    ]
+
+    def visit_Call(self, node: cst.Call) -> None:
+        if self.context.is_test_file or not node.args:
+            return
+        if self.context.qualname(node.func) not in _USE_DETERMINISTIC:
+            return
+        known, arg = argument(node, "mode", 0)
+        if not known or arg is None or literal_bool(arg.value) is not True:
+            return
+        if under_switch(self.context, REPRODUCIBILITY_SWITCH):
+            return
+        self.report(
+            node,
+            "`use_deterministic_algorithms(True)` forces slower deterministic kernels (and errors "
+            "for operations without one) in every run; enable it only behind a switch for the "
+            "runs that must be bitwise reproducible",
+        )
+
+    def visit_Assign(self, node: cst.Assign) -> None:
+        if self.context.is_test_file or literal_bool(node.value) is not True:
+            return
+        if not any(self.context.qualname(t.target) == _CUDNN_DETERMINISTIC for t in node.targets):
+            return
+        if under_switch(self.context, REPRODUCIBILITY_SWITCH):
+            return
+        self.report(
+            node,
+            "`cudnn.deterministic = True` restricts cuDNN to deterministic convolution algorithms, "
+            "which are often slower, in every run; set it only behind a switch for the runs "
+            "that must be bitwise reproducible",
+        )

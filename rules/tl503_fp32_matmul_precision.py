@@ -1,0 +1,132 @@
+from __future__ import annotations
+
+from torchlint.model import FixAvailability
+from torchlint.rules._program import ProgramFacts, ProgramRule
+
+
+class Fp32MatmulPrecision(ProgramRule):
+    """
+    ## What it does
+    Reports, once per module and outside test files, a program that trains in
+    float32 on CUDA without allowing TF32 for matrix multiplications: a module
+    that
+
+    - is a program's entry point (an `if __name__ == "__main__":` block, a
+      top-level loop, `with` block or bare call such as `main()`, or a
+      notebook),
+    - uses CUDA (`.cuda()`, a `"cuda..."` device string,
+      `torch.cuda.set_device(...)`, `cudnn` settings),
+    - contains a training step (a function, or top-level code, that calls
+      `backward()` and `optimizer.step()`),
+    - and never mentions a float32 matmul precision setting:
+      `torch.set_float32_matmul_precision(...)`,
+      `torch.backends.cuda.matmul.allow_tf32`,
+      `torch.backends.cudnn.allow_tf32`, the newer `fp32_precision`
+      attributes, or a switch named like them (`args.tf32`).
+
+    It is reported at the `backward()` call of the first training step.
+
+    Choices where the catalog is silent:
+    - Any mention counts as a decision, including
+      `set_float32_matmul_precision("highest")` or `allow_tf32 = False`: the
+      module chose its precision on purpose.
+    - `torch.backends.cudnn.allow_tf32` (convolutions; already `True` by
+      default) counts as a decision too, although the advice is about
+      matmuls: a module that sets it has thought about TF32.
+    - A module that trains in reduced precision is not reported: under
+      `torch.autocast` (bf16/fp16) matmuls already run on tensor cores and TF32
+      would only affect the few float32 matmuls left. So any mention of
+      autocast, AMP, a `GradScaler`, `half`/`float16`/`bfloat16`, apex or
+      DeepSpeed keeps the rule silent.
+    - Training steps driven by Accelerate, Lightning Fabric or
+      `manual_backward` are not reported (their precision is a framework
+      option, often set outside the module).
+    - A module that builds convolution layers but no matmul layer or
+      operation (`nn.Linear`, attention, `torch.matmul`, `@`, ...) is not
+      reported: cuDNN convolutions already use TF32 by default.
+    - Only entry modules are reported (a library module that defines
+      `train_one_epoch` leaves process-wide settings to the program), and
+      only modules that put work on CUDA (`torch.cuda.is_available()` alone
+      does not count).
+
+    ## Why is this bad?
+    On NVIDIA GPUs since Ampere (A100, RTX 30xx and later), float32 matrix
+    multiplications can run on tensor cores in TF32, which keeps float32's
+    range with a 10-bit mantissa and is several times faster. PyTorch keeps
+    matmuls in full float32 by default (`"highest"`), so a float32 training
+    run leaves most of the GPU's matmul throughput unused unless it opts in.
+    Deep-learning training is rarely sensitive to the reduced mantissa.
+
+    This is advice about the whole program and can be wrong when the setting
+    is made in another module; suppress it with `# noqa: TL503` on the
+    reported line.
+
+    ## Example
+    ```python
+    import torch
+
+    for x, y in loader:
+        loss = loss_fn(model(x.cuda()), y.cuda())
+        loss.backward()
+        optimizer.step()
+    ```
+
+    ## Use instead
+    ```python
+    import torch
+
+    torch.set_float32_matmul_precision("high")  # TF32 matmuls on Ampere+
+    for x, y in loader:
+        loss = loss_fn(model(x.cuda()), y.cuda())
+        loss.backward()
+        optimizer.step()
+    ```
+
+    ## Fix safety
+    No fix is offered: TF32 changes the numerical results (a shorter
+    mantissa in matmul inputs), which is a choice the author must make.
+
+    ## References
+    - PyTorch documentation, "CUDA semantics", section "TensorFloat-32 (TF32) on Ampere (and later) devices"
+    - `torch.set_float32_matmul_precision` documentation
+    - Hugging Face single-GPU training guide, section "Mixed precision training", subsection "TF32"
+    """
+
+    code = "TL503"
+    name = "fp32-matmul-precision"
+    summary = "Float32 training without TF32 matmuls"
+    default = False
+    fix = FixAvailability.NONE
+
+    VALID = [
+        "import torch\ntorch.set_float32_matmul_precision('high')\n"
+        "for x in loader:\n    model(x.cuda()).sum().backward()\n    optimizer.step()\n",
+        "import torch\n"
+        "for x in loader:\n    with torch.autocast('cuda', dtype=torch.bfloat16):\n"
+        "        loss = model(x.cuda()).sum()\n    loss.backward()\n    optimizer.step()\n",
+        "import torch\ndef train(model, loader, optimizer):\n"
+        "    for x in loader:\n        model(x.cuda()).sum().backward()\n        optimizer.step()\n",
+    ]
+    INVALID = [
+        "import torch\n"
+        "for x in loader:\n    model(x.cuda()).sum().backward()\n    optimizer.step()\n",
+        "import torch\ndef train(model, loader, optimizer):\n"
+        "    for x in loader:\n        model(x.cuda()).sum().backward()\n        optimizer.step()\n"
+        "\nif __name__ == '__main__':\n    train(model, loader, optimizer)\n",
+    ]
+
+    def decide(self, facts: ProgramFacts) -> None:
+        if facts.tf32_set or facts.reduced_precision or not (facts.entry and facts.uses_cuda):
+            return
+        if facts.has_conv and not facts.has_matmul:
+            return  # a convolutional network: cuDNN convolutions use TF32 by default
+        step = facts.first_step()
+        if step is None:
+            return
+        self.report(
+            step.backward,
+            "this program trains in float32 but never allows TF32 matmuls, so on Ampere and "
+            "newer GPUs its matrix multiplications run in full float32 instead of on tensor "
+            "cores, several times slower; call `torch.set_float32_matmul_precision(\"high\")` "
+            "once at start-up",
+        )

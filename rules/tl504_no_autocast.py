@@ -1,0 +1,125 @@
+from __future__ import annotations
+
+from torchlint.model import FixAvailability
+from torchlint.rules._program import ProgramFacts, ProgramRule
+
+
+class NoAutocast(ProgramRule):
+    """
+    ## What it does
+    Reports, once per module and outside test files, a training step that
+    runs in full float32 on CUDA: a module that uses CUDA (`.cuda()`, a
+    `"cuda..."` device string, `torch.cuda.set_device(...)`, `cudnn`
+    settings; `torch.cuda.is_available()` alone does not count), contains a
+    training step (a function, or top-level code, that calls `backward()`
+    and `optimizer.step()`), and never mentions mixed or reduced precision
+    anywhere: no `torch.autocast`,
+    `torch.amp.autocast` or `torch.cuda.amp.autocast` (as a `with`, a
+    decorator, or a value such as `partial(torch.autocast, ...)`), no
+    `GradScaler` or loss scaler, no `half`/`float16`/`bfloat16`, no AMP switch
+    (`args.amp`, `use_amp`, `mixed_precision`), no apex or DeepSpeed.
+
+    It is reported at the `backward()` call of the first training step.
+
+    Choices where the catalog is silent:
+    - The whole module is searched, not only the step's function: the step is
+      often a helper (`train_one_epoch`) called under `with autocast():` by
+      its caller, or the autocast context is built once (`ctx =
+      torch.autocast(...)`) and used by name.
+    - A module that casts its model to `half`/`bfloat16` trains in reduced
+      precision without autocast and is not reported.
+    - Training steps driven by Accelerate, Lightning Fabric or
+      `manual_backward` are not reported: mixed precision is the framework's
+      option (`Accelerator(mixed_precision="bf16")`,
+      `Fabric(precision="bf16-mixed")`, `Trainer(precision=...)`).
+    - A module that never mentions CUDA is not reported (CPU autocast
+      exists, but the documented gains are on GPUs with tensor cores).
+    - Unlike the other whole-program rules, the module need not be an entry
+      point: autocast belongs in the step itself.
+
+    ## Why is this bad?
+    On GPUs with tensor cores, matrix multiplications and convolutions in
+    float16 or bfloat16 run several times faster than in float32, and
+    activations take half the memory, which allows larger batches.
+    `torch.autocast` runs each eligible operation in reduced precision while
+    keeping precision-sensitive ones (reductions, softmax, losses) in
+    float32, so most models train to the same accuracy. The PyTorch
+    Performance Tuning Guide reports up to 3x speed-ups on Volta and newer
+    GPUs.
+
+    This is advice about the whole program and can be wrong when autocast is
+    applied by code in another module; suppress it with `# noqa: TL504` on
+    the reported line.
+
+    ## Example
+    ```python
+    import torch
+
+    for x, y in loader:
+        optimizer.zero_grad()
+        loss = loss_fn(model(x.cuda()), y.cuda())
+        loss.backward()
+        optimizer.step()
+    ```
+
+    ## Use instead
+    ```python
+    import torch
+
+    for x, y in loader:
+        optimizer.zero_grad()
+        with torch.autocast("cuda", dtype=torch.bfloat16):
+            loss = loss_fn(model(x.cuda()), y.cuda())
+        loss.backward()  # outside autocast
+        optimizer.step()
+    ```
+    With `float16`, also scale the loss with `torch.amp.GradScaler("cuda")`.
+
+    ## Fix safety
+    No fix is offered: where the autocast region starts and ends, which dtype
+    to use (bfloat16 needs Ampere or newer; float16 needs a `GradScaler`),
+    and whether the model tolerates reduced precision are the author's
+    decisions.
+
+    ## References
+    - PyTorch Performance Tuning Guide, "Use mixed precision and AMP"
+    - PyTorch documentation, "Automatic Mixed Precision examples"
+    - Hugging Face single-GPU training guide, section "Mixed precision training"
+    """
+
+    code = "TL504"
+    name = "no-autocast"
+    summary = "Training step without autocast (mixed precision)"
+    default = False
+    fix = FixAvailability.NONE
+
+    VALID = [
+        "import torch\n"
+        "for x in loader:\n    with torch.autocast('cuda', dtype=torch.bfloat16):\n"
+        "        loss = model(x.cuda()).sum()\n    loss.backward()\n    optimizer.step()\n",
+        "import torch\n"
+        "scaler = torch.amp.GradScaler('cuda')\n"
+        "for x in loader:\n    scaler.scale(model(x.cuda()).sum()).backward()\n    scaler.step(optimizer)\n",
+        "import torch\n"
+        "for x in loader:\n    accelerator.backward(model(x.cuda()).sum())\n    optimizer.step()\n",
+    ]
+    INVALID = [
+        "import torch\n"
+        "for x in loader:\n    loss = model(x.cuda()).sum()\n    loss.backward()\n    optimizer.step()\n",
+        "import torch\ndef train_step(model, x, optimizer):\n"
+        "    loss = model(x.to('cuda')).sum()\n    loss.backward()\n    optimizer.step()\n",
+    ]
+
+    def decide(self, facts: ProgramFacts) -> None:
+        if facts.reduced_precision or not facts.uses_cuda:
+            return
+        step = facts.first_step()
+        if step is None:
+            return
+        self.report(
+            step.backward,
+            "this training step runs in full float32: without `torch.autocast` its matmuls and "
+            "convolutions cannot use the GPU's tensor cores in bfloat16/float16, which the "
+            "Tuning Guide measures at up to 3x faster; run the forward pass and loss under "
+            "`with torch.autocast(\"cuda\", dtype=torch.bfloat16):`",
+        )
