@@ -234,7 +234,9 @@ class ItemInLoop(Rule):
             if target is None and args:
                 target = args[0]
             return target is not None and device_kind(target.value, ctx) == "cpu"
-        if name in _DEVICE_METHODS:
+        if name in _DEVICE_METHODS or not isinstance(func, cst.Attribute):
+            # `nn.CrossEntropyLoss()(out, y)`, `fns[i](x)`: a call of a call's
+            # result says nothing about where the result lives.
             return False
         return self._is_host(func.value, scope, depth + 1, seen)  # a method of a host value
 

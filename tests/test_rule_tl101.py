@@ -286,3 +286,17 @@ def test_noqa_suppresses() -> None:
         print(x.item())  # noqa: TL101
     """
     assert tl101(code) == []
+
+
+def test_call_of_a_call_result_does_not_crash() -> None:
+    # Found on real code (an evaluation script): a loss module built and
+    # called in one expression, then `.item()` in the loop.
+    code = """
+    import torch.nn as nn
+    for x, y in loader:
+        loss = nn.CrossEntropyLoss()(model(x), y)
+        print(loss.item())
+        scores = (lambda t: t)(model(x))
+        print(scores.item())
+    """
+    assert [d.line for d in tl101(code)] == [5, 7]
