@@ -7,9 +7,12 @@ to preview the rewrites.
 import torch
 import torch.nn as nn
 import torch.nn.functional as F
-from torch.utils.data import DataLoader, TensorDataset
+from torch.utils.data import DataLoader, Dataset, TensorDataset
 
 device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
+
+# Left on from a debugging session.
+torch.autograd.set_detect_anomaly(True)
 
 
 class SmallNet(nn.Module):
@@ -30,27 +33,64 @@ class SmallNet(nn.Module):
         return self.head(torch.flatten(self.features(x), 1))
 
 
-def make_loader(n: int = 512) -> DataLoader:
+class AugmentedImages(Dataset):
+    """Random images, flipped at random on every access (stand-in for decoding JPEGs)."""
+
+    def __init__(self, n: int = 512) -> None:
+        self.images = torch.randn(n, 3, 32, 32)
+        self.labels = torch.randint(0, 10, (n,))
+
+    def __len__(self) -> int:
+        return len(self.labels)
+
+    def __getitem__(self, index: int):
+        image = self.images[index]
+        if torch.rand(()) < 0.5:
+            image = torch.flip(image, dims=[2])
+        return image, self.labels[index]
+
+
+def make_dataset(n: int = 512) -> TensorDataset:
     images = torch.randn(n, 3, 32, 32)
     labels = torch.randint(0, 10, (n,))
-    return DataLoader(TensorDataset(images, labels), batch_size=64, shuffle=True)
+    return TensorDataset(images, labels)
+
+
+def evaluate(model: nn.Module, dataset: TensorDataset) -> float:
+    loader = DataLoader(dataset, batch_size=256, num_workers=2, pin_memory=True)
+    model.eval()
+    correct = 0
+    for images, labels in loader:
+        images, labels = images.to(device), labels.to(device)
+        predictions = model(images).argmax(dim=1)
+        correct += int((predictions.cpu().numpy() == labels.cpu().numpy()).sum())
+    return correct / len(loader.dataset)
 
 
 def train(epochs: int = 2) -> float:
     model = SmallNet().to(device)
+    if torch.cuda.device_count() > 1:
+        model = nn.DataParallel(model)
     optimizer = torch.optim.SGD(model.parameters(), lr=0.05, momentum=0.9)
-    loader = make_loader()
+    train_loader = DataLoader(AugmentedImages(), batch_size=64, shuffle=True)
+    val_set = make_dataset(128)
     class_weights = torch.ones(10).to(device)
     for epoch in range(epochs):
         running_loss = 0.0
-        for images, labels in loader:
+        step_losses = []
+        for images, labels in train_loader:
             images, labels = images.to(device), labels.to(device)
             optimizer.zero_grad(set_to_none=False)
             loss = F.cross_entropy(model(images), labels, weight=class_weights)
             loss.backward()
             optimizer.step()
+            if torch.cuda.is_available():
+                torch.cuda.synchronize()
             running_loss += loss.item()
-        print(f"epoch {epoch}: loss {running_loss / len(loader):.4f}")
+            step_losses.append(loss)
+            torch.cuda.empty_cache()
+        accuracy = evaluate(model, val_set)
+        print(f"epoch {epoch}: loss {running_loss / len(train_loader):.4f}, accuracy {accuracy:.3f}")
     return running_loss
 
 

@@ -1,5 +1,7 @@
 """The benchmark script runs (its figures are read by people, not asserted)."""
 
+import json
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -14,4 +16,10 @@ def test_bench_script_runs_on_the_demo():
     )
     assert result.returncode == 0, result.stderr
     assert "ratio check / parse floor:" in result.stdout
-    assert "6 diagnostics" in result.stdout
+    check = subprocess.run(
+        [sys.executable, "-m", "torchlint", "check", "--output-format", "json", str(ROOT / "examples")],
+        capture_output=True, text=True, timeout=120,
+    )
+    expected = len(json.loads(check.stdout))
+    assert expected > 0
+    assert re.search(rf"\b{expected} diagnostics\b", result.stdout), result.stdout
