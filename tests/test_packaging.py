@@ -55,3 +55,5 @@ def test_wheel_layout(tmp_path):
     assert "torchlint/rules/tl301_zero_grad_set_to_none.py" in names
     assert "torchlint/codemods/zero_grad.py" in names
     assert "torchlint/cli.py" in names
+    assert "torchlint/verify/_child.py" in names
+    assert "torchlint/docs.py" in names

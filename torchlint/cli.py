@@ -404,13 +404,14 @@ def _unified_diff(before: str, after: str, display: str) -> str:
 @click.option("--all", "show_all", is_flag=True, help="List every rule.")
 def rule(code: Optional[str], show_all: bool) -> None:
     """Show the documentation of the rule CODE, or list all rules with --all."""
+    from torchlint.docs import state
     from torchlint.registry import all_rules
 
     rules = all_rules()
     if show_all:
         rows = [("Code", "Name", "Default", "Fix")]
         for c, r in rules.items():
-            rows.append((c, r.name, "on" if r.default else "opt-in", r.fix.value))
+            rows.append((c, r.name, state(r), r.fix.value))
         widths = [max(len(row[i]) for row in rows) for i in range(4)]
         for row in rows:
             click.echo("  ".join(cell.ljust(widths[i]) for i, cell in enumerate(row)).rstrip())
@@ -420,10 +421,74 @@ def rule(code: Optional[str], show_all: bool) -> None:
     code = code.strip().upper()
     if code not in rules:
         raise _fail(f"unknown rule code `{code}` (see `torchlint rule --all`)")
-    r = rules[code]
-    click.echo(f"# {r.name} ({code})\n")
-    click.echo(f"Default: {'on' if r.default else 'off (opt-in)'}. Fix: {r.fix.value}.\n")
-    click.echo(r.documentation())
+    from torchlint.docs import rule_section
+
+    click.echo(rule_section(rules[code], level=1), nl=False)
+
+
+@main.command()
+@click.argument("target", nargs=-1)
+@click.option("--rules", "rule_mode", is_flag=True,
+              help="Run the benchmark of each fixable rule (or of the CODES given) instead of a TARGET.")
+@click.option("--select", multiple=True, metavar="CODES", help="Rules whose fixes to verify (default: the configured selection).")
+@click.option("--ignore", multiple=True, metavar="CODES", help="Rules whose fixes to leave out.")
+@click.option("--config", type=click.Path(dir_okay=False), default=None,
+              help="Use this pyproject.toml or torchlint.toml instead of the nearest one.")
+@click.option("--unsafe-fixes/--no-unsafe-fixes", "unsafe_fixes", default=None,
+              help="Also verify fixes that may change behaviour.")
+@click.option("--each", is_flag=True, help="Also measure every fix on its own (the original plus only that fix).")
+@click.option("--rtol", type=float, default=None, help="Relative tolerance of the comparison (with --atol).")
+@click.option("--atol", type=float, default=None, help="Absolute tolerance of the comparison (with --rtol).")
+@click.option("--min-run-time", type=click.FloatRange(min=0, min_open=True), default=0.2, show_default=True,
+              help="Seconds of measurement per version (Timer.blocked_autorange).")
+@click.option("--timeout", type=click.FloatRange(min=0, min_open=True), default=300, show_default=True,
+              help="Seconds allowed for each step (an import, a call, a timing) before the run is stopped.")
+@click.option("--output-format", type=click.Choice(("table", "json")), default="table", show_default=True)
+def verify(target, rule_mode, select, ignore, config, unsafe_fixes, each, rtol, atol,
+           min_run_time, timeout, output_format) -> None:
+    """Check that fixes keep results and measure their speedup (needs PyTorch).
+
+    `torchlint verify path/to/module.py::function` runs the zero-argument
+    function as written and as fixed, compares the results and times both.
+    `torchlint verify --rules [CODES]` runs the rules' own benchmarks.
+    Exit status: 0 verified, 1 a mismatch, an error or a timeout, 2 usage error.
+    """
+    from torchlint import verify as verifier
+
+    if not verifier.torch_available():
+        raise _fail(verifier.TORCH_MISSING)
+    if (rtol is None) != (atol is None):
+        raise _fail("give both --rtol and --atol, or neither (torch.testing.assert_close needs both)")
+    progress = verifier.TerminalProgress() if sys.stderr.isatty() else None
+    try:
+        if rule_mode:
+            if select or ignore or each:
+                raise verifier.UsageError("--select, --ignore and --each do not apply to --rules")
+            report = verifier.verify_rules(_split_codes(target), min_run_time=min_run_time,
+                                           timeout=timeout, progress=progress)
+        else:
+            if len(target) != 1:
+                raise verifier.UsageError("give one `path/to/module.py::function` (or --rules)")
+            path = target[0].rsplit("::", 1)[0]
+            run = _prepare([path] if os.path.exists(path) else [], select, ignore, (), config, None, None,
+                           None, False, unsafe_fixes)
+            options = verifier.EntryOptions(
+                unsafe=run.settings.unsafe_fixes, each=each, rtol=rtol, atol=atol,
+                min_run_time=min_run_time, timeout=timeout,
+            )
+            report = verifier.verify_entry(target[0], run.settings, run.codes, options, progress)
+            if report.get("usage_error") and output_format == "table":
+                raise verifier.UsageError(f"{target[0]}: {report['error']}")
+    except verifier.UsageError as exc:
+        if progress is not None:
+            progress.close()
+        raise _fail(str(exc)) from None
+    finally:
+        if progress is not None:
+            progress.close()
+    formatter = verifier.format_rules if rule_mode else verifier.format_entry
+    _emit(formatter(report, output_format))
+    raise click.exceptions.Exit(verifier.exit_status(report))
 
 
 if __name__ == "__main__":  # pragma: no cover

@@ -1,0 +1,431 @@
+"""Entry-point mode: ``torchlint verify path/to/module.py::function``."""
+
+from __future__ import annotations
+
+import ast
+import os
+from collections import Counter
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
+
+from torchlint.config import Settings
+from torchlint.model import Applicability
+from torchlint.source import SourceError, read_source
+from torchlint.verify import UsageError
+from torchlint.verify.report import speedup_of
+from torchlint.verify.runner import run_job
+
+SEED = 0
+CASE = "entry"
+
+
+@dataclass(frozen=True)
+class EntryOptions:
+    unsafe: bool = False
+    each: bool = False
+    rtol: Optional[float] = None
+    atol: Optional[float] = None
+    min_run_time: float = 0.2
+    timeout: float = 300.0
+
+
+@dataclass(frozen=True)
+class _Target:
+    spec: str
+    path: Path
+    function: str
+
+
+@dataclass
+class _Fix:
+    code: str
+    name: str
+    line: int
+    column: int
+    applicability: str
+    message: str
+    text: Optional[str]  # the module with only this fix applied
+
+    def as_json(self) -> Dict[str, Any]:
+        return {
+            "code": self.code, "name": self.name, "line": self.line, "column": self.column,
+            "applicability": self.applicability, "message": self.message,
+        }
+
+
+# -- the target ---------------------------------------------------------------
+
+
+def parse_target(spec: str) -> _Target:
+    if "::" not in spec:
+        raise UsageError(
+            f"`{spec}` does not name a function: give `path/to/module.py::function` "
+            "(or `--rules` to run the rule benchmarks)"
+        )
+    path_text, function = spec.rsplit("::", 1)
+    function = function.strip()
+    if not path_text:
+        raise UsageError(f"`{spec}` names no file before `::`")
+    if not function or not all(part.isidentifier() for part in function.split(".")):
+        raise UsageError(f"`{function}` in `{spec}` is not a function name")
+    path = Path(path_text)
+    if not path.exists():
+        raise UsageError(f"{path_text}: no such file")
+    if path.is_dir():
+        raise UsageError(f"{path_text}: is a directory; give a Python file")
+    if path.suffix == ".ipynb":
+        raise UsageError(f"{path_text}: verify runs Python modules, not notebooks")
+    return _Target(spec, path, function)
+
+
+def _top_level_names(tree: ast.Module) -> Optional[set]:
+    """Names bound at module level, or None when that cannot be known (``import *``)."""
+    names: set = set()
+
+    def targets(node: ast.AST) -> None:
+        for sub in ast.walk(node):
+            if isinstance(sub, ast.Name):
+                names.add(sub.id)
+
+    def block(statements: Sequence[ast.stmt]) -> bool:
+        for node in statements:
+            if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+                names.add(node.name)
+            elif isinstance(node, (ast.Assign, ast.AnnAssign, ast.AugAssign)):
+                for target in getattr(node, "targets", None) or [node.target]:
+                    targets(target)
+            elif isinstance(node, (ast.Import, ast.ImportFrom)):
+                for alias in node.names:
+                    if alias.name == "*":
+                        return False
+                    names.add((alias.asname or alias.name).split(".")[0])
+            elif isinstance(node, (ast.For, ast.AsyncFor, ast.With, ast.AsyncWith)):
+                for target in ([node.target] if isinstance(node, (ast.For, ast.AsyncFor)) else
+                               [i.optional_vars for i in node.items if i.optional_vars is not None]):
+                    targets(target)
+            for field in ("body", "orelse", "finalbody"):
+                inner = getattr(node, field, None)
+                if isinstance(inner, list) and not isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+                    if not block(inner):
+                        return False
+            for handler in getattr(node, "handlers", None) or []:
+                if handler.name:
+                    names.add(handler.name)
+                if not block(handler.body):
+                    return False
+            for sub in ast.walk(node) if not isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)) else ():
+                if isinstance(sub, ast.NamedExpr) and isinstance(sub.target, ast.Name):
+                    names.add(sub.target.id)
+                if isinstance(sub, ast.Call) and isinstance(sub.func, ast.Name) and sub.func.id in ("globals", "exec", "setattr"):
+                    return False
+        return True
+
+    return names if block(tree.body) else None
+
+
+def _read_module(target: _Target) -> str:
+    try:
+        text = read_source(target.path).text
+    except SourceError as exc:
+        raise UsageError(f"{target.path}: {exc}") from None
+    try:
+        tree = ast.parse(text, filename=str(target.path))
+    except SyntaxError as exc:
+        where = f"{target.path}:{exc.lineno or 1}:{exc.offset or 1}"
+        raise UsageError(f"{where}: the module has a syntax error: {exc.msg}") from None
+    names = _top_level_names(tree)
+    head = target.function.split(".")[0]
+    if names is not None and head not in names:
+        raise UsageError(f"{target.path}: the module defines no `{head}`")
+    defs = [n for n in tree.body if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef)) and n.name == head]
+    if head == target.function and defs:
+        _check_signature(defs[-1], target)
+    return text
+
+
+def _check_signature(node, target: _Target) -> None:
+    """The same checks as the subprocess's, before starting it."""
+    if isinstance(node, ast.AsyncFunctionDef):
+        raise UsageError(f"{target.spec}: `{node.name}` is a coroutine function; verify calls plain functions")
+    args = node.args
+    positional = args.posonlyargs + args.args
+    required = [a.arg for a in positional[: len(positional) - len(args.defaults)]]
+    required += [a.arg for a, d in zip(args.kwonlyargs, args.kw_defaults) if d is None]
+    if required:
+        raise UsageError(
+            f"{target.spec}: `{node.name}` takes arguments ({', '.join(required)}); verify calls a "
+            "zero-argument function: wrap the call in one (e.g. `def bench(): return train_step(batch)`)"
+        )
+
+
+def _package_of(path: Path) -> Tuple[List[str], str]:
+    """The ``sys.path`` entries the module needs, and its package ('' if none)."""
+    directory = path.parent
+    parts: List[str] = []
+    root = directory
+    while (root / "__init__.py").is_file():
+        parts.insert(0, root.name)
+        root = root.parent
+    entries = [str(directory)]
+    if parts and str(root) not in entries:
+        entries.append(str(root))
+    package = ".".join(parts) if all(p.isidentifier() for p in parts) else ""
+    return entries, package
+
+
+# -- the fixes ----------------------------------------------------------------
+
+
+def _fixes(text: str, display: str, settings: Settings, codes: Sequence[str], unsafe: bool) -> Tuple[str, List[_Fix], List[str], int]:
+    """(fixed text, the fixes, the engine's errors, diagnostics left with an unsafe fix)."""
+    from torchlint.engine import fix_text, on_large_stack
+
+    result = fix_text(text, display, settings, codes, unsafe)
+    errors = [f"{d.label} at line {d.line}: {d.message}" for d in result.errors]
+    hidden = sum(
+        1 for d in result.remaining
+        if not unsafe and d.fix is not None and d.fix.applicability is Applicability.UNSAFE
+    )
+    if result.text == text:
+        return text, [], errors, hidden
+    fixes = on_large_stack(_list_fixes, text, display, settings, codes, unsafe, Counter(result.applied))
+    return result.text, fixes, errors, hidden
+
+
+def _allowed(findings, unsafe: bool) -> list:
+    allowed = {Applicability.SAFE, Applicability.UNSAFE} if unsafe else {Applicability.SAFE}
+    return [
+        f for f in findings
+        if f.fix is not None and f.fix.applicability in allowed and f.diagnostic is not None
+    ]
+
+
+def _as_fix(finding, single: Optional[str]) -> _Fix:
+    d = finding.diagnostic
+    return _Fix(d.code or "", d.name or "", d.line, d.column, finding.fix.applicability.value,
+                finding.fix.message, single)
+
+
+def _list_fixes(text: str, display: str, settings: Settings, codes: Sequence[str], unsafe: bool,
+                applied: Counter) -> List[_Fix]:
+    """The fixes ``fix_text`` applied: each fixable finding of the original, with
+    the module with only that fix applied; then, round by round as the engine
+    goes, findings that appear only once other fixes are in (TL204 after TL202's
+    ``pin_memory=True``), with their line in that intermediate text and no
+    single-fix variant."""
+    from torchlint.engine import MAX_FIX_ROUNDS, _apply, _non_overlapping, _valid, lint_text
+
+    result = lint_text(text, display, settings, codes)
+    if result.module is None:
+        return []
+    must_compile = _valid(text, True)
+    first: List[_Fix] = []
+    for finding in _allowed(result.findings, unsafe):
+        if not applied.get(finding.code):
+            continue
+        try:
+            single: Optional[str] = _apply(result.module, [(finding, finding.fix.build())])
+        except Exception:  # noqa: BLE001 - the engine reports broken fixes itself
+            single = None
+        if single is not None and (single == text or not _valid(single, must_compile)):
+            single = None
+        first.append(_as_fix(finding, single))
+    first.sort(key=lambda f: (f.line, f.column, f.code))
+
+    later: List[_Fix] = []
+    extra = applied - Counter(f.code for f in first)
+    current = result
+    for _ in range(MAX_FIX_ROUNDS):
+        if not extra or current.module is None:
+            break
+        candidates = _allowed(current.findings, unsafe)
+        try:
+            edits = [(f, f.fix.build()) for f in _non_overlapping(candidates, current.positions)]
+            step = _apply(current.module, edits)
+        except Exception:  # noqa: BLE001
+            break
+        current = lint_text(step, display, settings, codes)
+        for finding in _allowed(current.findings, unsafe):
+            if extra.get(finding.code, 0) > 0:
+                later.append(_as_fix(finding, None))
+                extra[finding.code] -= 1
+        extra = +extra
+    return first + later
+
+
+# -- running ------------------------------------------------------------------
+
+
+def _variant(key: str, label: str, module: str, file: Path, filename: str, source: str) -> Dict[str, Any]:
+    return {"key": key, "label": label, "module": module, "file": str(file), "filename": filename, "source": source}
+
+
+def verify_entry(
+    spec: str,
+    settings: Settings,
+    codes: Sequence[str],
+    options: EntryOptions,
+    progress: Optional[Callable[[Optional[str], str], None]] = None,
+) -> Dict[str, Any]:
+    """Verify the fixes of one module by calling ``function`` before and after.
+
+    Returns the report (see ``report.format_entry``); raises ``UsageError``.
+    """
+    target = parse_target(spec)
+    text = _read_module(target)
+    display = os.path.normpath(str(target.path))
+    fixed_text, fixes, engine_errors, hidden = _fixes(text, display, settings, codes, options.unsafe)
+    report: Dict[str, Any] = {
+        "target": spec,
+        "device": None,
+        "device_name": None,
+        "torch": None,
+        "unsafe_fixes": options.unsafe,
+        "fixes": [f.as_json() for f in fixes],
+        "before": None,
+        "after": None,
+        "speedup": None,
+        "speedup_range": None,
+        "match": None,
+        "mismatch": None,
+        "error": None,
+        "traceback": None,
+        "failing_fixes": [],
+        "notes": list(engine_errors),
+    }
+    if options.each:
+        report["each"] = []
+    if fixed_text == text:
+        why = "torchlint has no fix to apply to this module"
+        if hidden:
+            why += f" ({hidden} diagnostic{'s' if hidden != 1 else ''} with an unsafe fix: add `--unsafe-fixes`)"
+        report["notes"].insert(0, why + "; nothing to verify")
+        return report
+
+    absolute = target.path.resolve()
+    sys_path, package = _package_of(absolute)
+    stem = absolute.stem if absolute.stem.isidentifier() else "module"
+    prefix = f"{package}." if package else ""
+    variants = [
+        _variant("original", "original", f"{prefix}__torchlint_original__{stem}", absolute, str(absolute), text),
+        _variant("fixed", "fixed", f"{prefix}__torchlint_fixed__{stem}", absolute,
+                 f"{absolute} (fixed by torchlint)", fixed_text),
+    ]
+    singles: List[str] = []
+    for i, fix in enumerate(fixes):
+        if fix.text is None:
+            if options.each:
+                report["notes"].append(
+                    f"{fix.code} (line {fix.line}) applies only once another fix is in: "
+                    "it is measured as part of the fixed version, not on its own"
+                )
+            continue
+        if len(fixes) == 1 and fix.text == fixed_text:
+            continue
+        key = f"fix{i}"
+        singles.append(key)
+        variants.append(_variant(
+            key, f"{fix.code} (line {fix.line}) only", f"{prefix}__torchlint_{key}__{stem}", absolute,
+            f"{absolute} (only {fix.code} at line {fix.line})", fix.text,
+        ))
+    case = {
+        "id": CASE,
+        "function": target.function,
+        "package": package,
+        "seed": SEED,
+        "rtol": options.rtol,
+        "atol": options.atol,
+        "variants": variants,
+        "original": "original",
+        "fixed": "fixed",
+        "blame": singles if len(fixes) > 1 else [],
+        "each": singles if options.each else [],
+        "time": ["original", "fixed"] + (singles if options.each else []),
+    }
+    outcome = run_job([case], min_run_time=options.min_run_time, timeout=options.timeout,
+                      sys_path=sys_path, argv0=str(absolute), progress=progress)
+    report.update({k: outcome.info.get(k) for k in ("device", "device_name", "torch")})
+    results = outcome.results.get(CASE, {})
+    _settle(report, fixes, singles, results, outcome.errors.get(CASE), options)
+    return report
+
+
+def _timing(time: Optional[Dict[str, Any]]) -> Optional[Dict[str, Any]]:
+    if not time:
+        return None
+    return {k: time[k] for k in ("median", "iqr", "runs", "number_per_run") if k in time}
+
+
+def _settle(report: Dict[str, Any], fixes: List[_Fix], singles: List[str], results: Dict[str, Any],
+            runner_error: Optional[Tuple[str, Optional[str]]], options: EntryOptions) -> None:
+    results = {k: dict(v) for k, v in results.items()}
+    if runner_error is not None:
+        message, key = runner_error
+        if key is None:  # before any variant ran (starting Python, importing torch)
+            report["error"] = message
+            return
+        variant = results.setdefault(key, {})
+        if not variant.get("error"):
+            variant.update(error=message, stopped=True)
+    original = results.get("original", {})
+    fixed = results.get("fixed", {})
+    report["before"] = _timing(original.get("time"))
+    report["after"] = _timing(fixed.get("time"))
+    report["speedup"], report["speedup_range"] = speedup_of(original.get("time"), fixed.get("time"))
+    by_key = {f"fix{i}": fix for i, fix in enumerate(fixes)}
+
+    if options.each:
+        for key in singles:
+            fix = by_key[key]
+            result = results.get(key, {})
+            speedup, spread = speedup_of(original.get("time"), result.get("time"))
+            report["each"].append({
+                "code": fix.code, "line": fix.line, "time": _timing(result.get("time")),
+                "speedup": speedup, "speedup_range": spread, "match": result.get("match"),
+                "mismatch": result.get("mismatch"), "error": result.get("error"),
+            })
+
+    usage = next((r["error"] for r in (original, fixed) if r.get("usage")), None)
+    if usage:
+        report["error"] = usage
+        report["usage_error"] = True
+        return
+    if original.get("error"):
+        report["error"] = _error_text("original", original)
+        report["traceback"] = original.get("traceback")
+        if "match" not in fixed:
+            report["error"] += "; nothing to compare against"
+            return
+    report["match"] = fixed.get("match")
+    if fixed.get("error"):
+        report["error"] = _error_text("fixed", fixed)
+        report["traceback"] = fixed.get("traceback")
+        if report["match"] is None:
+            report["match"] = False
+    report["mismatch"] = fixed.get("mismatch")
+    if report["match"] is not False:
+        return
+    # Which fix is to blame.
+    if len(fixes) == 1:
+        report["failing_fixes"] = [{"code": fixes[0].code, "line": fixes[0].line}]
+        return
+    failing = []
+    for key in singles:
+        result = results.get(key, {})
+        if result.get("error") or result.get("match") is False:
+            fix = by_key[key]
+            failing.append({
+                "code": fix.code, "line": fix.line,
+                "error": result.get("error"), "mismatch": result.get("mismatch"),
+            })
+    report["failing_fixes"] = failing
+    if not failing and singles and all(results.get(k, {}).get("match") for k in singles):
+        report["notes"].append("each fix alone gives the same values: only their combination differs")
+
+
+def _error_text(which: str, result: Dict[str, Any]) -> str:
+    if result.get("stopped"):  # the runner's own words: "timed out after 5 s while ..."
+        return result["error"]
+    what = "module" if result.get("on_import") else "function"
+    return f"the {which} {what} {result['error']}"
