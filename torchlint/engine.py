@@ -14,12 +14,12 @@ from pathlib import Path
 from typing import Dict, List, Optional, Sequence, Tuple
 
 import libcst as cst
-from libcst.metadata import MetadataWrapper, PositionProvider
 
 from torchlint.config import Settings
 from torchlint.discovery import PathPatterns
 from torchlint.model import Applicability, Diagnostic, Finding, FixInfo, Kind
 from torchlint.noqa import parse_suppressions
+from torchlint.positions import Span, node_positions
 from torchlint.registry import all_rules
 from torchlint.rule import Context
 from torchlint.walker import Walker
@@ -66,7 +66,7 @@ class LintResult:
     diagnostics: List[Diagnostic]
     module: Optional[cst.Module] = None
     findings: List[Finding] = field(default_factory=list)
-    positions: Optional[Dict[cst.CSTNode, object]] = None
+    positions: Optional[Dict[cst.CSTNode, Span]] = None
 
 
 def could_concern_torch(text: str) -> bool:
@@ -168,13 +168,13 @@ def _lint_text(text: str, path: str, settings: Settings, codes: Sequence[str]) -
     if not context.findings:
         return LintResult([], module)
 
-    positions = MetadataWrapper(module, unsafe_skip_copy=True).resolve(PositionProvider)
+    positions = node_positions(module)
     kept: List[Finding] = []
     diagnostics: List[Diagnostic] = []
     seen = set()
     for finding in context.findings:
-        pos = positions[finding.node]
-        line, column = pos.start.line, pos.start.column + 1
+        (line, column), (end_line, end_column) = positions[finding.node]
+        column += 1
         if suppressions.suppresses(finding.code, line):
             continue
         key = (finding.code, line, column)
@@ -185,7 +185,7 @@ def _lint_text(text: str, path: str, settings: Settings, codes: Sequence[str]) -
         if finding.fix is not None:
             fix_info = FixInfo(finding.fix.applicability, finding.fix.message)
         diagnostic = Diagnostic(
-            path, line, column, pos.end.line, pos.end.column + 1, finding.message,
+            path, line, column, end_line, end_column + 1, finding.message,
             code=finding.code, name=finding.name, fix=fix_info,
         )
         finding.diagnostic = diagnostic
@@ -231,8 +231,7 @@ def _valid(text: str, must_compile: bool) -> bool:
 
 def _target_range(finding: Finding, positions) -> Tuple[Tuple[int, int], Tuple[int, int]]:
     target = finding.fix.target if finding.fix.target is not None else finding.node
-    rng = positions[target]
-    return (rng.start.line, rng.start.column), (rng.end.line, rng.end.column)
+    return positions[target]
 
 
 def _non_overlapping(findings: Sequence[Finding], positions) -> List[Finding]:
