@@ -16,10 +16,10 @@ import libcst as cst
 def dotted_name(node: cst.BaseExpression) -> Optional[str]:
     """``a.b.c`` for a Name/Attribute chain, else None."""
     parts: List[str] = []
-    while isinstance(node, cst.Attribute):
+    while type(node) is cst.Attribute:
         parts.append(node.attr.value)
         node = node.value
-    if isinstance(node, cst.Name):
+    if type(node) is cst.Name:
         parts.append(node.value)
         return ".".join(reversed(parts))
     return None
@@ -135,11 +135,13 @@ class ImportTable:
         ``nn.Conv2d`` with ``from torch import nn`` gives ``torch.nn.Conv2d``;
         ``self.conv`` or a call gives None.
         """
+        # `type(...) is` rather than isinstance: LibCST nodes are ABCs, whose
+        # isinstance is slow, and this runs for every call in every rule.
         parts: List[str] = []
-        while isinstance(node, cst.Attribute):
+        while type(node) is cst.Attribute:
             parts.append(node.attr.value)
             node = node.value
-        if not isinstance(node, cst.Name):
+        if type(node) is not cst.Name:
             return None
         base = self.resolve(node.value)
         if base is None:

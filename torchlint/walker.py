@@ -44,22 +44,49 @@ _NODE_TYPES: Dict[str, type] = {
     if isinstance(obj, type) and issubclass(obj, cst.CSTNode)
 }
 
+# ``isinstance(x, cst.CSTNode)`` goes through ABCMeta's slow path; the walk
+# asks it millions of times, so the answer is cached per type.
+_IS_NODE: Dict[type, bool] = {}
+
+
+def _is_node(value: object) -> bool:
+    kind = type(value)
+    known = _IS_NODE.get(kind)
+    if known is None:
+        known = _IS_NODE[kind] = isinstance(value, cst.CSTNode)
+    return known
+
+
 Callback = Callable[[cst.CSTNode], object]
+
+_HOOKS: Dict[Tuple[type, str], Tuple[Tuple[type, str], ...]] = {}
+
+
+def _hooks(rule_class: type, prefix: str) -> Tuple[Tuple[type, str], ...]:
+    """``(node type, method name)`` of a rule class's visit_/leave_ methods."""
+    key = (rule_class, prefix)
+    hooks = _HOOKS.get(key)
+    if hooks is None:
+        found = []
+        for attr in dir(rule_class):
+            if attr.startswith(prefix):
+                node_type = _NODE_TYPES.get(attr[len(prefix):])
+                if node_type is None:
+                    raise TypeError(f"{rule_class.__name__}.{attr}: no LibCST node named so")
+                found.append((node_type, attr))
+        hooks = _HOOKS[key] = tuple(found)
+    return hooks
 
 
 def _callbacks(rules: Iterable[Rule], prefix: str) -> Dict[type, List[Callback]]:
     table: Dict[type, List[Callback]] = {}
     for rule in rules:
-        for attr in dir(type(rule)):
-            if attr.startswith(prefix):
-                node_type = _NODE_TYPES.get(attr[len(prefix):])
-                if node_type is None:
-                    raise TypeError(f"{type(rule).__name__}.{attr}: no LibCST node named so")
-                table.setdefault(node_type, []).append(getattr(rule, attr))
+        for node_type, attr in _hooks(type(rule), prefix):
+            table.setdefault(node_type, []).append(getattr(rule, attr))
     return table
 
 
-_SCOPES = (cst.FunctionDef, cst.Lambda, cst.ClassDef)
+_SCOPES = frozenset({cst.FunctionDef, cst.Lambda, cst.ClassDef})
 
 
 class Walker:
@@ -89,14 +116,19 @@ class Walker:
             for callback in callbacks:
                 callback(node)
         walk = self._walk
-        for name in _child_fields(node_type):
+        is_node = _IS_NODE.get
+        for name in _FIELDS.get(node_type) or _child_fields(node_type):
             value = getattr(node, name)
-            if isinstance(value, cst.CSTNode):
-                walk(value)
-            elif type(value) is tuple or type(value) is list:
+            kind = type(value)
+            if kind is tuple or kind is list:
                 for item in value:
-                    if isinstance(item, cst.CSTNode):
+                    known = is_node(type(item))
+                    if known or (known is None and _is_node(item)):
                         walk(item)
+            else:
+                known = is_node(kind)
+                if known or (known is None and _is_node(value)):
+                    walk(value)
         callbacks = self.leave.get(node_type)
         if callbacks:
             for callback in callbacks:
@@ -110,12 +142,12 @@ def iter_children(node: cst.CSTNode) -> Iterable[cst.CSTNode]:
     """The children of ``node`` that rules care about (no whitespace or tokens)."""
     for name in _child_fields(type(node)):
         value = getattr(node, name)
-        if isinstance(value, cst.CSTNode):
-            yield value
-        elif type(value) is tuple or type(value) is list:
+        if type(value) is tuple or type(value) is list:
             for item in value:
-                if isinstance(item, cst.CSTNode):
+                if _is_node(item):
                     yield item
+        elif _is_node(value):
+            yield value
 
 
 def walk_nodes(node: cst.CSTNode) -> Iterable[cst.CSTNode]:
