@@ -140,9 +140,11 @@ def _indexing_only(expr: Optional[cst.BaseExpression], ctx: Context) -> bool:
 
 def indexes_memory_only(getitem: cst.FunctionDef, ctx: Context) -> bool:
     """Whether a `__getitem__` only indexes data held by the dataset object
-    (`return self.x[i], self.y[i]`, `a = self.data[i]; return a, a + 2`):
-    assignments and a final `return` of names, attributes, subscripts,
-    arithmetic and conversions such as `torch.tensor(...)` or `.float()`."""
+    (`return self.x[i], self.y[i]`, `a = self.data[i]; return a, a + 2`,
+    `item = {}; item["prompt"] = self.prompt; return item`): assignments (to
+    names, or to items of a local built in the function) and a final `return`
+    of names, attributes, subscripts, arithmetic and conversions such as
+    `torch.tensor(...)` or `.float()`."""
     body = getitem.body
     if not isinstance(body, cst.IndentedBlock) or not body.body:
         return False
@@ -151,6 +153,7 @@ def indexes_memory_only(getitem: cst.FunctionDef, ctx: Context) -> bool:
         statements = statements[1:]
     if not statements:
         return False
+    local: set = set()  # names assigned so far: `item = {}` then `item["k"] = ...`
     for i, stmt in enumerate(statements):
         if not isinstance(stmt, cst.SimpleStatementLine):
             return False
@@ -162,11 +165,32 @@ def indexes_memory_only(getitem: cst.FunctionDef, ctx: Context) -> bool:
             elif isinstance(small, cst.Assign):
                 if last or not _indexing_only(small.value, ctx):
                     return False
-                if not all(_names_only(t.target) for t in small.targets):
-                    return False
+                for t in small.targets:
+                    if _names_only(t.target):
+                        local.update(_target_names(t.target))
+                    elif not _item_of_local(t.target, local, ctx):
+                        return False
             else:
                 return False
     return True
+
+
+def _target_names(target: cst.BaseExpression) -> List[str]:
+    if isinstance(target, cst.Name):
+        return [target.value]
+    if isinstance(target, (cst.Tuple, cst.List)):
+        return [n for e in target.elements for n in _target_names(e.value)]
+    return []
+
+
+def _item_of_local(target: cst.BaseExpression, local: set, ctx: Context) -> bool:
+    """``item["prompt"] = ...`` into a dict (or list) built in the function."""
+    return (
+        isinstance(target, cst.Subscript)
+        and isinstance(target.value, cst.Name)
+        and target.value.value in local
+        and _indexing_only(target, ctx)
+    )
 
 
 def _names_only(target: cst.BaseExpression) -> bool:

@@ -36,6 +36,7 @@ may have, and the rule cannot tell which.
 from __future__ import annotations
 
 import re
+from pathlib import PurePath
 from typing import Dict, List, Optional, Tuple
 
 import libcst as cst
@@ -324,7 +325,7 @@ class ProgramRule(Rule):
     def __init__(self, context: Context) -> None:
         super().__init__(context)
         self.facts = facts_for(context)
-        self._off = context.is_test_file
+        self._off = context.is_test_file or is_benchmark_path(context.path)
         # One rule feeds the shared facts; the others' hooks do nothing.
         self._feeds = not self._off and self.facts.claim(self)
 
@@ -407,3 +408,40 @@ def under_switch(context: Context, pattern: "re.Pattern[str]") -> bool:
 
 # A reproducibility switch: ``if args.deterministic:``, ``if seed is not None:``.
 REPRODUCIBILITY_SWITCH = re.compile(r"determin|reproduc|seed", re.IGNORECASE)
+
+
+# A function or class whose purpose is reproducibility (``enable_full_determinism()``,
+# ``make_reproducible()``, ``class DeterministicEngine``): calling it is the switch.
+# Not ``seed``: a seeding helper runs in every run, and determinism hidden in it
+# is then always on.
+REPRODUCIBILITY_PURPOSE = re.compile(r"determin|reproduc", re.IGNORECASE)
+
+
+def in_scope_named(context: Context, pattern: "re.Pattern[str]") -> bool:
+    """Whether the node being visited is inside a function or class whose name
+    matches ``pattern``."""
+    for ancestor in context.ancestors():
+        if isinstance(ancestor, (cst.FunctionDef, cst.ClassDef)) and pattern.search(ancestor.name.value):
+            return True
+    return False
+
+
+_BENCHMARK_PATH = re.compile(r"bench", re.IGNORECASE)
+
+
+def is_benchmark_path(path: str) -> bool:
+    """A benchmark (``benchmarks/fp8/ddp.py``, ``benchmark_fp32.py``): it
+    measures one configuration on purpose, so whole-program advice to change
+    that configuration does not apply."""
+    p = PurePath(path.replace("\\", "/"))
+    return any(_BENCHMARK_PATH.search(part) for part in (*p.parts[:-1], p.stem))
+
+
+_VERIFICATION_STEM = re.compile(r"^_*(convert|compare|verify|check(?!point))", re.IGNORECASE)
+
+
+def is_verification_path(path: str) -> bool:
+    """A script that converts or checks a model and compares its outputs with a
+    reference (``convert_checkpoint.py``, ``compare_outputs.py``,
+    ``verify_export.py``): it runs once, and must be reproducible to compare."""
+    return bool(_VERIFICATION_STEM.search(PurePath(path.replace("\\", "/")).stem))

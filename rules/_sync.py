@@ -1,4 +1,4 @@
-"""Shared questions of the "in a loop" rules TL102, TL103 and TL702, and the
+"""Shared questions of the "in a loop" rules TL101, TL102, TL103 and TL702, and the
 statement a reported call makes up (which TL701 and TL702 hand to the
 ``remove_statement`` codemod).
 
@@ -47,16 +47,32 @@ _OOM_BUILTINS = frozenset({"RuntimeError", "MemoryError"})
 
 
 def _ends_with_exit(block: cst.CSTNode) -> bool:
-    """Whether a block's last statement is ``break``, ``return`` or ``raise``."""
+    """Whether a block's last statement is ``break``, ``return``, ``raise`` or a
+    call that ends the process (``sys.exit(1)``, ``exit()``, ``os._exit(1)``)."""
     body = getattr(block, "body", ())
     if not body:
         return False
     last = body[-1]
     if isinstance(block, cst.SimpleStatementSuite):
-        return isinstance(last, (cst.Break, cst.Return, cst.Raise))
-    return isinstance(last, cst.SimpleStatementLine) and isinstance(
-        last.body[-1], (cst.Break, cst.Return, cst.Raise)
-    )
+        small = last
+    elif isinstance(last, cst.SimpleStatementLine):
+        small = last.body[-1]
+    else:
+        return False
+    if isinstance(small, (cst.Break, cst.Return, cst.Raise)):
+        return True
+    return isinstance(small, cst.Expr) and _exits_process(small.value)
+
+
+def _exits_process(expr: cst.BaseExpression) -> bool:
+    if not isinstance(expr, cst.Call):
+        return False
+    func = expr.func
+    if isinstance(func, cst.Name):
+        return func.value in ("exit", "quit")
+    if isinstance(func, cst.Attribute) and isinstance(func.value, cst.Name):
+        return (func.value.value, func.attr.value) in (("sys", "exit"), ("os", "_exit"))
+    return False
 
 
 def target_names(target: cst.BaseExpression) -> List[str]:
@@ -107,10 +123,14 @@ def _compares_counter_to_literal(test: cst.BaseExpression, counters: List[str]) 
 
 
 def runs_once(ctx: Context, loop: cst.CSTNode) -> bool:
-    """Whether the node being visited runs at most once per loop: it is part of
-    a ``return``/``raise``, of a block (inside the loop) that ends the loop
-    with ``break``/``return``/``raise`` (as TL101 judges), or of the body of an
-    ``if`` that compares the loop's counter with a constant (``if i == 0:``)."""
+    """Whether the node being visited runs at most once per loop (or a fixed
+    number of times): it is part of a ``return``/``raise``, of a block (inside
+    the loop) that ends the loop or the process (``break``/``return``/``raise``,
+    ``sys.exit(...)``), of the body of an ``if`` that compares the loop's
+    counter with a constant (``if i == 0:``), of the body of an ``if`` that
+    caps how often it runs (``if shown < 3:`` whose body does ``shown += 1``),
+    or of the body of a periodic guard kept with a counter (``if seen == k:``
+    whose body resets ``seen = 0``)."""
     counters = _counters(loop)
     stack = ctx.stack
     for i in range(len(stack) - 2, -1, -1):
@@ -128,6 +148,86 @@ def runs_once(ctx: Context, loop: cst.CSTNode) -> bool:
             and _compares_counter_to_literal(ancestor.test, counters)
         ):
             return True
+        if isinstance(ancestor, cst.If) and stack[i + 1] is ancestor.body and (_capped(ancestor) or _counted(ancestor)):
+            return True
+    return False
+
+
+def _test_names(test: cst.BaseExpression, operators) -> List[str]:
+    """Names compared (``name <op> <anything>``) in a test or its ``and`` operands."""
+    names: List[str] = []
+    todo: List[cst.BaseExpression] = [test]
+    while todo:
+        node = todo.pop()
+        if isinstance(node, cst.BooleanOperation) and isinstance(node.operator, cst.And):
+            todo.extend((node.left, node.right))
+        elif (
+            isinstance(node, cst.Comparison)
+            and len(node.comparisons) == 1
+            and isinstance(node.comparisons[0].operator, operators)
+            and isinstance(node.left, cst.Name)
+        ):
+            names.append(node.left.value)
+    return names
+
+
+def _body_assigns(node: cst.If, names: List[str], *, increment: bool) -> bool:
+    """Whether the ``if`` body has ``name += 1`` (``increment``) or ``name = 0``
+    as a statement of its own, for one of ``names``."""
+    if not names or not isinstance(node.body, cst.IndentedBlock):
+        return False
+    for statement in node.body.body:
+        if not isinstance(statement, cst.SimpleStatementLine):
+            continue
+        for small in statement.body:
+            if increment:
+                if (
+                    isinstance(small, cst.AugAssign)
+                    and isinstance(small.operator, cst.AddAssign)
+                    and isinstance(small.target, cst.Name)
+                    and small.target.value in names
+                ):
+                    return True
+            elif (
+                isinstance(small, cst.Assign)
+                and isinstance(small.value, cst.Integer)
+                and small.value.value == "0"
+                and any(isinstance(t.target, cst.Name) and t.target.value in names for t in small.targets)
+            ):
+                return True
+    return False
+
+
+def _counted(node: cst.If) -> bool:
+    """``if seen == every:`` (or ``>=``) whose body resets ``seen = 0``: a
+    periodic guard written with a counter instead of ``%``."""
+    return _body_assigns(node, _test_names(node.test, (cst.Equal, cst.GreaterThanEqual)), increment=False)
+
+
+def _capped(node: cst.If) -> bool:
+    """``if ... shown < 3:`` (or ``<=``, possibly one operand of ``and``) whose
+    body increments ``shown``: the block runs at most a fixed number of times."""
+    names = [
+        n
+        for n in _test_names(node.test, (cst.LessThan, cst.LessThanEqual))
+        if _compared_with_integer(node.test, n)
+    ]
+    return _body_assigns(node, names, increment=True)
+
+
+def _compared_with_integer(test: cst.BaseExpression, name: str) -> bool:
+    todo: List[cst.BaseExpression] = [test]
+    while todo:
+        node = todo.pop()
+        if isinstance(node, cst.BooleanOperation):
+            todo.extend((node.left, node.right))
+        elif (
+            isinstance(node, cst.Comparison)
+            and isinstance(node.left, cst.Name)
+            and node.left.value == name
+            and isinstance(node.comparisons[0].comparator, cst.Integer)
+        ):
+            return True
     return False
 
 
@@ -142,13 +242,160 @@ def in_except_handler(ctx: Context, loop: cst.CSTNode) -> bool:
     return False
 
 
-def is_epoch_loop(loop: cst.CSTNode) -> bool:
+def is_epoch_loop(loop: cst.CSTNode, facts: Optional["LoopFacts"] = None) -> bool:
     """``for epoch in ...``/``for epoch_idx, ... in ...`` (a loop variable whose
     name contains ``epoch``): one iteration is a whole pass over the data, so a
-    per-iteration cost is paid once per epoch."""
+    per-iteration cost is paid once per epoch.  Given the loop's ``facts``, a
+    loop that itself runs a training step (``loss.backward()`` in its own body,
+    not in an inner loop: full-batch training, where an "epoch" is one step)
+    is not an epoch loop."""
     if not isinstance(loop, cst.For):
         return False
-    return any("epoch" in n.lower() for n in target_names(loop.target))
+    if not any("epoch" in n.lower() for n in target_names(loop.target)):
+        return False
+    return facts is None or not facts.steps_directly
+
+
+def is_streaming_loop(loop: cst.CSTNode) -> bool:
+    """``for token in generate_text_stream(...)``: a loop over a generator whose
+    name says it streams (``stream`` in the called name); each value is wanted
+    on the host as soon as it is produced, to be shown or sent on."""
+    if not isinstance(loop, cst.For) or not isinstance(loop.iter, cst.Call):
+        return False
+    func = loop.iter.func
+    name = func.attr.value if isinstance(func, cst.Attribute) else func.value if isinstance(func, cst.Name) else ""
+    return "stream" in name.lower()
+
+
+def runs_once_per_pass(ctx: Context, loop: cst.CSTNode, cache: Dict[int, "LoopFacts"]) -> bool:
+    """Whether one iteration of ``loop`` is a whole pass of work, so that a cost
+    paid once per iteration is negligible: a loop over epochs (that does not
+    itself step), a loop over a streaming generator, a loop whose body runs a
+    whole text generation (``model.generate(...)``), or an interactive loop
+    that waits for ``input()``."""
+    if is_streaming_loop(loop):
+        return True
+    facts = loop_facts(ctx, loop, cache)
+    return is_epoch_loop(loop, facts) or facts.generates or facts.prompts_user
+
+
+def converts_any_value(ctx: Context, loop: cst.CSTNode, cache: Dict[int, "LoopFacts"]) -> bool:
+    """Whether the node being visited is in a branch taken only for tensors
+    (``if isinstance(v, torch.Tensor):``, ``v.item() if torch.is_tensor(v) else
+    v``) inside ``loop``, and the loop runs no training step: code that turns
+    values which may or may not be tensors into host values (a logger, a results
+    table, input normalisation), not a step of the computation."""
+    stack = ctx.stack
+    for i in range(len(stack) - 2, -1, -1):
+        node = stack[i]
+        if node is loop:
+            return False
+        child = stack[i + 1]
+        if isinstance(node, (cst.If, cst.IfExp)) and child is node.body and isinstance_tensor_subject(node.test) is not None:
+            return not loop_facts(ctx, loop, cache).trains
+    return False
+
+
+def isinstance_tensor_subject(test: cst.BaseExpression) -> Optional[cst.BaseExpression]:
+    """``x`` in ``isinstance(x, torch.Tensor)``, ``isinstance(x, (Tensor, ...))``,
+    ``torch.is_tensor(x)``, also as an operand of ``and``."""
+    if isinstance(test, cst.BooleanOperation) and isinstance(test.operator, cst.And):
+        return isinstance_tensor_subject(test.left) or isinstance_tensor_subject(test.right)
+    if not isinstance(test, cst.Call) or not test.args:
+        return None
+    subject = test.args[0].value
+    func = test.func
+    if isinstance(func, cst.Attribute) and func.attr.value == "is_tensor":
+        return subject
+    if isinstance(func, cst.Name) and func.value == "isinstance" and len(test.args) == 2:
+        kinds = test.args[1].value
+        options = [e.value for e in kinds.elements] if isinstance(kinds, cst.Tuple) else [kinds]
+        if any(isinstance(o, (cst.Name, cst.Attribute)) and _last(o) == "Tensor" for o in options):
+            return subject
+    return None
+
+
+def _last(expr: cst.BaseExpression) -> str:
+    return expr.value if isinstance(expr, cst.Name) else expr.attr.value if isinstance(expr, cst.Attribute) else ""
+
+
+def in_data_pipeline(ctx: Context) -> bool:
+    """Inside a ``torch.utils.data`` ``Dataset`` or ``Sampler`` subclass: data
+    loading runs on the host (often in worker processes)."""
+    for node in ctx.stack:
+        if isinstance(node, cst.ClassDef):
+            for base in node.bases:
+                q = ctx.qualname(base.value)
+                if q is not None and q.startswith("torch.utils.data.") and q.endswith(("Dataset", "Sampler")):
+                    return True
+    return False
+
+
+# -- loops over a few named values ---------------------------------------------------------
+
+_COMPREHENSIONS = (cst.ListComp, cst.SetComp, cst.DictComp, cst.GeneratorExp)
+
+
+def loop_clauses(node: cst.CSTNode) -> List[cst.CSTNode]:
+    """The ``for`` clauses (target and iterable) of a loop: a ``for``
+    statement's, a comprehension clause's, or every clause of a comprehension
+    (the element is not a descendant of the ``CompFor`` nodes)."""
+    if isinstance(node, (cst.For, cst.CompFor)):
+        return [node]
+    if isinstance(node, _COMPREHENSIONS):
+        clauses: List[cst.CSTNode] = []
+        clause = node.for_in
+        while clause is not None:
+            clauses.append(clause)
+            clause = clause.inner_for_in
+        return clauses
+    return []
+
+
+def iterates_mapping(expr: cst.BaseExpression) -> bool:
+    """``d.items()``/``d.values()``/``d.keys()``, a name ending in ``dict``
+    (``loss_dict``, ``self.eval_dict``), or ``kwargs``."""
+    if isinstance(expr, cst.Call):
+        return (
+            isinstance(expr.func, cst.Attribute)
+            and expr.func.attr.value in ("items", "values", "keys")
+            and not expr.args
+        )
+    lowered = _last(expr).lower()
+    return lowered.endswith("dict") or lowered == "kwargs"
+
+
+def is_constant_display(expr: cst.BaseExpression) -> bool:
+    """``["train", "val"]``, ``(100, 1000)``, ``"RGB"``: literals to go over."""
+    if isinstance(expr, (cst.SimpleString, cst.ConcatenatedString)):
+        return True
+    return (
+        isinstance(expr, (cst.List, cst.Tuple, cst.Set))
+        and bool(expr.elements)
+        and all(isinstance(e.value, (cst.SimpleString, cst.Integer, cst.Float)) for e in expr.elements)
+    )
+
+
+def mentions(expr: cst.CSTNode, words) -> bool:
+    """Whether a name or attribute in a (small) expression contains one of ``words``."""
+    todo = [expr]
+    while todo:
+        node = todo.pop()
+        if isinstance(node, cst.Name):
+            if any(word in node.value.lower() for word in words):
+                return True
+        elif isinstance(node, cst.Attribute):
+            if any(word in node.attr.value.lower() for word in words):
+                return True
+            todo.append(node.value)
+        elif isinstance(node, cst.Call):
+            todo.append(node.func)
+            todo.extend(arg.value for arg in node.args)
+        elif isinstance(node, (cst.Tuple, cst.List)):
+            todo.extend(e.value for e in node.elements)
+        elif isinstance(node, (cst.StarredElement, cst.Subscript)):
+            todo.append(node.value)
+    return False
 
 
 # -- names -------------------------------------------------------------------------------
@@ -160,7 +407,7 @@ _MODULE_NAMES = frozenset(
         "model", "models", "module", "modules", "backbone", "encoder", "decoder", "classifier",
         "net", "network", "teacher", "student", "ema", "head", "layer", "layers", "block",
         "blocks", "critic", "actor", "policy", "discriminator", "unet", "vae", "generator",
-        "submodule", "child", "wrapper",
+        "submodule", "child", "wrapper", "pipeline", "pipe",
     }
 )
 
@@ -193,6 +440,18 @@ class LoopFacts:
     """Has a ``try`` whose handler catches an out-of-memory error."""
     deletes_model: bool = False
     """``del model``: each iteration builds and drops a whole model."""
+    generates: bool = False
+    """Calls ``generate(...)`` (``model.generate``, ``generate_text(...)``) in its
+    own body and not under a condition: each iteration runs a whole
+    autoregressive generation."""
+    trains: bool = False
+    """Calls ``.backward()`` or ``.step()`` anywhere in the body: a training (or
+    environment) step loop."""
+    prompts_user: bool = False
+    """Calls ``input()``: an interactive loop that waits for the user each time."""
+    steps_directly: bool = False
+    """Calls ``.backward()`` in its own body, outside any inner loop or
+    comprehension: each iteration is a training step."""
 
 
 def _is_oom_handler(ctx: Context, handler: cst.CSTNode) -> bool:
@@ -209,11 +468,21 @@ def _is_oom_handler(ctx: Context, handler: cst.CSTNode) -> bool:
     return False
 
 
+_LOOPS = (cst.For, cst.While, cst.ListComp, cst.SetComp, cst.DictComp, cst.GeneratorExp)
+_CONDITIONS = (cst.If, cst.IfExp, cst.ExceptHandler, cst.BooleanOperation)
+
+
+def _generates(func: cst.BaseExpression) -> bool:
+    name = func.attr.value if isinstance(func, cst.Attribute) else func.value if isinstance(func, cst.Name) else ""
+    return name == "generate" or name.startswith("generate_text") or name.endswith("_generate")
+
+
 def _scan(ctx: Context, roots: List[cst.CSTNode]) -> LoopFacts:
     facts = LoopFacts()
-    todo = list(roots)
+    # (node, in the loop's own body (not an inner loop), and not under a condition)
+    todo: List[Tuple[cst.CSTNode, bool, bool]] = [(root, True, True) for root in roots]
     while todo:
-        node = todo.pop()
+        node, direct, always = todo.pop()
         if isinstance(node, _SCOPES):
             continue  # a function defined in the loop does not run there
         if isinstance(node, cst.Call):
@@ -226,6 +495,14 @@ def _scan(ctx: Context, roots: List[cst.CSTNode]) -> LoopFacts:
                 facts.collects_garbage = True
             elif q is not None and q.startswith("torch.") and q.rsplit(".", 1)[-1] in _MEMORY_STATS:
                 facts.reads_memory_stats = True
+            elif attr in ("backward", "step"):
+                facts.trains = True
+                # `scheduler.step()` once per epoch is not a training step
+                facts.steps_directly = facts.steps_directly or (direct and attr == "backward")
+            elif always and _generates(func):
+                facts.generates = True
+            elif isinstance(func, cst.Name) and func.value == "input" and q is None:
+                facts.prompts_user = True
         elif isinstance(node, cst.Del):
             target = node.target
             targets = [e.value for e in target.elements] if isinstance(target, (cst.Tuple, cst.List)) else [target]
@@ -234,7 +511,9 @@ def _scan(ctx: Context, roots: List[cst.CSTNode]) -> LoopFacts:
         elif isinstance(node, cst.Try) or isinstance(node, getattr(cst, "TryStar", cst.Try)):
             if any(_is_oom_handler(ctx, h) for h in node.handlers):
                 facts.retries_on_oom = True
-        todo.extend(iter_children(node))
+        inner = direct and not isinstance(node, _LOOPS)
+        plain = always and inner and not isinstance(node, _CONDITIONS)
+        todo.extend((child, inner, plain) for child in iter_children(node))
     return facts
 
 

@@ -1,6 +1,7 @@
 from __future__ import annotations
 
-from typing import Optional, Set
+import re
+from typing import Dict, Optional, Set
 
 import libcst as cst
 
@@ -8,11 +9,18 @@ from torchlint.model import FixAvailability
 from torchlint.rule import Rule
 from torchlint.rules._helpers import device_kind, has_star, keyword, literal_bool, method_name, positional, receiver
 from torchlint.rules._sync import (
+    LoopFacts,
     chain_top,
+    converts_any_value,
     expression_statement,
-    is_epoch_loop,
+    in_data_pipeline,
+    is_constant_display,
+    iterates_mapping,
+    loop_clauses,
+    mentions,
     names_a_module,
     runs_once,
+    runs_once_per_pass,
     target_names,
 )
 
@@ -39,24 +47,45 @@ class HostCopyInLoop(Rule):
     - moving a module rather than data: a `.cpu()`/`.to("cpu")` whose result is
       discarded (`model.cpu()` as a statement: only `nn.Module.cpu()` works in
       place), whose receiver is named like a module (`model`, `self.ema_model`,
-      `net`, `backbone`, `text_encoder`, ...; `model_output` is data) or is the
-      variable of a loop over modules (`for m in models:`), or whose chain
-      goes on with a module method (`m.cpu().state_dict()`);
+      `net`, `backbone`, `text_encoder`, `pipeline`, ...; `model_output` is
+      data) or is the variable of a loop over modules (`for m in models:`), or
+      whose chain goes on with a module method (`m.cpu().state_dict()`);
     - copying weights: in a loop over parameters, buffers, gradients or a state
       dict (its iterable or variables mention `param`, `state_dict`, `weight`,
-      `buffer`, `grad`, `ckpt` or `checkpoint`), or in a function whose name
-      mentions `state_dict`, `checkpoint` or `ckpt`: saving, sending or
-      comparing weights on the host needs the copies;
-    - a loop over epochs (`for epoch in ...`), where the copy happens once per
-      pass over the data;
-    - a copy that runs at most once per loop: in a `return` or `raise`, in a
-      block that ends with `break`/`return`/`raise`, or under `if i == 0:` on
-      the loop counter (`for i in range(...)`, `for i, x in enumerate(...)`);
+      `buffer`, `grad`, `ckpt` or `checkpoint`), a copy given to a parameter
+      constructor (`nn.Parameter(...)`, `bnb.nn.Int8Params(w.to("cpu"))`), or
+      any copy in a function whose name mentions `state_dict`, `checkpoint` or
+      `ckpt`, or that saves, exports, sets up or asserts (`save_*`, `*_save*`,
+      `export*`, `__init__`, `init*`, `*_init`, `assert*`): saving, sending,
+      comparing or building weights on the host needs the copies, and set-up
+      runs once;
+    - a copy the next consumer needs on the host every step: an environment
+      step (`env.step(action.cpu().numpy())`), bytes to pickle or store
+      (`t.cpu().numpy().tobytes()`), and any copy in a module that runs models
+      with ONNX Runtime, TensorRT, Triton or OpenVINO;
+    - a loop whose iteration is a whole pass of work: over epochs
+      (`for epoch in ...`, unless the loop itself calls `.backward()`:
+      full-batch training), over a streaming generator
+      (`for token in generate_text_stream(...)`), a loop that runs a text
+      generation every iteration (`model.generate(...)`), or an interactive
+      loop (`input()`);
+    - a loop over a mapping's entries (`for k, v in metrics.items()`) or over a
+      display of constants (`for c in "RGB"`): the loop around it, if any,
+      decides;
+    - a conversion under `isinstance(v, torch.Tensor)` in a loop that runs no
+      training step (loggers, input normalisation);
+    - code in a `torch.utils.data` `Dataset` or `Sampler` subclass;
+    - a copy that runs at most once per loop or a fixed number of times: in a
+      `return` or `raise`, in a block that ends with `break`/`return`/`raise`
+      or `sys.exit(...)`, under `if i == 0:` on the loop counter
+      (`for i in range(...)`, `for i, x in enumerate(...)`), under a cap
+      (`if shown < 3:` incrementing `shown`), or under a counter reset
+      (`if seen == k:` ... `seen = 0`);
     - a comprehension that is not inside a loop statement and copies one
       concatenated tensor per element (`[torch.cat(v).cpu() for v in zip(*results)]`):
       that is already the copy-once form;
-    - in test files, a copy made for a comparison (in an `assert`, `torch.equal`,
-      `torch.allclose`, `torch.testing.assert_close`);
+    - test files (`test_*.py`, `*_test.py`, `conftest.py`, under `tests/`):
+      tests copy results to compare them;
     - a copy in the `for` statement's iterable, which runs once.
 
     ## Why is this bad?
@@ -125,16 +154,19 @@ class HostCopyInLoop(Rule):
     def __init__(self, context) -> None:
         super().__init__(context)
         self._reported: Set[int] = set()
+        self._facts: Dict[int, LoopFacts] = {}
+        # A module that runs models outside PyTorch hands them host arrays.
+        self._feeds_runtime = bool(_RUNTIMES.search(context.source))
 
     def visit_Call(self, node: cst.Call) -> None:
+        ctx = self.context
+        if ctx.is_test_file or self._feeds_runtime:
+            return
         what = self._host_copy(node)
         if what is None:
             return
-        ctx = self.context
-        loop = ctx.enclosing_loop()
-        if loop is None or runs_once(ctx, loop):
-            return
-        if is_epoch_loop(loop):
+        loop = self._step_loop()
+        if loop is None or runs_once(ctx, loop) or runs_once_per_pass(ctx, loop, self._facts):
             return
         recv = receiver(node)
         assert recv is not None
@@ -149,10 +181,42 @@ class HostCopyInLoop(Rule):
             return  # `m.cpu().parameters()`: `m` is a module
         if self._copies_weights(loop) or self._gathered_once(loop, recv):
             return
-        if ctx.is_test_file and self._compared(index):
+        if in_data_pipeline(ctx) or converts_any_value(ctx, loop, self._facts) or self._host_consumer(index):
             return
+        if _serialised(ctx.stack, index):
+            return  # `t.cpu().numpy().tobytes()`: bytes for pickling or storage
         self._reported.add(id(top))
         self.report(top, self._MESSAGE.format(what=what))
+
+    def _step_loop(self) -> Optional[cst.CSTNode]:
+        """The innermost enclosing loop that is not a walk over a mapping's
+        entries (``for k, v in metrics.items()``) or over a display of
+        constants (``for c in "RGB"``): those go over a few named values, so the
+        question is asked of the loop around them."""
+        for loop in self.context.enclosing_loops():
+            clauses = loop_clauses(loop)
+            if not clauses or not all(iterates_mapping(c.iter) or is_constant_display(c.iter) for c in clauses):
+                return loop
+        return None
+
+    def _host_consumer(self, top_index: int) -> bool:
+        """The copy is an argument of a call that needs host data every time:
+        an environment step (``env.step(action.cpu().numpy())``) or a new
+        parameter (``nn.Parameter``, ``bnb.nn.Int8Params(w.to("cpu"))``: weights
+        are built, and quantized, from host memory)."""
+        stack = self.context.stack
+        for i in range(top_index - 1, -1, -1):
+            node = stack[i]
+            if isinstance(node, (cst.BaseSmallStatement, cst.BaseCompoundStatement)):
+                return False
+            if isinstance(node, cst.Call) and any(stack[i + 1] is arg for arg in node.args):
+                func = node.func
+                name = func.attr.value if isinstance(func, cst.Attribute) else func.value if isinstance(func, cst.Name) else ""
+                if "param" in name.lower():
+                    return True
+                if name == "step" and isinstance(func, cst.Attribute) and "env" in (_last_name(func.value) or "").lower():
+                    return True
+        return False
 
     def _iterates_modules(self, recv: cst.BaseExpression) -> bool:
         """``for m in models: m.cpu()``, ``[m.cpu() for m in self.modules()]``."""
@@ -161,9 +225,9 @@ class HostCopyInLoop(Rule):
         for node in reversed(self.context.stack[:-1]):
             if isinstance(node, (cst.FunctionDef, cst.Lambda, cst.ClassDef)):
                 return False
-            for loop in _loop_clauses(node):
+            for loop in loop_clauses(node):
                 if recv.value in target_names(loop.target):
-                    return _mentions(loop.iter, _MODULE_COLLECTIONS)
+                    return mentions(loop.iter, _MODULE_COLLECTIONS)
         return False
 
     def _copies_weights(self, loop: cst.CSTNode) -> bool:
@@ -172,28 +236,12 @@ class HostCopyInLoop(Rule):
         to the host is the work itself (saving, comparing, sending them)."""
         for node in reversed(self.context.stack[:-1]):
             if isinstance(node, cst.FunctionDef):
-                lowered = node.name.value.lower()
-                return any(word in lowered for word in _CHECKPOINT_FUNCTIONS)
+                return _one_off_function(node.name.value)
             if isinstance(node, (cst.Lambda, cst.ClassDef)):
                 return False
-            for clause in _loop_clauses(node):
-                if _mentions(clause.iter, _WEIGHT_WORDS) or _mentions(clause.target, _WEIGHT_WORDS):
+            for clause in loop_clauses(node):
+                if mentions(clause.iter, _WEIGHT_WORDS) or mentions(clause.target, _WEIGHT_WORDS):
                     return True
-        return False
-
-    def _compared(self, top_index: int) -> bool:
-        """In a test file, a copy made to compare values (inside `assert`,
-        `torch.equal`, `torch.allclose`, `torch.testing.assert_close`)."""
-        ctx = self.context
-        for node in reversed(ctx.stack[:top_index]):
-            if isinstance(node, cst.Assert):
-                return True
-            if isinstance(node, cst.Call):
-                q = ctx.qualname(node.func)
-                if q in _COMPARISONS or (q is not None and ".testing." in q):
-                    return True
-            if isinstance(node, (cst.BaseSmallStatement, cst.BaseCompoundStatement)):
-                return False
         return False
 
     def _gathered_once(self, loop: cst.CSTNode, recv: cst.BaseExpression) -> bool:
@@ -249,10 +297,44 @@ _MODULE_COLLECTIONS = ("model", "module", "children", "ensemble", "nets", "netwo
 # Loops over these copy weights, not per-step data.
 _WEIGHT_WORDS = ("param", "state_dict", "weight", "buffer", "grad", "ckpt", "checkpoint")
 _CHECKPOINT_FUNCTIONS = ("state_dict", "checkpoint", "ckpt")
-_COMPARISONS = frozenset({"torch.equal", "torch.allclose", "torch.isclose"})
+# Modules that run models with ONNX Runtime, TensorRT, Triton or OpenVINO.
+_RUNTIMES = re.compile(r"\b(?:onnxruntime|OnnxRuntimeModel|InferenceSession|tensorrt|tritonclient|openvino)\b")
+
+
+def _one_off_function(name: str) -> bool:
+    """A function that builds a state dict or checkpoint, saves or exports
+    (``save_progress``, ``export_to_ply``), sets up (``__init__``,
+    ``init_weights``, ``loftq_init``) or asserts (``assert_close_outputs``):
+    its host copies are the work itself, or run once."""
+    lowered = name.lower()
+    if any(word in lowered for word in _CHECKPOINT_FUNCTIONS):
+        return True
+    stripped = lowered.strip("_")
+    return (
+        stripped.startswith(("save", "export", "init", "assert"))
+        or "_save" in stripped
+        or "_export" in stripped
+        or stripped.endswith("_init")
+    )
+
+
+def _last_name(expr: cst.BaseExpression) -> Optional[str]:
+    if isinstance(expr, cst.Name):
+        return expr.value
+    if isinstance(expr, cst.Attribute):
+        return expr.attr.value
+    return None
+
+
 _CONCATENATIONS = frozenset(
     {"torch.cat", "torch.concat", "torch.concatenate", "torch.stack", "torch.vstack", "torch.hstack"}
 )
+
+
+def _serialised(stack, top_index: int) -> bool:
+    """Whether the chain's outermost call is ``.tobytes()``."""
+    top = stack[top_index]
+    return isinstance(top, cst.Call) and method_name(top) == "tobytes"
 
 
 def _module_method_follows(stack, top_index: int) -> bool:
@@ -262,44 +344,3 @@ def _module_method_follows(stack, top_index: int) -> bool:
         if isinstance(node, cst.Call) and method_name(node) in _MODULE_METHODS:
             return True
     return False
-
-
-def _mentions(expr: cst.CSTNode, words) -> bool:
-    """Whether a name or attribute in a (small) expression contains one of ``words``."""
-    todo = [expr]
-    while todo:
-        node = todo.pop()
-        if isinstance(node, cst.Name):
-            if any(word in node.value.lower() for word in words):
-                return True
-        elif isinstance(node, cst.Attribute):
-            if any(word in node.attr.value.lower() for word in words):
-                return True
-            todo.append(node.value)
-        elif isinstance(node, cst.Call):
-            todo.append(node.func)
-            todo.extend(arg.value for arg in node.args)
-        elif isinstance(node, (cst.Tuple, cst.List)):
-            todo.extend(e.value for e in node.elements)
-        elif isinstance(node, (cst.StarredElement, cst.Subscript)):
-            todo.append(node.value)
-    return False
-
-
-_COMPREHENSIONS = (cst.ListComp, cst.SetComp, cst.DictComp, cst.GeneratorExp)
-
-
-def _loop_clauses(node: cst.CSTNode):
-    """The ``for`` clauses (target and iterable) that an ancestor contributes:
-    a ``for`` statement's, or every ``for`` of a comprehension (the element
-    is not a descendant of the ``CompFor`` nodes)."""
-    if isinstance(node, cst.For):
-        return [node]
-    if isinstance(node, _COMPREHENSIONS):
-        clauses = []
-        clause = node.for_in
-        while clause is not None:
-            clauses.append(clause)
-            clause = clause.inner_for_in
-        return clauses
-    return []

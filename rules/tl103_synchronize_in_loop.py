@@ -1,5 +1,6 @@
 from __future__ import annotations
 
+import re
 from typing import Dict, Optional
 
 import libcst as cst
@@ -7,7 +8,7 @@ import libcst as cst
 from torchlint.model import FixAvailability
 from torchlint.rule import Rule
 from torchlint.rules._helpers import method_name, receiver
-from torchlint.rules._sync import LoopFacts, is_epoch_loop, loop_facts, runs_once
+from torchlint.rules._sync import LoopFacts, loop_facts, runs_once, runs_once_per_pass
 
 # Functions that block the host until every queued kernel on the device is done.
 _DEVICE_SYNCS = frozenset(
@@ -16,6 +17,8 @@ _DEVICE_SYNCS = frozenset(
         "torch.mps.synchronize",
     }
 )
+_CLOCK_TEXT = re.compile(r"\b(?:perf_counter|monotonic|process_time|default_timer|elapsed_time)\b|\btime\.time\(")
+_MEMORY_TEXT = re.compile(r"\b(?:memory_allocated|max_memory_allocated|memory_reserved|max_memory_reserved|reset_peak_memory_stats|memory_stats)\b")
 # `torch.cuda.current_stream().synchronize()`: waits for all work on that stream.
 _STREAM_GETTERS = frozenset(
     {
@@ -41,12 +44,22 @@ class SynchronizeInLoop(Rule):
       `time.perf_counter()`, `time.monotonic()`, `timeit.default_timer()`, ...)
       or CUDA event timings (`start.elapsed_time(end)`): a timing or benchmark
       loop needs the synchronization for its measurement to mean anything;
-    - a loop over epochs (`for epoch in ...`), where the wait happens once per
-      pass over the data;
-    - a synchronization that runs at most once per loop: in a block that ends
-      with `break`/`return`/`raise`, or under `if i == 0:` on the loop counter;
+    - any synchronization in a module that reads both a clock and allocator
+      statistics (`torch.cuda.max_memory_allocated()`, ...): a benchmark or
+      profiling script, where waits make the measurements exact;
+    - a loop whose iteration is a whole pass of work: over epochs
+      (`for epoch in ...`, unless the loop itself calls `.backward()`:
+      full-batch training), over a streaming generator, a loop that runs a
+      text generation every iteration (`model.generate(...)`), or an
+      interactive loop (`input()`);
+    - a synchronization that runs at most once per loop or a fixed number of
+      times: in a block that ends with `break`/`return`/`raise` or
+      `sys.exit(...)`, under `if i == 0:` on the loop counter, under a cap
+      (`if shown < 3:` incrementing `shown`), or under a counter reset
+      (`if seen == k:` ... `seen = 0`);
     - `event.synchronize()` on a CUDA event, which waits only for the work
-      recorded before that event.
+      recorded before that event;
+    - test files (`test_*.py`, `*_test.py`, `conftest.py`, under `tests/`).
 
     ## Why is this bad?
     CUDA kernels run asynchronously: the host queues work and moves on while the
@@ -118,14 +131,22 @@ class SynchronizeInLoop(Rule):
     def __init__(self, context) -> None:
         super().__init__(context)
         self._facts: Dict[int, LoopFacts] = {}
+        source = context.source
+        # A module that reads both a clock and allocator statistics measures
+        # time and memory: a benchmark or profiling script.
+        self._measures = bool(_CLOCK_TEXT.search(source)) and bool(_MEMORY_TEXT.search(source))
 
     def visit_Call(self, node: cst.Call) -> None:
+        ctx = self.context
+        if ctx.is_test_file:
+            return
         what = self._synchronization(node)
         if what is None:
             return
-        ctx = self.context
+        if self._measures:
+            return
         loop = ctx.enclosing_loop()
-        if loop is None or runs_once(ctx, loop) or is_epoch_loop(loop):
+        if loop is None or runs_once(ctx, loop) or runs_once_per_pass(ctx, loop, self._facts):
             return
         if loop_facts(ctx, loop, self._facts).reads_clock:
             return  # a timing loop: the measurement needs the wait

@@ -2,7 +2,7 @@ from __future__ import annotations
 
 import io
 import tokenize
-from typing import List, Optional, Tuple
+from typing import Dict, List, Optional, Tuple
 
 import libcst as cst
 
@@ -71,6 +71,24 @@ class CreateThenMove(Rule):
     whose argument may be a device or a dtype (a tensor, `*args`), nor
     `.to("cpu")`.
 
+    Also not reported, because there the tensor is created on the host on
+    purpose or is not copied at all:
+    - a factory given `generator=`: a generator drives only factories on its
+      own device, so a CPU generator is chosen on purpose, usually so that a
+      seed gives the same values whatever the device (a CUDA generator could
+      not run a CPU factory at all);
+    - a random factory with an explicit `device="cpu"`: the CPU random
+      stream is asked for by name;
+    - a `*_like(x)` factory, unless `x` visibly lives on the host (`x.cpu()`,
+      a factory call without `device=`, `torch.from_numpy(...)`, or a local
+      name only ever assigned such values): `*_like` creates the tensor on
+      `x`'s device, and in practice `x` is nearly always on the accelerator
+      already, where the `.to(device)` copies nothing;
+    - test files (`test_*.py`, `*_test.py`, `conftest.py`, `tests/`): tensors
+      built once as test inputs cost nothing worth optimising, and tests often
+      draw random inputs on the CPU on purpose so that seeded values (and the
+      expected outputs written down from them) are the same on every device.
+
     ## Why is this bad?
     The tensor is first allocated and filled in host memory, then a second
     allocation is made on the device and the data is copied over, which for a
@@ -118,8 +136,7 @@ class CreateThenMove(Rule):
       the current CUDA device but `device=` as the default (CPU) device;
     - the fix would delete a comment written inside the `.to(...)`/`.cuda(...)`.
 
-    There is no fix when the factory has `generator=` (a CPU generator cannot
-    drive a device factory), `out=`, `pin_memory=` or an explicit
+    There is no fix when the factory has `out=`, `pin_memory=` or an explicit
     `device="cpu"`, when both the factory and `.to` give a dtype, when the
     move has other arguments such as `memory_format=`, or `*args`. A factory
     that already has a `device=` other than the CPU, or `**kwargs`, is not
@@ -143,6 +160,8 @@ class CreateThenMove(Rule):
         "import torch\nx = torch.from_numpy(a).cuda()\n",
         "import torch\nx = torch.zeros(3).float().cuda()\n",
         "def zeros(n): ...\nimport torch\nx = zeros(3).cuda()\n",
+        "import torch\nx = torch.randn(3, generator=g).to(device)\n",
+        "import torch\nx = torch.zeros_like(y).to(device)\n",
     ]
     INVALID = [
         "import torch\nx = torch.zeros(3).cuda()\n",
@@ -150,7 +169,99 @@ class CreateThenMove(Rule):
         "import torch\nx = torch.arange(10).to(device=x.device)\n",
     ]
 
+    def __init__(self, context) -> None:
+        super().__init__(context)
+        self._off = context.is_test_file
+        # (function, name) -> for each assignment of the name in that function
+        # (or at the top level): whether the value visibly lives on the host.
+        self._host: Dict[Tuple[int, str], List[bool]] = {}
+        # `*_like(name).to(...)` reports waiting for every assignment of `name`.
+        self._pending: List[Tuple[Tuple[int, str], cst.Call, str, Optional[Fix]]] = []
+
+    # -- where names come from (for `*_like(name)`) ------------------------------
+    def _scope(self) -> int:
+        function = self.context.enclosing_function()
+        return id(function) if function is not None else 0
+
+    def _bind(self, target: cst.BaseExpression, host: bool) -> None:
+        if isinstance(target, cst.Name):
+            self._host.setdefault((self._scope(), target.value), []).append(host)
+        elif isinstance(target, (cst.Tuple, cst.List)):
+            for element in target.elements:
+                self._bind(element.value, False)
+        elif isinstance(target, cst.StarredElement):
+            self._bind(target.value, False)
+
+    def visit_FunctionDef(self, node: cst.FunctionDef) -> None:
+        if self._off:
+            return
+        key = id(node)
+        params = node.params
+        for param in (*params.posonly_params, *params.params, *params.kwonly_params):
+            self._host.setdefault((key, param.name.value), []).append(False)
+        for star in (params.star_arg, params.star_kwarg):
+            if isinstance(star, cst.Param):
+                self._host.setdefault((key, star.name.value), []).append(False)
+
+    def visit_Assign(self, node: cst.Assign) -> None:
+        if self._off:
+            return
+        host = self._on_host(node.value)
+        for target in node.targets:
+            self._bind(target.target, host)
+
+    def visit_AnnAssign(self, node: cst.AnnAssign) -> None:
+        if not self._off:
+            self._bind(node.target, node.value is not None and self._on_host(node.value))
+
+    def visit_AugAssign(self, node: cst.AugAssign) -> None:
+        if not self._off:
+            self._bind(node.target, False)
+
+    def visit_For(self, node: cst.For) -> None:
+        if not self._off:
+            self._bind(node.target, False)
+
+    def visit_WithItem(self, node: cst.WithItem) -> None:
+        if not self._off and node.asname is not None:
+            self._bind(node.asname.name, False)
+
+    def visit_NamedExpr(self, node: cst.NamedExpr) -> None:
+        if not self._off:
+            self._bind(node.target, False)
+
+    def _on_host(self, expr: cst.BaseExpression) -> bool:
+        """A tensor that visibly lives in host memory: ``x.cpu()``,
+        ``torch.from_numpy(...)``, or a factory call without a device."""
+        if not isinstance(expr, cst.Call):
+            return False
+        if method_name(expr) == "cpu" and not expr.args:
+            return True
+        qualified = self.context.qualname(expr.func)
+        if qualified == "torch.from_numpy":
+            return True
+        if qualified is None or not qualified.startswith("torch."):
+            return False
+        kind = qualified[len("torch."):]
+        if kind not in FACTORIES or kind.endswith("_like") or has_star(expr):
+            return False
+        if kind == "tensor":
+            data = positional(expr)
+            if not data or not isinstance(data[0].value, (cst.List, cst.Tuple, cst.Integer, cst.Float)):
+                return False  # `torch.tensor(t)` of a tensor may keep its device
+        device = keyword(expr, "device")
+        return device is None or device_kind(device.value, self.context) == "cpu"
+
+    def leave_Module(self, node: cst.Module) -> None:
+        for key, call, message, fix in self._pending:
+            bindings = self._host.get(key)
+            if bindings and all(bindings):
+                self.report(call, message, fix=fix)
+
+    # -- the rule ------------------------------------------------------------------
     def visit_Call(self, node: cst.Call) -> None:
+        if self._off:
+            return
         move = method_name(node)
         if move not in ("cuda", "to"):
             return
@@ -167,22 +278,39 @@ class CreateThenMove(Rule):
             return
         if any(arg.star == "**" for arg in factory.args):
             return  # the keywords may already hold a device
+        if keyword(factory, "generator") is not None:
+            return  # a CPU generator, chosen on purpose (seeded values on every device)
         factory_device = keyword(factory, "device")
-        if factory_device is not None and device_kind(factory_device.value, self.context) != "cpu":
-            return  # created on a device already (or on one we cannot know)
+        if factory_device is not None:
+            where = device_kind(factory_device.value, self.context)
+            if where != "cpu":
+                return  # created on a device already (or on one we cannot know)
+            if kind in RANDOM_FACTORIES:
+                return  # the CPU random stream, asked for by name
+        like = kind.endswith("_like")
+        pending_key: Optional[Tuple[int, str]] = None
+        if like:
+            source = _like_input(factory)
+            if source is None or _moves_next_to(node, source):
+                return
+            if isinstance(source, cst.Name):
+                pending_key = (self._scope(), source.value)
+            elif not self._on_host(source):
+                return  # created on its input's device, probably the accelerator already
 
+        where = "like its input" if like else "on the CPU"
+        message = (
+            f"`torch.{kind}(...)` is created {where} and then copied to the device with "
+            f"`.{move}(...)`; create it there directly with `device=...`"
+        )
         parts = self._cuda_parts(node) if move == "cuda" else self._to_parts(node)
         fix = None
         if parts.fixable:
             fix = self._fix(node, factory, kind, parts, factory_device is not None)
-        like = kind.endswith("_like")
-        where = "like its input" if like else "on the CPU"
-        self.report(
-            node,
-            f"`torch.{kind}(...)` is created {where} and then copied to the device with "
-            f"`.{move}(...)`; create it there directly with `device=...`",
-            fix=fix,
-        )
+        if pending_key is not None:
+            self._pending.append((pending_key, node, message, fix))
+        else:
+            self.report(node, message, fix=fix)
 
     # -- what the move asks for ------------------------------------------------
     def _cuda_parts(self, call: cst.Call) -> _Move:
@@ -290,6 +418,33 @@ class CreateThenMove(Rule):
             f"Pass {names} to `torch.{kind}`",
             lambda: codemod.create_on_device(node, factory, keywords),
         )
+
+
+def _like_input(factory: cst.Call) -> Optional[cst.BaseExpression]:
+    """The tensor a ``*_like`` factory copies its shape and device from."""
+    arg = keyword(factory, "input")
+    if arg is not None:
+        return arg.value
+    pos = positional(factory)
+    return pos[0].value if pos else None
+
+
+def _moves_next_to(move: cst.Call, source: cst.BaseExpression) -> bool:
+    """``torch.zeros_like(x).to(x.device)``: already on that device."""
+    target = keyword(move, "device")
+    if target is None:
+        pos = positional(move)
+        target = pos[0] if pos else None
+    if target is None:
+        return False
+    value = target.value
+    return (
+        isinstance(value, cst.Attribute)
+        and value.attr.value == "device"
+        and isinstance(value.value, cst.Name)
+        and isinstance(source, cst.Name)
+        and value.value.value == source.value
+    )
 
 
 def _has_float(call: cst.Call) -> bool:

@@ -1,6 +1,6 @@
 from __future__ import annotations
 
-from typing import List, Optional, Tuple
+from typing import Dict, List, Optional, Set, Tuple
 
 import libcst as cst
 
@@ -67,6 +67,23 @@ class DataLoaderPinMemory(Rule):
     `pin_memory=` whose value is not a literal, is not reported. Neither is a
     module that never moves data to an accelerator, or that only names `"mps"`.
 
+    Also not reported, because pinning would not help or would break:
+    - a `collate_fn` that takes a device (`partial(collate, device=device)`, a
+      lambda passing one, or a function of this file with a `device`
+      parameter): it builds the batch on the accelerator already, and the
+      loader cannot pin tensors that are not on the host (it raises an error);
+    - a dataset whose items hold no data to copy: `range(...)`, or an instance
+      of a class of this file whose `__getitem__` returns only the index and
+      attributes of the dataset itself (a dataset that repeats a prompt N
+      times to generate N images);
+    - a module that uses `torch_xla`: TPU input pipelines copy batches with
+      their own device loader, and pinning is a CUDA feature;
+    - test files (`test_*.py`, `*_test.py`, `conftest.py`, `tests/`): a
+      `DataLoader` there runs a few tiny batches to check the loader or the
+      training loop, usually on a CPU-only runner where pinning only warns, and
+      its arguments are often what the test is about, so there is no transfer
+      worth speeding up.
+
     ## References
     - PyTorch Performance Tuning Guide, "Use pinned memory for faster host to device transfers"
     - `torch.utils.data.DataLoader` documentation, "Memory Pinning"
@@ -96,31 +113,131 @@ class DataLoaderPinMemory(Rule):
 
     def __init__(self, context) -> None:
         super().__init__(context)
-        self._candidates: List[Tuple[cst.Call, Optional[cst.Arg]]] = []
+        # Test files are skipped; so is a file that never says `DataLoader`.
+        self._off = context.is_test_file or "DataLoader" not in context.source
+        self._candidates: List[Tuple[cst.Call, Optional[cst.Arg], int]] = []
         self._moves = False
+        # (function, name) -> the values assigned to the name there (None: bound
+        # some other way), to follow `collate_fn=name` and `DataLoader(name)`.
+        self._values: Dict[Tuple[int, str], List[Optional[cst.BaseExpression]]] = {}
+        # Functions of this module that take a `device` parameter.
+        self._device_functions: Set[str] = set()
+        # Dataset classes of this module: whether their items hold no data.
+        self._classes: Dict[str, List[bool]] = {}
+
+    def _scope(self) -> int:
+        function = self.context.enclosing_function()
+        return id(function) if function is not None else 0
 
     def visit_Call(self, node: cst.Call) -> None:
+        if self._off:
+            return
         if self.context.qualname(node.func) in DATALOADERS:
             known, arg = argument(node, "pin_memory", 7)
             if not known:
                 return
             if arg is not None and literal_bool(arg.value) is not False:
                 return
-            self._candidates.append((node, arg))
+            self._candidates.append((node, arg, self._scope()))
             return
         if not self._moves and self._is_move(node):
             self._moves = True
 
     def visit_Arg(self, node: cst.Arg) -> None:
-        if self._moves or node.keyword is None or node.keyword.value != "device":
+        if self._off or self._moves or node.keyword is None or node.keyword.value != "device":
             return
         if _accelerator(node.value, self.context):
             self._moves = True
 
-    def leave_Module(self, node: cst.Module) -> None:
-        if not self._moves:
+    # -- where a collate function or a dataset comes from ------------------------
+    def visit_Assign(self, node: cst.Assign) -> None:
+        if self._off:
             return
-        for call, arg in self._candidates:
+        for target in node.targets:
+            self._bind(target.target, node.value)
+
+    def _bind(self, target: cst.BaseExpression, value: Optional[cst.BaseExpression]) -> None:
+        if isinstance(target, cst.Name):
+            self._values.setdefault((self._scope(), target.value), []).append(value)
+        elif isinstance(target, (cst.Tuple, cst.List)):
+            for element in target.elements:
+                self._bind(element.value, None)
+
+    def visit_FunctionDef(self, node: cst.FunctionDef) -> None:
+        if self._off:
+            return
+        params = node.params
+        if any(p.name.value == "device" for p in (*params.posonly_params, *params.params, *params.kwonly_params)):
+            self._device_functions.add(node.name.value)
+
+    def visit_ClassDef(self, node: cst.ClassDef) -> None:
+        if self._off or not isinstance(node.body, cst.IndentedBlock):
+            return
+        itemless = False
+        for stmt in node.body.body:
+            if isinstance(stmt, cst.FunctionDef) and stmt.name.value == "__getitem__":
+                itemless = _items_hold_no_data(stmt)
+        self._classes.setdefault(node.name.value, []).append(itemless)
+
+    def _lookup(self, name: str, scope: int) -> Optional[List[Optional[cst.BaseExpression]]]:
+        values = self._values.get((scope, name))
+        if values is None and scope != 0:
+            values = self._values.get((0, name))
+        return values
+
+    def _collates_on_device(self, expr: cst.BaseExpression, scope: int, depth: int = 0) -> bool:
+        """A `collate_fn` that takes a device and so builds batches on it."""
+        if depth > 4:
+            return False
+        if isinstance(expr, cst.Lambda):
+            expr = expr.body
+            if isinstance(expr, cst.Call) and any(
+                arg.keyword is None and _names_device(arg.value) for arg in expr.args
+            ):
+                return True
+        if isinstance(expr, cst.Call):
+            if keyword(expr, "device") is not None:
+                return True  # partial(collate, device=device)
+            return isinstance(expr.func, cst.Name) and expr.func.value in self._device_functions or any(
+                arg.keyword is None and isinstance(arg.value, cst.Name) and arg.value.value in self._device_functions
+                for arg in expr.args
+            )  # collate(batch, ...) in a lambda, partial(collate, ...)
+        if isinstance(expr, cst.Name):
+            if expr.value in self._device_functions:
+                return True
+            values = self._lookup(expr.value, scope)
+            return bool(values) and any(
+                v is not None and self._collates_on_device(v, scope, depth + 1) for v in values
+            )
+        return False
+
+    def _holds_no_data(self, expr: Optional[cst.BaseExpression], scope: int, depth: int = 0) -> bool:
+        """A dataset whose items hold no tensors worth pinning."""
+        if expr is None or depth > 4:
+            return False
+        if isinstance(expr, cst.Call) and isinstance(expr.func, cst.Name):
+            name = expr.func.value
+            if name in ("range", "list") and name not in self.context.imports.defined:
+                if name == "range":
+                    return True
+                args = positional(expr)
+                return len(args) == 1 and self._holds_no_data(args[0].value, scope, depth + 1)
+            kinds = self._classes.get(name)
+            return bool(kinds) and all(kinds)
+        if isinstance(expr, cst.Name):
+            values = self._lookup(expr.value, scope)
+            return bool(values) and all(v is not None and self._holds_no_data(v, scope, depth + 1) for v in values)
+        return False
+
+    def leave_Module(self, node: cst.Module) -> None:
+        if self._off or not self._moves or "torch_xla" in self.context.source:
+            return
+        for call, arg, scope in self._candidates:
+            collate = keyword(call, "collate_fn")
+            if collate is not None and self._collates_on_device(collate.value, scope):
+                continue
+            if self._holds_no_data(dataset_argument(call), scope):
+                continue
             self.report(
                 call,
                 self._MESSAGE,
@@ -140,6 +257,89 @@ class DataLoaderPinMemory(Rule):
         dev = keyword(node, "device")
         value = dev.value if dev is not None else positional(node)[0].value
         return not _names_unpinnable(value, self.context)
+
+
+def dataset_argument(call: cst.Call) -> Optional[cst.BaseExpression]:
+    """The `dataset` given to a `DataLoader(...)` call, if visible."""
+    arg = keyword(call, "dataset")
+    if arg is not None:
+        return arg.value
+    pos = positional(call)
+    if pos and not (call.args and call.args[0].star):
+        return pos[0].value
+    return None
+
+
+def _names_device(expr: cst.BaseExpression) -> bool:
+    """``device``, ``self.device``, ``args.device``."""
+    name = expr.value if isinstance(expr, cst.Name) else expr.attr.value if isinstance(expr, cst.Attribute) else ""
+    return name == "device"
+
+
+def _items_hold_no_data(getitem: cst.FunctionDef) -> bool:
+    """A `__getitem__(self, index)` that returns only the index and the
+    dataset's own attributes (``return {"prompt": self.prompt, "index": index}``,
+    also built up in a local dict): every item repeats the same values."""
+    params = [*getitem.params.posonly_params, *getitem.params.params]
+    body = getitem.body
+    if len(params) != 2 or not isinstance(body, cst.IndentedBlock):
+        return False
+    owner, index = params[0].name.value, params[1].name.value
+    local: Set[str] = set()
+
+    def plain(expr: Optional[cst.BaseExpression]) -> bool:
+        if expr is None:
+            return True
+        if isinstance(expr, cst.Name):
+            return expr.value in (index, "None", "True", "False") or expr.value in local
+        if isinstance(expr, cst.Attribute):
+            return isinstance(expr.value, cst.Name) and expr.value.value == owner
+        if isinstance(expr, (cst.Integer, cst.Float, cst.SimpleString)):
+            return True
+        if isinstance(expr, (cst.Tuple, cst.List)):
+            return all(isinstance(e, cst.Element) and plain(e.value) for e in expr.elements)
+        if isinstance(expr, cst.Dict):
+            return all(isinstance(e, cst.DictElement) and plain(e.key) and plain(e.value) for e in expr.elements)
+        return False
+
+    statements = list(body.body)
+    if statements and _is_docstring(statements[0]):
+        statements = statements[1:]
+    returned = False
+    for stmt in statements:
+        if returned or not isinstance(stmt, cst.SimpleStatementLine):
+            return False
+        for small in stmt.body:
+            if returned:
+                return False
+            if isinstance(small, cst.Return):
+                if small.value is None or not plain(small.value):
+                    return False
+                returned = True
+            elif isinstance(small, cst.Assign) and len(small.targets) == 1:
+                target = small.targets[0].target
+                if not plain(small.value):
+                    return False
+                if isinstance(target, cst.Name) and target.value not in (owner, index):
+                    local.add(target.value)
+                elif not (
+                    isinstance(target, cst.Subscript)
+                    and isinstance(target.value, cst.Name)
+                    and target.value.value in local
+                ):
+                    return False
+            else:
+                return False
+    return returned
+
+
+def _is_docstring(stmt: cst.CSTNode) -> bool:
+    return (
+        isinstance(stmt, cst.SimpleStatementLine)
+        and len(stmt.body) == 1
+        and isinstance(stmt.body[0], cst.Expr)
+        and isinstance(stmt.body[0].value, (cst.SimpleString, cst.ConcatenatedString))
+    )
 
 
 def _device_type(expr: cst.BaseExpression, ctx) -> Optional[str]:

@@ -6,7 +6,15 @@ import libcst as cst
 
 from torchlint.model import FixAvailability
 from torchlint.rules._helpers import literal_bool
-from torchlint.rules._program import REPRODUCIBILITY_SWITCH, ProgramFacts, ProgramRule, under_switch
+from torchlint.rules._program import (
+    REPRODUCIBILITY_PURPOSE,
+    REPRODUCIBILITY_SWITCH,
+    ProgramFacts,
+    ProgramRule,
+    in_scope_named,
+    is_verification_path,
+    under_switch,
+)
 
 _BENCHMARK = "torch.backends.cudnn.benchmark"
 _DETERMINISTIC = "torch.backends.cudnn.deterministic"
@@ -16,7 +24,8 @@ _USE_DETERMINISTIC = frozenset({"torch.use_deterministic_algorithms", "torch.set
 class CudnnBenchmarkDisabled(ProgramRule):
     """
     ## What it does
-    Reports two things, outside test files:
+    Reports two things, outside test files and benchmark scripts (`bench` in
+    the file or a directory name):
 
     - an assignment of the literal `False` to `torch.backends.cudnn.benchmark`
       (also through `from torch.backends import cudnn` or
@@ -42,7 +51,16 @@ class CudnnBenchmarkDisabled(ProgramRule):
     (`cudnn.benchmark = args.benchmark` is the user's choice); an assignment
     inside an `if` whose test names a reproducibility switch (`if
     args.deterministic:`, `if args.seed is not None:`), since the fast path is
-    then the default; a module with a `cudnn_benchmark` switch; training steps
+    then the default; an assignment inside a function or class whose name says
+    that reproducibility is its purpose (`enable_full_determinism()`,
+    `make_reproducible()`, `class DeterministicEngine`): calling it is the
+    switch (a seeding helper such as `set_seed()` is not one, since it runs in
+    every run); an assignment in a conversion or verification script (a file
+    named `convert_*`, `compare_*`, `verify_*` or `check_*`), which runs once
+    and compares outputs with a reference; benchmark scripts (`bench` in the
+    file or directory name, such as `benchmarks/` or `benchmark_fp32.py`),
+    which measure one configuration on purpose; a module with a
+    `cudnn_benchmark` switch; training steps
     driven by Accelerate, Lightning Fabric or `manual_backward` (the framework
     has its own option, e.g. `Trainer(benchmark=True)`); modules that only
     import their model from elsewhere (no convolution layer built here); the
@@ -137,7 +155,12 @@ class CudnnBenchmarkDisabled(ProgramRule):
         for target in node.targets:
             q = qualname(target.target)
             if q == _BENCHMARK:
-                if literal_bool(node.value) is False and not under_switch(self.context, REPRODUCIBILITY_SWITCH):
+                if (
+                    literal_bool(node.value) is False
+                    and not under_switch(self.context, REPRODUCIBILITY_SWITCH)
+                    and not in_scope_named(self.context, REPRODUCIBILITY_PURPOSE)
+                    and not is_verification_path(self.context.path)
+                ):
                     self._disabled.append((node, self._scope()))
             elif q == _DETERMINISTIC and literal_bool(node.value) is True:
                 self._deterministic.add(self._scope())

@@ -5,7 +5,14 @@ import libcst as cst
 from torchlint.model import FixAvailability
 from torchlint.rule import Rule
 from torchlint.rules._helpers import argument, literal_bool
-from torchlint.rules._program import REPRODUCIBILITY_SWITCH, under_switch
+from torchlint.rules._program import (
+    REPRODUCIBILITY_PURPOSE,
+    REPRODUCIBILITY_SWITCH,
+    in_scope_named,
+    is_benchmark_path,
+    is_verification_path,
+    under_switch,
+)
 
 _USE_DETERMINISTIC = frozenset({"torch.use_deterministic_algorithms", "torch.set_deterministic"})
 _CUDNN_DETERMINISTIC = "torch.backends.cudnn.deterministic"
@@ -26,7 +33,18 @@ class DeterministicAlgorithms(Rule):
       reproducibility switch (`if args.deterministic:`, `if seed is not
       None:`, `if cfg.reproducible:`): deterministic mode is then opt-in at
       run time and the fast path is the default;
+    - a call or assignment inside a function or class whose name says that
+      reproducibility is its purpose (`enable_full_determinism()`,
+      `make_reproducible()`, `class DeterministicEngine`): calling it is the
+      switch. A seeding helper (`seed_everything()`, `set_seed()`) is not one:
+      it runs at the start of every run, so determinism hidden in it is
+      always on;
     - test files, which legitimately ask for determinism to compare results;
+      benchmark scripts (`bench` in the file or directory name), which
+      measure one configuration on purpose, often comparing results between
+      runs; and conversion or verification scripts (a file named
+      `convert_*`, `compare_*`, `verify_*` or `check_*`), which run once and
+      compare a model's outputs with a reference, bit for bit;
     - `with torch.backends.cudnn.flags(deterministic=True):`, a scoped
       setting used almost only in tests.
 
@@ -86,15 +104,25 @@ class DeterministicAlgorithms(Rule):
         "from torch.backends import cudnn\ndef set_seed(seed):\n    cudnn.deterministic = True\n",
     ]
 
+    def __init__(self, context) -> None:
+        super().__init__(context)
+        path = context.path
+        self._off = context.is_test_file or is_benchmark_path(path) or is_verification_path(path)
+
+    def _switched(self) -> bool:
+        return under_switch(self.context, REPRODUCIBILITY_SWITCH) or in_scope_named(
+            self.context, REPRODUCIBILITY_PURPOSE
+        )
+
     def visit_Call(self, node: cst.Call) -> None:
-        if self.context.is_test_file or not node.args:
+        if self._off or not node.args:
             return
         if self.context.qualname(node.func) not in _USE_DETERMINISTIC:
             return
         known, arg = argument(node, "mode", 0)
         if not known or arg is None or literal_bool(arg.value) is not True:
             return
-        if under_switch(self.context, REPRODUCIBILITY_SWITCH):
+        if self._switched():
             return
         self.report(
             node,
@@ -104,11 +132,11 @@ class DeterministicAlgorithms(Rule):
         )
 
     def visit_Assign(self, node: cst.Assign) -> None:
-        if self.context.is_test_file or literal_bool(node.value) is not True:
+        if self._off or literal_bool(node.value) is not True:
             return
         if not any(self.context.qualname(t.target) == _CUDNN_DETERMINISTIC for t in node.targets):
             return
-        if under_switch(self.context, REPRODUCIBILITY_SWITCH):
+        if self._switched():
             return
         self.report(
             node,

@@ -7,9 +7,11 @@ from torchlint.rules._program import ProgramFacts, ProgramRule
 class Fp32MatmulPrecision(ProgramRule):
     """
     ## What it does
-    Reports, once per module and outside test files, a program that trains in
-    float32 on CUDA without allowing TF32 for matrix multiplications: a module
-    that
+    Reports, once per module and outside test files and benchmark scripts
+    (`bench` in the file or a directory name: a benchmark measures one
+    configuration on purpose, such as a float32 baseline), a program that
+    trains in float32 on CUDA without allowing TF32 for matrix
+    multiplications: a module that
 
     - is a program's entry point (an `if __name__ == "__main__":` block, a
       top-level loop, `with` block or bare call such as `main()`, or a

@@ -7,8 +7,10 @@ from torchlint.rules._program import ProgramFacts, ProgramRule
 class NoAutocast(ProgramRule):
     """
     ## What it does
-    Reports, once per module and outside test files, a training step that
-    runs in full float32 on CUDA: a module that uses CUDA (`.cuda()`, a
+    Reports, once per module and outside test files and benchmark scripts
+    (`bench` in the file or a directory name: a benchmark measures one
+    configuration on purpose, such as a float32 baseline), a training step
+    that runs in full float32 on CUDA: a module that uses CUDA (`.cuda()`, a
     `"cuda..."` device string, `torch.cuda.set_device(...)`, `cudnn`
     settings; `torch.cuda.is_available()` alone does not count), contains a
     training step (a function, or top-level code, that calls `backward()`

@@ -7,8 +7,10 @@ from torchlint.rules._program import ProgramFacts, ProgramRule
 class NoCompile(ProgramRule):
     """
     ## What it does
-    Reports, once per module and outside test files, a training program that
-    never uses `torch.compile`: a module that
+    Reports, once per module and outside test files and benchmark scripts
+    (`bench` in the file or a directory name: a benchmark measures one
+    configuration on purpose), a training program that never uses
+    `torch.compile`: a module that
 
     - is a program's entry point (an `if __name__ == "__main__":` block, a
       top-level loop, `with` block or bare call such as `main()`, or a

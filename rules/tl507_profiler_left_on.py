@@ -44,9 +44,11 @@ class ProfilerLeftOn(Rule):
       controls; a call with `**kwargs`, which may hide it;
     - a call inside an `if` whose test names a profiling or debugging switch
       (`if args.profile:`, `if cfg.debug:`, `if use_nvtx:`);
-    - a call in a function or a file whose purpose is profiling, benchmarking
-      or checking (`def profile_step()`, `def check_grads()`,
-      `benchmark.py`, `profile_model.py`): there it is not "left on";
+    - a call in a function, a class or a file whose purpose is profiling,
+      benchmarking or checking (`def profile_step()`, `def check_grads()`,
+      `class AutogradProfiler` (a hook that profiles the steps its user
+      selects), `benchmark.py`, `profile_model.py`): there it is not "left
+      on";
     - the modern `torch.profiler.profile` (use its `schedule=` to limit the
       profiled steps), and `record_function`, which is cheap when no
       profiler is running;
@@ -131,6 +133,9 @@ class ProfilerLeftOn(Rule):
                 return
         function = ctx.enclosing_function()
         if function is not None and _PURPOSE.search(function.name.value):
+            return
+        owner = ctx.enclosing_class()
+        if owner is not None and _PURPOSE.search(owner.name.value):
             return
         if under_switch(ctx, _SWITCH):
             return

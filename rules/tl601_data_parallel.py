@@ -33,6 +33,11 @@ class DataParallel(Rule):
     not reported; neither is a call of your own subclass of it (the rule does
     not follow class hierarchies).
 
+    Test files (`test_*.py`, `*_test.py`, `conftest.py`, `tests/`) are not
+    checked: a test wraps a model in `DataParallel` to check that the code
+    under test handles such a model (unwrapping `.module`, `state_dict` keys
+    with a `module.` prefix, checkpoints), not to train with it.
+
     ## Why is this bad?
     `DataParallel` is single-process and multi-threaded: on every forward pass
     it copies the model's parameters and buffers from the first GPU to every
@@ -106,7 +111,13 @@ class DataParallel(Rule):
         ),
     }
 
+    def __init__(self, context) -> None:
+        super().__init__(context)
+        self._off = context.is_test_file
+
     def visit_Call(self, node: cst.Call) -> None:
+        if self._off:
+            return
         func = node.func
         if isinstance(func, cst.Attribute):
             if func.attr.value not in _LAST_NAMES:

@@ -1,6 +1,6 @@
 from __future__ import annotations
 
-from typing import Dict
+from typing import Dict, List
 
 import libcst as cst
 
@@ -41,9 +41,10 @@ class EmptyCacheInLoop(Rule):
       anywhere in a loop that retries on out-of-memory errors (a `try` in the
       loop catching `torch.cuda.OutOfMemoryError`, `RuntimeError` or
       `MemoryError`), such as a search for the largest batch size that fits;
-    - in a loop that also calls `gc.collect()` or deletes a model (`del model`),
-      which releases memory on purpose between heavy iterations (one model
-      after another), or that reads or resets the allocator's statistics
+    - in a loop that also calls `gc.collect()` or deletes a model (`del model`)
+      or a pipeline of models (`del pipeline`, `del pipe`), which releases
+      memory on purpose between heavy iterations (one model after another),
+      or that reads or resets the allocator's statistics
       (`torch.cuda.max_memory_allocated()`, `torch.cuda.reset_peak_memory_stats()`:
       a memory measurement per run);
     - in a loop over epochs (`for epoch in ...`), where it runs once per pass
@@ -129,6 +130,7 @@ class EmptyCacheInLoop(Rule):
     def __init__(self, context) -> None:
         super().__init__(context)
         self._facts: Dict[int, LoopFacts] = {}
+        self._drops_pipeline: Dict[int, bool] = {}
 
     def visit_Call(self, node: cst.Call) -> None:
         func = node.func
@@ -144,6 +146,8 @@ class EmptyCacheInLoop(Rule):
         facts = loop_facts(ctx, loop, self._facts)
         if facts.retries_on_oom or facts.collects_garbage or facts.reads_memory_stats or facts.deletes_model:
             return
+        if self._deletes_pipeline(loop):
+            return
         fix = None
         statement = expression_statement(ctx)
         if statement is not None:
@@ -154,3 +158,35 @@ class EmptyCacheInLoop(Rule):
                 target=codemod.removal_target(statement),
             )
         self.report(node, self._MESSAGE.format(what=what), fix=fix)
+
+    def _deletes_pipeline(self, loop: cst.CSTNode) -> bool:
+        """Whether the loop's body has ``del pipeline`` (a pipeline of models,
+        such as a diffusion pipeline loaded for one concept after another).
+        Scanned once per loop, and only for a loop that empties the cache."""
+        cached = self._drops_pipeline.get(id(loop))
+        if cached is None:
+            from torchlint.walker import iter_children
+
+            todo: List[cst.CSTNode] = [loop.body] if isinstance(loop, (cst.For, cst.While)) else [loop]
+            cached = False
+            while todo and not cached:
+                node = todo.pop()
+                if isinstance(node, (cst.FunctionDef, cst.ClassDef, cst.Lambda)):
+                    continue
+                if isinstance(node, cst.Del):
+                    target = node.target
+                    if isinstance(target, (cst.Tuple, cst.List)):
+                        targets = [element.value for element in target.elements]
+                    else:
+                        targets = [target]
+                    cached = any(_names_pipeline(t) for t in targets)
+                todo.extend(iter_children(node))
+            self._drops_pipeline[id(loop)] = cached
+        return cached
+
+
+def _names_pipeline(expr: cst.BaseExpression) -> bool:
+    """``pipeline``, ``pipe``, ``self.pipeline``, ``sd_pipeline``, ``pipe2``."""
+    name = expr.value if isinstance(expr, cst.Name) else expr.attr.value if isinstance(expr, cst.Attribute) else ""
+    last = name.lower().strip("_").rsplit("_", 1)[-1].rstrip("0123456789")
+    return last in ("pipeline", "pipe")

@@ -300,3 +300,234 @@ def test_call_of_a_call_result_does_not_crash() -> None:
         print(scores.item())
     """
     assert [d.line for d in tl101(code)] == [5, 7]
+
+
+# -- what is not a per-step sync (found on real projects) ----------------------
+
+
+def test_epoch_loops_are_not_per_step_but_full_batch_epochs_are() -> None:
+    code = """
+    import torch
+    def fit(model, loader, optimizer, scheduler, epochs, x, y):
+        for epoch in range(epochs):
+            for batch in loader:
+                loss = model(batch)
+                loss.backward()
+                print(loss.item())
+            scheduler.step()
+            print(epoch, loss.item())
+        for epoch in range(epochs):
+            loss = (model(x) - y).pow(2).mean()
+            loss.backward()
+            optimizer.step()
+            print(epoch, loss.item())
+    """
+    # a scheduler step per epoch keeps it an epoch loop; `loss.backward()` in
+    # the epoch loop's own body makes each "epoch" one training step
+    assert positions(code) == [(8, 19), (15, 22)]
+
+
+def test_test_files_are_skipped() -> None:
+    code = """
+    import torch
+    def test_training_reduces_loss(model, loader):
+        losses = []
+        for x in loader:
+            losses.append(model(x).item())
+        assert losses[-1] < losses[0]
+    """
+    assert lint(code, select=["TL101"], path="tests/test_train.py") == []
+    assert lint(code, select=["TL101"], path="pkg/test_train.py") == []
+    assert len(lint(code, select=["TL101"], path="pkg/train.py")) == 1
+
+
+def test_runs_once_before_the_process_exits() -> None:
+    code = """
+    import sys
+    import torch
+    def train(model, loader):
+        for x in loader:
+            loss = model(x)
+            if loss.isnan():
+                print("nan loss", loss.item())
+                sys.exit(1)
+            if loss.isinf():
+                print(loss.item()); exit(2)
+    """
+    assert tl101(code) == []
+
+
+def test_mapping_loops_defer_to_the_loop_around_them() -> None:
+    code = """
+    import torch
+    def log_metrics(metrics, logger):
+        for name, value in metrics.items():
+            logger.log(name, value.item())
+        counts = {"tokens": torch.tensor(0), "samples": torch.tensor(0)}
+        for key in counts:
+            print(key, counts[key].item())
+        for key in self.loss_dict:
+            print(self.loss_dict[key].item())
+        return {k: v.item() for k, v in kwargs.items()}
+    def train(model, loader, history):
+        for x in loader:
+            parts = model(x)
+            history.append({k: v.item() for k, v in parts.items()})
+            for k, v in parts.items():
+                print(k, v.mean().item())
+    def norms(grads, params):
+        for name, g in grads.items():
+            print(name, g.norm().item())
+        return {n: p.abs().max().item() for n, p in params.items()}
+    """
+    # per step in `train`; a mapping of gradients or parameters is long
+    assert positions(code) == [(15, 28), (17, 22), (20, 21), (21, 16)]
+
+
+def test_generic_conversions_of_values_that_may_be_tensors() -> None:
+    code = """
+    import torch
+    from torch import Tensor
+    def rows(records, results):
+        out = []
+        for path, score in records:
+            out.append(score.item() if isinstance(score, Tensor) else score)
+        for result in results:
+            val = result.get("acc")
+            if isinstance(val, torch.Tensor) and val.numel() > 1:
+                val = val.tolist()
+            out.append(val)
+        return out
+    def train(model, loader, optimizer, clip):
+        for x in loader:
+            model(x).backward()
+            norm = clip(model)
+            optimizer.step()
+            print(norm.item() if isinstance(norm, torch.Tensor) else norm)
+    """
+    # a training step loop still waits every step
+    assert positions(code) == [(19, 15)]
+
+
+def test_streaming_and_generation_loops() -> None:
+    code = """
+    import torch
+    def show(model, tokenizer, prompts, ids):
+        for token in generate_text_stream(model, ids):
+            print(tokenizer.decode(token.tolist()), end="")
+        for prompt in prompts:
+            out = model.generate(tokenizer(prompt, return_tensors="pt").input_ids.cuda())
+            print(tokenizer.decode(out[0].tolist()))
+        for step, x in enumerate(ids):
+            if step % 10 == 0:
+                model.generate(x)
+            print(model(x).argmax().item())
+    """
+    # a generation every 10 steps does not make every step heavy
+    assert positions(code) == [(12, 15)]
+
+
+def test_data_pipeline_classes_and_checkpoints() -> None:
+    code = """
+    import torch
+    from torch.utils.data import Dataset
+    from torch.utils.data.sampler import Sampler
+    class Pairs(Dataset):
+        def __getitem__(self, i):
+            return [self.labels[j].item() for j in self.pairs[i]]
+    class Repeat(Sampler):
+        def __iter__(self):
+            while True:
+                yield from self.indices[torch.randperm(self.n)].tolist()
+    def convert(state_dict, sds_sd, keys, ckpt):
+        for key in keys:
+            a = state_dict.pop(key).item()
+            b = sds_sd[key].item()
+            c = ckpt["model"][key].tolist()
+        return all(torch.all(p == 0).item() for p in state_dict.values())
+    class Other:
+        def __iter__(self):
+            while True:
+                yield from self.indices.tolist()
+    """
+    assert positions(code) == [(21, 24)]
+
+
+def test_more_host_values() -> None:
+    code = """
+    import numpy as np
+    import torch
+    from safetensors import safe_open
+    from utils.boxes import xyxy2xywh
+    def f(path, keys, det, shape, tokenizer, texts, mats, targets, loader, device):
+        gain = torch.tensor(shape)[[1, 0, 1, 0]]
+        for *xyxy, conf, cls in det.tolist():
+            a = (xyxy2xywh(torch.tensor(xyxy).view(1, 4)) / gain).view(-1).tolist()
+        with safe_open(path, framework="pt") as f:
+            for key in keys:
+                b = f.get_tensor(key).item()
+        encoded = [tokenizer(t, return_tensors="pt") for t in texts]
+        c = [e.input_ids.sum().item() for e in encoded]
+        for i, (m, n) in enumerate(zip(np.cumsum(mats, 0), np.diff(mats, axis=0))):
+            d = (m / n).tolist()
+        if isinstance(targets, torch.Tensor):
+            targets = targets.cpu().numpy()
+        for row in targets:
+            e = xyxy2xywh(row[2:6]).tolist()
+        for x in loader:
+            g = xyxy2xywh(x.to(device)).tolist()
+            h = to_device(torch.tensor(x)).tolist()
+            k = xyxy2xywh(len(x), 3).tolist()
+    """
+    # a helper given device data, a helper named after a move, a helper given
+    # only plain numbers: the result may be on the device
+    assert positions(code) == [(22, 13), (23, 13), (24, 13)]
+
+
+def test_attributes_kept_on_the_host_by_the_class() -> None:
+    code = """
+    import torch
+    class Schedule:
+        def __init__(self, betas, device):
+            self.levels = torch.cumsum(betas, 0).to("cpu")
+            self.weights = betas.to(device)
+            self._cpu_device = torch.device("cpu")
+        def bounds(self, n):
+            return [(self.levels[i].item(), self.weights[i].item()) for i in range(n)]
+        def collect(self, outputs):
+            return [o.to(self._cpu_device).tolist() for o in outputs]
+    """
+    assert positions(code) == [(9, 41)]
+
+
+def test_element_loops_over_comprehension_results() -> None:
+    code = """
+    import torch
+    def gather(world, device):
+        sizes = [torch.zeros(1, device=device) for _ in range(world)]
+        return max(s.item() for s in sizes)
+    """
+    # a list built by a comprehension holds what the comprehension made
+    assert positions(code) == [(5, 16)]
+
+
+def test_capped_and_counted_guards_are_not_per_iteration() -> None:
+    code = """
+    import torch
+    def report(model, loader, every):
+        shown = 0
+        seen = 0
+        for x, y in loader:
+            out = model(x)
+            if shown < 3 and not out.eq(y).all():
+                shown += 1
+                print(out.tolist(), y.tolist())
+            seen += 1
+            if seen == every:
+                print(out.mean().item())
+                seen = 0
+            if seen == every:
+                print(out.max().item())
+    """
+    # the last guard never resets its counter: it may hold on many iterations
+    assert positions(code) == [(16, 19)]

@@ -204,9 +204,9 @@ def test_functions_that_build_checkpoints() -> None:
     def save_checkpoint(shards):
         return {key: shard.cpu() for key, shard in shards.items()}
     def train(shards):
-        return {key: shard.cpu() for key, shard in shards.items()}
+        return [shard.cpu() for shard in shards]
     """
-    assert positions(code) == [(10, 18)]
+    assert positions(code) == [(10, 13)]
 
 
 def test_standalone_comprehension_of_concatenations() -> None:
@@ -220,17 +220,19 @@ def test_standalone_comprehension_of_concatenations() -> None:
     assert positions(code) == [(6, 18)]
 
 
-def test_test_files_skip_comparisons_only() -> None:
+def test_test_files_are_skipped() -> None:
+    # tests copy results to compare them with reference values (often computed
+    # with NumPy or scikit-learn); a per-iteration wait costs only test time
     code = """
     import torch
     def test_round_trip(model, loader, expected):
         for x, y in loader:
             assert torch.allclose(model(x).cpu(), y)
-            torch.testing.assert_close(model(x).cpu(), y)
-            assert model(x).cpu().shape == y.shape
+            reference = sklearn_metric(y.cpu().numpy(), model(x).cpu().numpy())
             out = model(x).cpu()
     """
-    assert positions(code, "tests/test_model.py") == [(8, 15)]
+    assert positions(code, "tests/test_model.py") == []
+    assert positions(code, "src/pkg/test_model.py") == []
     assert len(positions(code, "train.py")) == 4
 
 
@@ -248,3 +250,73 @@ def test_nested_function_in_loop_is_its_own_scope() -> None:
 @pytest.mark.parametrize("name", ["model_output", "encoder_out", "net_input", "head_logits", "layer_acts"])
 def test_data_named_after_a_module_is_still_data(name: str) -> None:
     assert codes(tl102(f"import torch\nfor x in loader:\n    y = {name}.cpu()\n")) == ["TL102"]
+
+
+def test_host_consumers_and_one_off_functions() -> None:
+    code = """
+    import torch
+    import bitsandbytes as bnb
+    def rollout(agent, env, obs, steps):
+        for _ in range(steps):
+            obs, *_ = env.step(agent(obs).cpu().numpy())
+    def merge(layer, names):
+        for name in names:
+            layer.weight = bnb.nn.Int8Params(layer.delta(name).to("cpu"), requires_grad=False)
+    def save_progress(encoder, tokens):
+        for t in tokens:
+            torch.save(encoder(t).detach().cpu(), t)
+    def export_mesh(mesh):
+        return [mesh.channels[c].cpu().numpy() for c in "RGB"]
+    class Head:
+        def __init__(self, layers):
+            self.bias = [l.bias.detach().cpu() for l in layers]
+    def assert_outputs_close(a, b):
+        for x, y in zip(a, b):
+            print(x.cpu(), y.cpu())
+    def train(model, loader, log, storage):
+        for x in loader:
+            out = model(x)
+            log.append(out.cpu())
+            storage.write(out.cpu().numpy().tobytes())
+    """
+    assert positions(code) == [(24, 20)]
+
+
+def test_mappings_conversions_pipelines_and_interactive_loops() -> None:
+    code = """
+    import torch
+    from torch.utils.data import Dataset
+    def log_metrics(metrics, writer):
+        for key, value in metrics.items():
+            writer.add(key, value.cpu())
+    def prepare(images):
+        arrays = []
+        for img in images:
+            if isinstance(img, torch.Tensor):
+                img = img.cpu().numpy()
+            arrays.append(img)
+        return arrays
+    class Images(Dataset):
+        def __init__(self, raw):
+            self.items = [(r * 255).byte().cpu() for r in raw]
+    def chat(model, tok):
+        while True:
+            ids = model(tok(input("> ")))
+            print(ids.cpu())
+    def train(model, loader, history):
+        for x in loader:
+            terms = model(x)
+            history.append({k: v.cpu() for k, v in terms.items()})
+    """
+    assert positions(code) == [(24, 28)]
+
+
+def test_modules_running_onnx_or_tensorrt_models() -> None:
+    code = """
+    import torch
+    import onnxruntime
+    def denoise(session, latents, timesteps):
+        for t in timesteps:
+            latents = session.run(None, {"x": latents.cpu().numpy()})[0]
+    """
+    assert tl102(code) == []

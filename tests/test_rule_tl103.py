@@ -170,3 +170,48 @@ def test_while_loop_test_runs_every_iteration() -> None:
         step()
     """
     assert positions(code) == [(3, 7)]
+
+
+def test_test_files_and_measuring_modules_are_skipped() -> None:
+    code = """
+    import torch
+    def step_all(model, loader):
+        for x in loader:
+            model(x).backward()
+            torch.cuda.synchronize()
+    """
+    assert lint(code, select=["TL103"], path="tests/test_sync.py") == []
+    assert len(tl103(code)) == 1
+    # a module that reads a clock and allocator statistics is a benchmark
+    measuring = code + """
+    def peak(model, x):
+        torch.cuda.reset_peak_memory_stats()
+        start = time.perf_counter()
+        model(x)
+        return time.perf_counter() - start, torch.cuda.max_memory_allocated()
+    """
+    assert tl103(measuring) == []
+
+
+def test_passes_of_work_and_full_batch_epochs() -> None:
+    code = """
+    import torch
+    def run(model, prompts, features, targets, optimizer, epochs):
+        for prompt in prompts:
+            model.generate(prompt)
+            torch.cuda.synchronize()
+        for epoch in range(epochs):
+            model(features).sub(targets).pow(2).mean().backward()
+            optimizer.step()
+            torch.cuda.synchronize()
+        seen = 0
+        for x in prompts:
+            model(x)
+            seen += 1
+            if seen == 50:
+                torch.cuda.synchronize()
+                seen = 0
+    """
+    # a generation per iteration is a whole pass; a full-batch "epoch" is a
+    # step; a counter reset every 50 steps is a periodic guard
+    assert positions(code) == [(10, 9)]

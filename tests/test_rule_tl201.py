@@ -58,8 +58,8 @@ def test_invalid_examples(example):
         ("torch.ones(3).to(device, torch.float16, True)", "torch.ones(3, device=device, dtype=torch.float16)"),
         ("torch.ones(3).to(device=dev, dtype=x.dtype)", "torch.ones(3, device=dev, dtype=x.dtype)"),
         ('torch.eye(3).to("cuda:0")', 'torch.eye(3, device="cuda:0")'),
-        ("torch.zeros_like(x).cuda()", 'torch.zeros_like(x, device="cuda")'),
-        ("torch.empty_like(x).to(device)", "torch.empty_like(x, device=device)"),
+        ("torch.zeros_like(h.cpu()).cuda()", 'torch.zeros_like(h.cpu(), device="cuda")'),
+        ("torch.empty_like(torch.from_numpy(a)).to(device)", "torch.empty_like(torch.from_numpy(a), device=device)"),
         ("torch.arange(n).to(device)", "torch.arange(n, device=device)"),
         ("torch.zeros(*shape).cuda()", 'torch.zeros(*shape, device="cuda")'),
         ("(torch.zeros(3).cuda())", '(torch.zeros(3, device="cuda"))'),
@@ -79,8 +79,8 @@ def test_safe_fix(before, after):
         ("torch.randn(3).to(device)", "torch.randn(3, device=device)"),
         ("torch.randint(0, 10, (3,)).to(device)", "torch.randint(0, 10, (3,), device=device)"),
         ("torch.randperm(n).cuda()", 'torch.randperm(n, device="cuda")'),
-        ("torch.rand_like(x).cuda()", 'torch.rand_like(x, device="cuda")'),
-        ("torch.randn_like(x).to(device)", "torch.randn_like(x, device=device)"),
+        ("torch.rand_like(h.cpu()).cuda()", 'torch.rand_like(h.cpu(), device="cuda")'),
+        ("torch.randn_like(torch.zeros(3)).to(device)", "torch.randn_like(torch.zeros(3), device=device)"),
         ("torch.linspace(0, 1, 5).cuda()", 'torch.linspace(0, 1, 5, device="cuda")'),
         ("torch.logspace(0, 1, 5).cuda()", 'torch.logspace(0, 1, 5, device="cuda")'),
         ("torch.arange(0, 1, 0.1).cuda()", 'torch.arange(0, 1, 0.1, device="cuda")'),
@@ -102,7 +102,6 @@ def test_unsafe_fix(before, after):
 @pytest.mark.parametrize(
     "expr",
     [
-        "torch.rand(3, generator=g).cuda()",
         "torch.zeros(3, out=buf).cuda()",
         "torch.empty(3, pin_memory=True).cuda(non_blocking=True)",
         'torch.zeros(3, device="cpu").cuda()',
@@ -140,6 +139,14 @@ def test_reported_without_fix(expr):
         "torch.zeros(3, **factory_kwargs).cuda()",
         "torch.from_numpy(a).cuda()",
         "torch.as_tensor(a).to(device)",
+        "torch.rand(3, generator=g).cuda()",
+        "torch.randint(0, 10, (3,), generator=torch.Generator().manual_seed(0)).to(device)",
+        'torch.randn(3, device="cpu").to(device)',
+        'torch.rand(3, device=torch.device("cpu")).cuda()',
+        "torch.zeros_like(x).cuda()",
+        "torch.randn_like(latents).to(device, torch.float16)",
+        "torch.ones_like(mask).to(device=device)",
+        "torch.zeros_like(x.cuda()).to(device)",
         "x.new_zeros(3).cuda()",
         "torch.cat([a, b]).cuda()",
         "zeros(3).cuda()",
@@ -257,3 +264,54 @@ def test_comment_inside_the_move_makes_the_fix_unsafe():
 def test_chained_moves_are_fixed_once_and_idempotent():
     code = "import torch\nx = torch.zeros(3).to(device).to(torch.float16)\n"
     assert _fixed(code) == "import torch\nx = torch.zeros(3, device=device).to(torch.float16)\n"
+
+
+def test_like_factory_of_a_name_assigned_on_the_host():
+    code = """
+        import numpy as np
+        import torch
+
+        def build(path, device):
+            table = torch.from_numpy(np.load(path))
+            return torch.ones_like(table).to(device)
+
+        def staged(n, device):
+            buffer = torch.empty(n, 4)
+            return torch.zeros_like(buffer).cuda()
+    """
+    assert [(d.line, d.column) for d in _lint(code)] == [(7, 12), (11, 12)]
+
+
+def test_like_factory_of_a_name_that_may_live_on_the_device_is_not_reported():
+    code = """
+        import torch
+
+        def parameter(latents, device):
+            return torch.randn_like(latents).to(device)
+
+        def reassigned(model, loader, device):
+            state = torch.zeros(4)
+            for x in loader:
+                noise = torch.randn_like(state).to(device)
+                state = model(x, noise)
+
+        def unpacked(pair, device):
+            a, b = pair
+            return torch.zeros_like(a).to(device)
+
+        def moved(n, device):
+            weights = torch.ones(n, device=device)
+            return torch.zeros_like(weights).to(device)
+
+        def same_device(n):
+            host = torch.zeros(n)
+            return torch.zeros_like(host).to(host.device)
+    """
+    assert _lint(code) == []
+
+
+@pytest.mark.parametrize("path", ["tests/test_model.py", "test_ops.py", "pkg/ops_test.py", "conftest.py"])
+def test_test_files_are_skipped(path):
+    code = "import torch\ntorch.manual_seed(0)\nx = torch.randn(2, 3).to(device)\ny = torch.zeros(3).cuda()\n"
+    assert lint(code, select=["TL201"], path=path) == []
+    assert codes(lint(code, select=["TL201"], path="pkg/ops.py")) == ["TL201", "TL201"]

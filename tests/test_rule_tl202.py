@@ -240,6 +240,122 @@ def test_single_argument_multiline_call():
     )
 
 
-def test_reported_in_test_files_too():
-    code = "import torch\nloader = torch.utils.data.DataLoader(ds)\nmodel.cuda()\n"
-    assert codes(_lint(code, path="tests/test_train.py")) == ["TL202"]
+@pytest.mark.parametrize("path", ["tests/test_train.py", "test_loader.py", "pkg/loader_test.py", "conftest.py"])
+def test_test_files_are_skipped(path):
+    code = "import torch\nloader = torch.utils.data.DataLoader(ds, batch_size=4)\nmodel.cuda()\n"
+    assert _lint(code, path=path) == []
+    assert codes(_lint(code, path="pkg/train.py")) == ["TL202"]
+
+
+@pytest.mark.parametrize(
+    "collate",
+    [
+        "partial(collate, device=device)",
+        "functools.partial(collate, pad_id=0, device=args.device)",
+        "lambda b: collate(b, device)",
+        "lambda b: collate(b, self.device)",
+        "to_device_collate",
+        "lambda b: to_device_collate(b)",
+        "partial(to_device_collate, pad_id=0)",
+        "on_device",
+    ],
+)
+def test_collate_fn_that_takes_a_device_is_silent(collate):
+    code = f"""
+        import functools
+        from functools import partial
+        import torch
+
+        def to_device_collate(batch, pad_id=0, device="cpu"):
+            return torch.stack(batch).to(device)
+
+        def build(ds, device, args):
+            on_device = partial(collate, device=device)
+            return torch.utils.data.DataLoader(ds, batch_size=8, collate_fn={collate})
+    """
+    assert _lint(code) == []
+
+
+@pytest.mark.parametrize("collate", ["collate", "partial(collate, pad_id=0)", "lambda b: collate(b, tokenizer)"])
+def test_collate_fn_on_the_host_is_still_reported(collate):
+    code = f"""
+        from functools import partial
+        import torch
+
+        def collate(batch, pad_id=0):
+            return torch.stack(batch)
+
+        loader = torch.utils.data.DataLoader(ds, batch_size=8, collate_fn={collate})
+        model.cuda()
+    """
+    assert codes(_lint(code)) == ["TL202"]
+
+
+def test_dataset_whose_items_hold_no_data_is_silent():
+    code = """
+        import torch
+        from torch.utils.data import DataLoader, Dataset
+
+        class PromptDataset(Dataset):
+            def __init__(self, prompt, n):
+                self.prompt, self.n = prompt, n
+
+            def __len__(self):
+                return self.n
+
+            def __getitem__(self, index):
+                return {"prompt": self.prompt, "index": index}
+
+        class Pairs(Dataset):
+            def __getitem__(self, i):
+                return self.prompt, i
+
+        prompts = PromptDataset("a photo of a dog", 100)
+        loaders = [
+            DataLoader(prompts, batch_size=4),
+            DataLoader(Pairs(), batch_size=4),
+            DataLoader(range(100), batch_size=4),
+            DataLoader(list(range(100)), batch_size=4),
+        ]
+        pipe.to("cuda")
+    """
+    assert _lint(code) == []
+
+
+def test_dataset_that_indexes_its_data_is_still_reported():
+    code = """
+        import torch
+        from torch.utils.data import DataLoader, Dataset
+
+        class Tokens(Dataset):
+            def __getitem__(self, index):
+                return {"input_ids": self.ids[index], "index": index}
+
+        class Images(Dataset):
+            def __getitem__(self, index):
+                image = load(self.paths[index])
+                return image, index
+
+        def range(n):
+            return torch.arange(n).float()
+
+        loaders = [
+            DataLoader(Tokens(), batch_size=4),
+            DataLoader(Images(), batch_size=4),
+            DataLoader(range(100), batch_size=4),
+        ]
+        model.cuda()
+    """
+    assert codes(_lint(code)) == ["TL202"] * 3
+
+
+def test_tpu_programs_are_silent():
+    code = """
+        import torch
+        import torch_xla.core.xla_model as xm
+
+        device = xm.xla_device()
+        loader = torch.utils.data.DataLoader(ds, batch_size=8)
+        model.to(device)
+    """
+    assert _lint(code) == []

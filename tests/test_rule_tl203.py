@@ -206,6 +206,33 @@ d = DataLoader(Stream(urls), batch_size=8)
     assert _positions(code) == [(28, 5), (29, 5)]
 
 
+def test_items_gathered_in_a_local_dict():
+    code = HEADER + """
+class Prompts(torch.utils.data.Dataset):
+    def __getitem__(self, index):
+        example = {}
+        example["prompt"] = self.prompt
+        example["index"] = index
+        return example
+
+class Captions(torch.utils.data.Dataset):
+    def __getitem__(self, index):
+        example = {}
+        example["image"] = Image.open(self.paths[index])
+        return example
+
+class Stored(torch.utils.data.Dataset):
+    def __getitem__(self, index):
+        self.cache[index] = self.load(index)
+        return self.cache[index]
+
+a = DataLoader(Prompts(), batch_size=4)
+b = DataLoader(Captions(), batch_size=4)
+c = DataLoader(Stored(), batch_size=4)
+"""
+    assert [line for line, _ in _positions(code)] == [24, 25]
+
+
 def test_collate_fn_that_builds_batches_on_the_device():
     code = HEADER + """
 from functools import partial

@@ -207,6 +207,26 @@ def test_test_files_are_skipped():
         assert run(SCRIPT, CODES, path=path) == []
 
 
+def test_benchmark_scripts_are_skipped():
+    # a benchmark measures one configuration on purpose (a float32 baseline, eager mode)
+    assert codes(run(SCRIPT, MODULE_RULES, path="examples/train.py")) == MODULE_RULES
+    for path in ("benchmarks/fp8/ddp.py", "amp_benchmark/benchmark_fp32.py", "bench_train.py", "Benchmark.py"):
+        assert run(SCRIPT, MODULE_RULES, path=path) == []
+    code = "import torch\ntorch.use_deterministic_algorithms(True)\ntorch.backends.cudnn.benchmark = False\n"
+    assert run(code, ["TL501", "TL502"], path="benchmarks/fsdp2/main.py") == []
+
+
+@pytest.mark.parametrize("path", ["scripts/convert_vqgan.py", "compare_outputs.py", "verify_export.py", "check_port.py"])
+def test_conversion_and_verification_scripts_may_be_deterministic(path):
+    # they run once and compare a converted model's outputs with the original's
+    code = (
+        "import torch\ntorch.use_deterministic_algorithms(True)\n"
+        "torch.backends.cudnn.deterministic = True\ntorch.backends.cudnn.benchmark = False\n"
+    )
+    assert run(code, ["TL501", "TL502"], path=path) == []
+    assert codes(run(code, ["TL501", "TL502"], path="scripts/checkpoint_average.py")) == ["TL502", "TL502", "TL501"]
+
+
 def test_noqa_on_the_reported_line():
     code = SCRIPT.replace("loss.backward()\n        optimizer.step()\n\ndef finetune", "loss.backward()  # noqa: TL505\n        optimizer.step()\n\ndef finetune")
     assert codes(run(code, MODULE_RULES)) == ["TL503", "TL504"]
@@ -359,6 +379,9 @@ def test_tl501_message_mentions_reproducibility():
         "import torch\nif torch.backends.cudnn.benchmark:\n    print('autotuner on')\n",
         "import torch\nbenchmark = False\n",
         "class Cfg:\n    benchmark = False\nimport torch\n",
+        "import torch\ndef enable_full_determinism():\n    torch.backends.cudnn.deterministic = True\n    torch.backends.cudnn.benchmark = False\n",
+        "import torch\nclass DeterministicEngine:\n    def _init_run(self):\n        torch.backends.cudnn.benchmark = False\n",
+        "import torch\ndef make_reproducible():\n    def apply():\n        torch.backends.cudnn.benchmark = False\n    apply()\n",
     ],
 )
 def test_tl501_assignment_near_misses(code):
@@ -395,6 +418,9 @@ def test_tl502_positives(code):
         "import torch\ntorch.backends.cudnn.deterministic = args.deterministic\n",
         "import torch\nclass Flags:\n    deterministic = True\n",
         "def use_deterministic_algorithms(x):\n    pass\nimport torch\nuse_deterministic_algorithms(True)\n",
+        "import torch\ndef enable_full_determinism():\n    torch.use_deterministic_algorithms(True)\n    torch.backends.cudnn.deterministic = True\n",
+        "import torch\nclass DeterministicEngine:\n    def _init_run(self):\n        torch.use_deterministic_algorithms(True, warn_only=True)\n",
+        "import torch\ndef make_reproducible(seed):\n    torch.manual_seed(seed)\n    torch.backends.cudnn.deterministic = True\n",
     ],
 )
 def test_tl502_near_misses(code):
@@ -481,6 +507,7 @@ def test_tl507_positives(code):
         "import torch\ndef check_gradients(fn, x):\n    return torch.autograd.gradcheck(fn, (x,))\n",
         "import torch\nassert isinstance(p, torch.autograd.profiler.profile)\n",
         "import torch\ngrads = torch.autograd.grad(loss, params)\n",
+        "import torch\nclass AutogradProfiler(Hook):\n    def before_step(self):\n        self._prof = torch.autograd.profiler.profile(use_cuda=True)\n        self._prof.__enter__()\n",
     ],
 )
 def test_tl507_near_misses(code):

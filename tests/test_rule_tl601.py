@@ -105,9 +105,18 @@ def test_import_inside_function_is_scoped():
     assert [(d.line, d.column) for d in diagnostics] == [(6, 12)]
 
 
-def test_reported_in_test_files_too():
-    code = "import torch\nmodel = torch.nn.DataParallel(model)\n"
-    assert codes(_lint(code, path="tests/test_train.py")) == ["TL601"]
+@pytest.mark.parametrize("path", ["tests/test_checkpoint.py", "test_utils.py", "pkg/wrap_test.py", "conftest.py"])
+def test_test_files_are_skipped(path):
+    # a test that checks that a wrapped model is unwrapped again
+    code = """
+        import torch
+
+        def test_unwrap(model):
+            wrapped = torch.nn.DataParallel(model)
+            assert unwrap(wrapped) is model
+    """
+    assert _lint(code, path=path) == []
+    assert codes(_lint(code, path="pkg/train.py")) == ["TL601"]
 
 
 def test_no_fix_is_offered():

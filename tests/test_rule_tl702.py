@@ -126,6 +126,10 @@ def test_a_loop_catching_other_errors_is_still_reported() -> None:
         "torch.cuda.reset_peak_memory_stats()",
         "peak = torch.cuda.max_memory_allocated()",
         "used = torch.cuda.memory_reserved() / 2**30",
+        "del pipeline",
+        "del pipe, images",
+        "del self.sd_pipeline",
+        "if pipe is not None:\n        del pipe",
     ],
 )
 def test_deliberate_release_between_heavy_iterations(extra: str) -> None:
@@ -136,6 +140,13 @@ def test_deliberate_release_between_heavy_iterations(extra: str) -> None:
 def test_del_of_data_is_still_reported() -> None:
     code = "import torch\nfor x, y in loader:\n    loss = step(x, y)\n    del loss, x, y\n    torch.cuda.empty_cache()\n"
     assert positions(code) == [(5, 5)]
+    code = "import torch\nfor x in loader:\n    out = pipeline(x)\n    del out, pipeline_output\n    torch.cuda.empty_cache()\n"
+    assert positions(code) == [(5, 5)]
+
+
+def test_pipeline_deleted_in_a_nested_function_does_not_count() -> None:
+    code = "import torch\nfor x in loader:\n    def cleanup():\n        del pipeline\n    step(x)\n    torch.cuda.empty_cache()\n"
+    assert positions(code) == [(6, 5)]
 
 
 def test_runs_once_epochs_and_periodic_guard() -> None:

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import re
 from pathlib import PurePath
-from typing import TYPE_CHECKING, Any, ClassVar, Dict, List, Optional, Sequence, Tuple
+from typing import TYPE_CHECKING, Any, ClassVar, Dict, Iterator, List, Optional, Sequence, Tuple
 
 import libcst as cst
 
@@ -104,31 +104,38 @@ class Context:
         body of an ``if`` whose test uses ``%`` (``if step % 100 == 0:``) runs
         once every N iterations and is not in the loop.
         """
+        for loop in self.enclosing_loops(periodic_guard=periodic_guard):
+            return loop
+        return None
+
+    def enclosing_loops(self, *, periodic_guard: bool = True) -> Iterator[cst.CSTNode]:
+        """Every loop that runs the node being visited, innermost first, as
+        :meth:`enclosing_loop` finds the first: within the same function, and
+        none beyond a periodic guard (``if step % 100 == 0:``)."""
         stack = self.stack
         for i in range(len(stack) - 2, -1, -1):
             node = stack[i]
             child = stack[i + 1]
             if isinstance(node, _FUNCTION_BOUNDARIES):
-                return None
+                return
             if isinstance(node, cst.For):
                 if child is node.body:
-                    return node
+                    yield node
             elif isinstance(node, cst.While):
                 if child is node.body or child is node.test:
-                    return node
+                    yield node
             elif isinstance(node, cst.If):
                 if periodic_guard and child is node.body and contains_modulo(node.test):
-                    return None
+                    return
             elif isinstance(node, _COMPREHENSIONS):
                 if child is not node.for_in:
-                    return node
+                    yield node
             elif isinstance(node, cst.CompFor):
                 outermost = i > 0 and isinstance(stack[i - 1], _COMPREHENSIONS)
                 if child is node.iter and outermost:
                     continue
                 if child is node.iter or child is node.inner_for_in or any(child is c for c in node.ifs):
-                    return node
-        return None
+                    yield node
 
     def in_loop(self) -> bool:
         return self.enclosing_loop() is not None

@@ -1,0 +1,84 @@
+"""Unit tests for TL301 (zero-grad-set-to-none)."""
+
+from __future__ import annotations
+
+import pytest
+
+from tests.helpers import codes, fix, lint
+from torchlint.model import Applicability
+from torchlint.registry import all_rules
+
+RULE = all_rules()["TL301"]
+
+
+def _lint(code: str, path: str = "snippet.py", **overrides):
+    return lint(code, select=["TL301"], path=path, **overrides)
+
+
+@pytest.mark.parametrize("example", RULE.VALID)
+def test_valid_examples(example):
+    assert _lint(example) == []
+
+
+@pytest.mark.parametrize("example", RULE.INVALID)
+def test_invalid_examples(example):
+    assert codes(_lint(example)) == ["TL301"]
+
+
+def test_bare_zero_grad_depends_on_target_torch():
+    code = "import torch\nfor x in loader:\n    opt.zero_grad()\n    step(x)\n"
+    assert _lint(code) == []
+    assert codes(_lint(code, target_torch=(1, 13))) == ["TL301"]
+
+
+def test_manual_zeroing_needs_a_loop_over_parameters():
+    code = """
+        import torch
+
+        def reset(model, buffers):
+            for p in model.parameters():
+                p.grad.data.zero_()
+            for b in buffers:
+                b.grad.zero_()
+            model.weight.grad.zero_()
+    """
+    assert [d.line for d in _lint(code)] == [6]
+
+
+def test_module_that_accumulates_into_gradients_is_silent():
+    code = """
+        import torch
+
+        def accumulate(model, grads):
+            for p, g in zip(model.parameters(), grads):
+                p.grad.add_(g)
+
+        def reset(model):
+            for p in model.parameters():
+                p.grad.zero_()
+    """
+    assert _lint(code) == []
+
+
+def test_fix_is_unsafe():
+    code = "import torch\nopt.zero_grad(set_to_none=False)\n"
+    (d,) = _lint(code)
+    assert d.fix is not None and d.fix.applicability is Applicability.UNSAFE
+    result = fix(code, select=["TL301"], unsafe=True)
+    assert result.text == "import torch\nopt.zero_grad(set_to_none=True)\n"
+
+
+@pytest.mark.parametrize("path", ["tests/test_wrappers.py", "test_optim.py", "pkg/optim_test.py", "conftest.py"])
+def test_test_files_are_skipped(path):
+    # a test that checks that `set_to_none` is passed on to the optimizer
+    code = """
+        import torch
+
+        def test_wrapper_forwards_set_to_none(wrapped, spy):
+            wrapped.zero_grad(set_to_none=False)
+            spy.assert_called_with(set_to_none=False)
+            for p in wrapped.parameters():
+                p.grad.zero_()
+    """
+    assert _lint(code, path=path) == []
+    assert codes(_lint(code, path="pkg/optim.py")) == ["TL301", "TL301"]
