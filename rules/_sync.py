@@ -331,6 +331,32 @@ def in_data_pipeline(ctx: Context) -> bool:
     return False
 
 
+def one_off_function(name: str) -> bool:
+    """A function that builds a state dict or checkpoint, saves or exports
+    (``save_progress``, ``export_to_ply``), sets up (``__init__``,
+    ``init_weights``, ``loftq_init``) or asserts (``assert_close_outputs``):
+    its host copies and reads are the work itself, or run once."""
+    lowered = name.lower()
+    if any(word in lowered for word in ("state_dict", "checkpoint", "ckpt")):
+        return True
+    stripped = lowered.strip("_")
+    return (
+        stripped.startswith(("save", "export", "init", "assert"))
+        or "_save" in stripped
+        or "_export" in stripped
+        or stripped.endswith("_init")
+    )
+
+
+def enclosing_function_is_one_off(ctx: Context) -> bool:
+    """Whether the innermost function around the node being visited is a
+    :func:`one_off_function`."""
+    for node in reversed(ctx.stack[:-1]):
+        if isinstance(node, cst.FunctionDef):
+            return one_off_function(node.name.value)
+    return False
+
+
 # -- loops over a few named values ---------------------------------------------------------
 
 _COMPREHENSIONS = (cst.ListComp, cst.SetComp, cst.DictComp, cst.GeneratorExp)

@@ -20,6 +20,7 @@ from torchlint.rules._helpers import (
 from torchlint.rules._sync import (
     LoopFacts,
     converts_any_value,
+    enclosing_function_is_one_off,
     in_data_pipeline,
     is_constant_display,
     isinstance_tensor_subject,
@@ -76,7 +77,10 @@ class ItemInLoop(Rule):
       be tensors;
     - a value read from a state dict or checkpoint (`state_dict.pop(k).item()`,
       `ckpt["model"][k]`, a loop over `state_dict.values()`): checkpoints are
-      loaded on the host and converted once;
+      loaded on the host and converted once; and any call in a function that
+      builds a state dict or checkpoint, saves, exports, sets up or asserts
+      (`save_*`, `*_save*`, `export*`, `__init__`, `init*`, `*_init`,
+      `assert*`): one-off work, or the conversion is the work;
     - code in a `torch.utils.data` `Dataset` or `Sampler` subclass (data
       loading runs on the host);
     - test files (`test_*.py`, `*_test.py`, `conftest.py`, under `tests/`):
@@ -189,7 +193,7 @@ class ItemInLoop(Rule):
             return
         recv = receiver(node)
         assert recv is not None
-        if in_data_pipeline(ctx) or self._reads_checkpoint(recv):
+        if in_data_pipeline(ctx) or enclosing_function_is_one_off(ctx) or self._reads_checkpoint(recv):
             return
         if converts_any_value(ctx, loop, self._facts):
             return

@@ -19,6 +19,7 @@ from torchlint.rules._sync import (
     loop_clauses,
     mentions,
     names_a_module,
+    one_off_function,
     runs_once,
     runs_once_per_pass,
     target_names,
@@ -236,7 +237,7 @@ class HostCopyInLoop(Rule):
         to the host is the work itself (saving, comparing, sending them)."""
         for node in reversed(self.context.stack[:-1]):
             if isinstance(node, cst.FunctionDef):
-                return _one_off_function(node.name.value)
+                return one_off_function(node.name.value)
             if isinstance(node, (cst.Lambda, cst.ClassDef)):
                 return False
             for clause in loop_clauses(node):
@@ -296,26 +297,8 @@ _MODULE_METHODS = frozenset(
 _MODULE_COLLECTIONS = ("model", "module", "children", "ensemble", "nets", "networks")
 # Loops over these copy weights, not per-step data.
 _WEIGHT_WORDS = ("param", "state_dict", "weight", "buffer", "grad", "ckpt", "checkpoint")
-_CHECKPOINT_FUNCTIONS = ("state_dict", "checkpoint", "ckpt")
 # Modules that run models with ONNX Runtime, TensorRT, Triton or OpenVINO.
 _RUNTIMES = re.compile(r"\b(?:onnxruntime|OnnxRuntimeModel|InferenceSession|tensorrt|tritonclient|openvino)\b")
-
-
-def _one_off_function(name: str) -> bool:
-    """A function that builds a state dict or checkpoint, saves or exports
-    (``save_progress``, ``export_to_ply``), sets up (``__init__``,
-    ``init_weights``, ``loftq_init``) or asserts (``assert_close_outputs``):
-    its host copies are the work itself, or run once."""
-    lowered = name.lower()
-    if any(word in lowered for word in _CHECKPOINT_FUNCTIONS):
-        return True
-    stripped = lowered.strip("_")
-    return (
-        stripped.startswith(("save", "export", "init", "assert"))
-        or "_save" in stripped
-        or "_export" in stripped
-        or stripped.endswith("_init")
-    )
 
 
 def _last_name(expr: cst.BaseExpression) -> Optional[str]:

@@ -531,3 +531,22 @@ def test_capped_and_counted_guards_are_not_per_iteration() -> None:
     """
     # the last guard never resets its counter: it may hold on many iterations
     assert positions(code) == [(16, 19)]
+
+
+def test_set_up_save_and_assert_functions() -> None:
+    code = """
+    import torch
+    class Scheduler:
+        def init_stages(self, n):
+            return [self.sigmas[i].item() for i in range(n)]
+        def __init__(self, levels):
+            self.bounds = [levels[i].item() for i in range(len(levels))]
+    def save_results(outputs, path):
+        return [o.tolist() for o in outputs]
+    def assert_all_finite(tensors):
+        for t in tensors:
+            assert t.isfinite().all().item()
+    def evaluate(outputs):
+        return [o.tolist() for o in outputs]
+    """
+    assert positions(code) == [(14, 13)]
