@@ -17,8 +17,12 @@ _DEVICE_SYNCS = frozenset(
         "torch.mps.synchronize",
     }
 )
+# Reading a clock, and reading allocator statistics (see `__init__`).
 _CLOCK_TEXT = re.compile(r"\b(?:perf_counter|monotonic|process_time|default_timer|elapsed_time)\b|\btime\.time\(")
-_MEMORY_TEXT = re.compile(r"\b(?:memory_allocated|max_memory_allocated|memory_reserved|max_memory_reserved|reset_peak_memory_stats|memory_stats)\b")
+_MEMORY_TEXT = re.compile(
+    r"\b(?:memory_allocated|max_memory_allocated|memory_reserved|max_memory_reserved"
+    r"|reset_peak_memory_stats|memory_stats)\b"
+)
 # `torch.cuda.current_stream().synchronize()`: waits for all work on that stream.
 _STREAM_GETTERS = frozenset(
     {
