@@ -117,6 +117,19 @@ def is_accelerator_string(value: str) -> bool:
     return value.split(":", 1)[0].strip() in ACCELERATOR_TYPES
 
 
+def device_type(expr: cst.BaseExpression, ctx: Context) -> Optional[str]:
+    """The device type a literal names: ``"cuda"`` for ``"cuda:0"`` or
+    ``torch.device("cuda", 0)``; None when it is not a literal."""
+    text = string_value(expr)
+    if text is None and isinstance(expr, cst.Call) and ctx.qualname(expr.func) == "torch.device":
+        args = positional(expr)
+        if args:
+            text = string_value(args[0].value)
+    if text is None:
+        return None
+    return text.split(":", 1)[0].strip()
+
+
 def device_kind(expr: cst.BaseExpression, ctx: Context) -> Optional[str]:
     """Classify an argument of ``.to(...)``.
 

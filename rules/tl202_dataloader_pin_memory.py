@@ -8,6 +8,7 @@ from torchlint.codemods import dataloader as codemod
 from torchlint.model import Applicability, Fix, FixAvailability
 from torchlint.rule import Rule
 from torchlint.rules._helpers import (
+    device_type,
     argument,
     device_kind,
     keyword,
@@ -15,7 +16,6 @@ from torchlint.rules._helpers import (
     method_name,
     moves_to_device,
     positional,
-    string_value,
 )
 
 DATALOADERS = frozenset({"torch.utils.data.DataLoader", "torch.utils.data.dataloader.DataLoader"})
@@ -342,20 +342,8 @@ def _is_docstring(stmt: cst.CSTNode) -> bool:
     )
 
 
-def _device_type(expr: cst.BaseExpression, ctx) -> Optional[str]:
-    """``"cuda"`` for ``"cuda:0"`` or ``torch.device("cuda", 0)``, else None."""
-    text = string_value(expr)
-    if text is None and isinstance(expr, cst.Call) and ctx.qualname(expr.func) == "torch.device":
-        args = positional(expr)
-        if args:
-            text = string_value(args[0].value)
-    if text is None:
-        return None
-    return text.split(":", 1)[0].strip()
-
-
 def _names_unpinnable(expr: cst.BaseExpression, ctx) -> bool:
-    return _device_type(expr, ctx) in _NOT_PINNABLE
+    return device_type(expr, ctx) in _NOT_PINNABLE
 
 
 def _accelerator(expr: cst.BaseExpression, ctx) -> bool:

@@ -8,6 +8,7 @@ from torchlint.codemods import non_blocking as codemod
 from torchlint.model import Applicability, Fix, FixAvailability
 from torchlint.rule import Rule
 from torchlint.rules._helpers import (
+    device_type,
     has_star,
     keyword,
     last_name,
@@ -16,7 +17,6 @@ from torchlint.rules._helpers import (
     moves_to_device,
     positional,
     receiver,
-    string_value,
 )
 from torchlint.rules._loaders import LoaderIndex
 
@@ -457,7 +457,7 @@ class CopyWithoutNonBlocking(Rule):
         device = keyword(call, "device")
         if device is None and pos:
             device = pos[0]
-        if device is not None and _device_type(device.value, self.context) in _UNPINNABLE:
+        if device is not None and device_type(device.value, self.context) in _UNPINNABLE:
             return None
         flag = keyword(call, "non_blocking")
         if flag is not None:
@@ -557,15 +557,3 @@ def _string_key(target: cst.Subscript) -> bool:
 
 def _builtin(name: str, ctx) -> bool:
     return name not in ctx.imports.defined and ctx.imports.resolve(name) is None
-
-
-def _device_type(expr: cst.BaseExpression, ctx) -> Optional[str]:
-    """``"mps"`` for ``"mps"``, ``"mps:0"`` or ``torch.device("mps")``, else None."""
-    text = string_value(expr)
-    if text is None and isinstance(expr, cst.Call) and ctx.qualname(expr.func) == "torch.device":
-        args = positional(expr)
-        if args:
-            text = string_value(args[0].value)
-    if text is None:
-        return None
-    return text.split(":", 1)[0].strip()
