@@ -8,6 +8,7 @@ import libcst as cst
 from torchlint.codemods import item_in_loop as codemod
 from torchlint.model import Applicability, Fix, FixAvailability
 from torchlint.rule import Rule, contains_modulo
+from torchlint.walker import iter_children
 from torchlint.rules._helpers import (
     device_kind,
     keyword,
@@ -653,10 +654,20 @@ def _is_host_module(qualname: str) -> bool:
 
 
 _NESTED_SCOPES = (cst.FunctionDef, cst.ClassDef, cst.Lambda)
+_NESTED_SCOPE_TYPES = frozenset(_NESTED_SCOPES)
+# The node types `_collect_bindings` looks at; every other node is skipped
+# with one set lookup instead of a chain of (slow, ABC) isinstance checks.
+_BINDING_TYPES = frozenset(
+    {
+        cst.Assign, cst.AnnAssign, cst.AugAssign, cst.For, cst.CompFor, cst.FunctionDef,
+        cst.ClassDef, cst.Global, cst.Nonlocal, cst.WithItem, cst.AsName, cst.NamedExpr,
+        cst.If, cst.Import, cst.ImportFrom,
+    }
+)
 
 
 def _children(node: cst.CSTNode) -> List[cst.CSTNode]:
-    return list(node.children)
+    return iter_children(node)
 
 
 def _scope_nodes(scope: cst.CSTNode) -> Iterator[cst.CSTNode]:
@@ -667,9 +678,11 @@ def _scope_nodes(scope: cst.CSTNode) -> Iterator[cst.CSTNode]:
     while todo:
         node = todo.pop()
         yield node
-        if isinstance(node, _NESTED_SCOPES):
+        if type(node) in _NESTED_SCOPE_TYPES:
             continue
-        todo.extend(reversed(_children(node)))
+        children = iter_children(node)
+        children.reverse()
+        todo.extend(children)
 
 
 class _Bindings(NamedTuple):
@@ -712,6 +725,8 @@ def _collect_bindings(scope: cst.CSTNode) -> _Bindings:
             if isinstance(star, cst.Param):
                 add(star.name.value, "unknown", None)
     for node in _scope_nodes(scope):
+        if type(node) not in _BINDING_TYPES:
+            continue
         if isinstance(node, cst.Assign):
             for target in node.targets:
                 add_target(target.target, "value", node.value, "part")

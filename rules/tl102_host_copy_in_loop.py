@@ -7,7 +7,16 @@ import libcst as cst
 
 from torchlint.model import FixAvailability
 from torchlint.rule import Rule
-from torchlint.rules._helpers import device_kind, has_star, keyword, literal_bool, method_name, positional, receiver
+from torchlint.rules._helpers import (
+    device_kind,
+    has_star,
+    keyword,
+    literal_bool,
+    method_name,
+    positional,
+    receiver,
+    source_mentions,
+)
 from torchlint.rules._sync import (
     LoopFacts,
     chain_top,
@@ -157,7 +166,7 @@ class HostCopyInLoop(Rule):
         self._reported: Set[int] = set()
         self._facts: Dict[int, LoopFacts] = {}
         # A module that runs models outside PyTorch hands them host arrays.
-        self._feeds_runtime = bool(_RUNTIMES.search(context.source))
+        self._feeds_runtime = source_mentions(context.source, _RUNTIMES, _RUNTIME_WORDS)
 
     def visit_Call(self, node: cst.Call) -> None:
         ctx = self.context
@@ -299,6 +308,7 @@ _MODULE_COLLECTIONS = ("model", "module", "children", "ensemble", "nets", "netwo
 _WEIGHT_WORDS = ("param", "state_dict", "weight", "buffer", "grad", "ckpt", "checkpoint")
 # Modules that run models with ONNX Runtime, TensorRT, Triton or OpenVINO.
 _RUNTIMES = re.compile(r"\b(?:onnxruntime|OnnxRuntimeModel|InferenceSession|tensorrt|tritonclient|openvino)\b")
+_RUNTIME_WORDS = ("onnxruntime", "OnnxRuntimeModel", "InferenceSession", "tensorrt", "tritonclient", "openvino")
 
 
 def _last_name(expr: cst.BaseExpression) -> Optional[str]:

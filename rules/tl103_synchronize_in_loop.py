@@ -7,7 +7,7 @@ import libcst as cst
 
 from torchlint.model import FixAvailability
 from torchlint.rule import Rule
-from torchlint.rules._helpers import method_name, receiver
+from torchlint.rules._helpers import method_name, receiver, source_mentions
 from torchlint.rules._sync import LoopFacts, loop_facts, runs_once, runs_once_per_pass
 
 # Functions that block the host until every queued kernel on the device is done.
@@ -19,6 +19,8 @@ _DEVICE_SYNCS = frozenset(
 )
 # Reading a clock, and reading allocator statistics (see `__init__`).
 _CLOCK_TEXT = re.compile(r"\b(?:perf_counter|monotonic|process_time|default_timer|elapsed_time)\b|\btime\.time\(")
+_CLOCK_WORDS = ("perf_counter", "monotonic", "process_time", "default_timer", "elapsed_time", "time(")
+_MEMORY_WORDS = ("memory_",)
 _MEMORY_TEXT = re.compile(
     r"\b(?:memory_allocated|max_memory_allocated|memory_reserved|max_memory_reserved"
     r"|reset_peak_memory_stats|memory_stats)\b"
@@ -138,7 +140,9 @@ class SynchronizeInLoop(Rule):
         source = context.source
         # A module that reads both a clock and allocator statistics measures
         # time and memory: a benchmark or profiling script.
-        self._measures = bool(_CLOCK_TEXT.search(source)) and bool(_MEMORY_TEXT.search(source))
+        self._measures = source_mentions(source, _MEMORY_TEXT, _MEMORY_WORDS) and source_mentions(
+            source, _CLOCK_TEXT, _CLOCK_WORDS
+        )
 
     def visit_Call(self, node: cst.Call) -> None:
         ctx = self.context

@@ -220,13 +220,15 @@ class _Analysis:
     def _build(self, module: cst.Module) -> None:
         parents = self.parents
         todo: List[cst.CSTNode] = [module]
+        pop, extend, classes = todo.pop, todo.extend, self.classes
         while todo:
-            node = todo.pop()
-            if isinstance(node, cst.ClassDef):
-                self.classes.append(node)
-            for child in iter_children(node):
+            node = pop()
+            if type(node) is cst.ClassDef:
+                classes.append(node)
+            children = iter_children(node)
+            for child in children:
                 parents[id(child)] = node
-                todo.append(child)
+            extend(children)
 
     def parent(self, node: cst.CSTNode) -> Optional[cst.CSTNode]:
         return self.parents.get(id(node))

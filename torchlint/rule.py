@@ -21,8 +21,11 @@ if TYPE_CHECKING:  # pragma: no cover
     from torchlint.config import Settings
 
 
-_FUNCTION_BOUNDARIES = (cst.FunctionDef, cst.Lambda, cst.ClassDef)
-_COMPREHENSIONS = (cst.ListComp, cst.SetComp, cst.DictComp, cst.GeneratorExp)
+# Sets of concrete node types, tested with ``type(node) in ...``: LibCST's
+# node classes are never subclassed, and ``isinstance`` against them goes
+# through ABCMeta's slow path, which the ancestry walks below ask often.
+_FUNCTION_BOUNDARIES = frozenset({cst.FunctionDef, cst.Lambda, cst.ClassDef})
+_COMPREHENSIONS = frozenset({cst.ListComp, cst.SetComp, cst.DictComp, cst.GeneratorExp})
 
 
 def contains_modulo(node: cst.CSTNode) -> bool:
@@ -82,17 +85,21 @@ class Context:
         return self.stack[-2::-1]
 
     def enclosing_function(self) -> Optional[cst.FunctionDef]:
-        for node in reversed(self.stack[:-1]):
-            if isinstance(node, cst.FunctionDef):
+        stack = self.stack
+        for i in range(len(stack) - 2, -1, -1):
+            node = stack[i]
+            kind = type(node)
+            if kind is cst.FunctionDef:
                 return node
-            if isinstance(node, (cst.Lambda, cst.ClassDef)):
+            if kind is cst.Lambda or kind is cst.ClassDef:
                 return None
         return None
 
     def enclosing_class(self) -> Optional[cst.ClassDef]:
-        for node in reversed(self.stack[:-1]):
-            if isinstance(node, cst.ClassDef):
-                return node
+        stack = self.stack
+        for i in range(len(stack) - 2, -1, -1):
+            if type(stack[i]) is cst.ClassDef:
+                return stack[i]
         return None
 
     def enclosing_loop(self, *, periodic_guard: bool = True) -> Optional[cst.CSTNode]:
@@ -116,22 +123,23 @@ class Context:
         for i in range(len(stack) - 2, -1, -1):
             node = stack[i]
             child = stack[i + 1]
-            if isinstance(node, _FUNCTION_BOUNDARIES):
+            kind = type(node)
+            if kind in _FUNCTION_BOUNDARIES:
                 return
-            if isinstance(node, cst.For):
+            if kind is cst.For:
                 if child is node.body:
                     yield node
-            elif isinstance(node, cst.While):
+            elif kind is cst.While:
                 if child is node.body or child is node.test:
                     yield node
-            elif isinstance(node, cst.If):
+            elif kind is cst.If:
                 if periodic_guard and child is node.body and contains_modulo(node.test):
                     return
-            elif isinstance(node, _COMPREHENSIONS):
+            elif kind in _COMPREHENSIONS:
                 if child is not node.for_in:
                     yield node
-            elif isinstance(node, cst.CompFor):
-                outermost = i > 0 and isinstance(stack[i - 1], _COMPREHENSIONS)
+            elif kind is cst.CompFor:
+                outermost = i > 0 and type(stack[i - 1]) in _COMPREHENSIONS
                 if child is node.iter and outermost:
                     continue
                 if child is node.iter or child is node.inner_for_in or any(child is c for c in node.ifs):

@@ -138,22 +138,35 @@ class Walker:
         stack.pop()
 
 
-def iter_children(node: cst.CSTNode) -> Iterable[cst.CSTNode]:
-    """The children of ``node`` that rules care about (no whitespace or tokens)."""
-    for name in _child_fields(type(node)):
+def iter_children(node: cst.CSTNode) -> List[cst.CSTNode]:
+    """The children of ``node`` that rules care about (no whitespace or tokens), in field order."""
+    children: List[cst.CSTNode] = []
+    add = children.append
+    is_node = _IS_NODE.get
+    kind = type(node)
+    for name in _FIELDS.get(kind) or _child_fields(kind):
         value = getattr(node, name)
-        if type(value) is tuple or type(value) is list:
+        vkind = type(value)
+        if vkind is tuple or vkind is list:
             for item in value:
-                if _is_node(item):
-                    yield item
-        elif _is_node(value):
-            yield value
+                known = is_node(type(item))
+                if known or (known is None and _is_node(item)):
+                    add(item)
+        else:
+            known = is_node(vkind)
+            if known or (known is None and _is_node(value)):
+                add(value)
+    return children
 
 
 def walk_nodes(node: cst.CSTNode) -> Iterable[cst.CSTNode]:
     """Every node below ``node`` (itself included), cheaply, in field order."""
     todo = [node]
+    pop = todo.pop
+    extend = todo.extend
     while todo:
-        current = todo.pop()
+        current = pop()
         yield current
-        todo.extend(reversed(list(iter_children(current))))
+        children = iter_children(current)
+        children.reverse()
+        extend(children)
