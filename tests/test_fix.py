@@ -158,3 +158,42 @@ def test_codemod_exception_is_an_internal_error(runner, project, monkeypatch):
     assert "the fix for TL998 raised ZeroDivisionError" in result.output
     assert "Traceback" not in result.output
     assert result.exit_code == 2
+
+
+LOADER = '''\
+import torch
+from torch.utils.data import DataLoader
+
+device = torch.device("cuda")
+
+
+def run(dataset, model, optimizer):
+    loader = DataLoader(dataset, batch_size=16)
+    for x in loader:
+        x = x.to(device)
+        optimizer.zero_grad(set_to_none=False)
+'''
+
+
+def test_fix_result_lists_each_applied_fix_with_its_round():
+    from torchlint.config import Settings
+
+    result = engine.fix_text(LOADER, "m.py", Settings(), ["TL202", "TL204", "TL301"], unsafe=True)
+    assert [(e.round, e.code, e.diagnostic.line) for e in result.edits] == [
+        (0, "TL202", 8), (0, "TL301", 11), (1, "TL204", 10),
+    ]
+    assert sum(result.applied.values()) == len(result.edits)
+    safe = engine.fix_text(LOADER, "m.py", Settings(), ["TL202", "TL204", "TL301"], unsafe=False)
+    assert [e.code for e in safe.edits] == ["TL202", "TL204"]  # TL301's fix is unsafe
+
+
+def test_single_fixes_apply_one_fix_each_to_the_original():
+    from torchlint.config import Settings
+
+    variants = engine.single_fixes(LOADER, "m.py", Settings(), ["TL202", "TL204", "TL301"], unsafe=True)
+    assert [(d.code, d.line) for d, _ in variants] == [("TL202", 8), ("TL301", 11)]
+    (_, pinned), (_, set_to_none) = variants
+    assert pinned == LOADER.replace("batch_size=16)", "batch_size=16, pin_memory=True)")
+    assert set_to_none == LOADER.replace("set_to_none=False", "set_to_none=True")
+    assert engine.single_fixes(LOADER, "m.py", Settings(), ["TL202", "TL301"], unsafe=False)[0][0].code == "TL202"
+    assert len(engine.single_fixes(LOADER, "m.py", Settings(), ["TL202", "TL301"], unsafe=False)) == 1

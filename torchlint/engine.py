@@ -256,12 +256,32 @@ def _bad_fix(path: str, finding: Finding, what: str) -> Diagnostic:
     )
 
 
+@dataclass(frozen=True)
+class AppliedFix:
+    """One fix that ``fix_text`` applied.
+
+    ``round`` counts the rewrites made before it: a round-0 fix was reported
+    on the original text and its diagnostic's positions are there; a later
+    round's fix was reported only once earlier fixes were in (TL204 after
+    TL202's ``pin_memory=True``), and its positions are in that round's text.
+    """
+
+    round: int
+    diagnostic: Diagnostic
+
+    @property
+    def code(self) -> str:
+        return self.diagnostic.code or ""
+
+
 @dataclass
 class FixResult:
     text: str
     applied: Counter
     remaining: List[Diagnostic]
     errors: List[Diagnostic]
+    edits: List[AppliedFix] = field(default_factory=list)
+    """Every applied fix, in the order of rounds, then of position."""
 
     @property
     def fixed_count(self) -> int:
@@ -286,8 +306,9 @@ def _fix_text(
     is dropped, reported as an internal error, and its rule is not fixed again
     in this file.
     """
-    allowed = {Applicability.SAFE, Applicability.UNSAFE} if unsafe else {Applicability.SAFE}
+    allowed = _allowed(unsafe)
     applied: Counter = Counter()
+    edits_made: List[AppliedFix] = []
     errors: List[Diagnostic] = []
     disabled: set = set()
     must_compile: Optional[bool] = None
@@ -333,5 +354,47 @@ def _fix_text(
             break
         text = new_text
         applied.update(f.code for f in chosen)
+        rewrite = len({e.round for e in edits_made})
+        edits_made.extend(
+            AppliedFix(rewrite, f.diagnostic)
+            for f in sorted(chosen, key=lambda f: f.diagnostic.sort_key())
+            if f.diagnostic is not None
+        )
         result = _lint_text(text, path, settings, codes)
-    return FixResult(text, applied, result.diagnostics, errors)
+    return FixResult(text, applied, result.diagnostics, errors, edits_made)
+
+
+def _allowed(unsafe: bool) -> set:
+    return {Applicability.SAFE, Applicability.UNSAFE} if unsafe else {Applicability.SAFE}
+
+
+def single_fixes(
+    text: str, path: str, settings: Settings, codes: Sequence[str], unsafe: bool
+) -> List[Tuple[Diagnostic, Optional[str]]]:
+    """Each fixable diagnostic of ``text`` with the text that applying only its
+    fix gives: ``None`` when that fix alone changes nothing, raises, or makes
+    code that does not parse (``fix_text`` reports those itself)."""
+    if not codes or not could_concern_torch(text):
+        return []
+    return on_large_stack(_single_fixes, text, path, settings, codes, unsafe)
+
+
+def _single_fixes(text, path, settings, codes, unsafe) -> List[Tuple[Diagnostic, Optional[str]]]:
+    result = _lint_text(text, path, settings, codes)
+    if result.module is None:
+        return []
+    allowed = _allowed(unsafe)
+    must_compile = _valid(text, True)
+    variants: List[Tuple[Diagnostic, Optional[str]]] = []
+    for finding in result.findings:
+        if finding.fix is None or finding.fix.applicability not in allowed or finding.diagnostic is None:
+            continue
+        try:
+            single: Optional[str] = _apply(result.module, [(finding, finding.fix.build())])
+        except Exception:  # noqa: BLE001 - a broken codemod is fix_text's to report
+            single = None
+        if single is not None and (single == text or not _valid(single, must_compile)):
+            single = None
+        variants.append((finding.diagnostic, single))
+    variants.sort(key=lambda pair: pair[0].sort_key())
+    return variants

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import ast
 import os
-from collections import Counter
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
@@ -178,8 +177,15 @@ def _package_of(path: Path) -> Tuple[List[str], str]:
 
 
 def _fixes(text: str, display: str, settings: Settings, codes: Sequence[str], unsafe: bool) -> Tuple[str, List[_Fix], List[str], int]:
-    """(fixed text, the fixes, the engine's errors, diagnostics left with an unsafe fix)."""
-    from torchlint.engine import fix_text, on_large_stack
+    """(fixed text, the fixes, the engine's errors, diagnostics left with an unsafe fix).
+
+    The fixes are those ``fix_text`` applied, in its order: first the ones
+    found on the original text, each with the module with only that fix
+    applied (for ``--each``); then the ones that appeared only once other
+    fixes were in (TL204 after TL202's ``pin_memory=True``), with their line in
+    that intermediate text and no single-fix variant.
+    """
+    from torchlint.engine import fix_text, single_fixes
 
     result = fix_text(text, display, settings, codes, unsafe)
     errors = [f"{d.label} at line {d.line}: {d.message}" for d in result.errors]
@@ -189,69 +195,23 @@ def _fixes(text: str, display: str, settings: Settings, codes: Sequence[str], un
     )
     if result.text == text:
         return text, [], errors, hidden
-    fixes = on_large_stack(_list_fixes, text, display, settings, codes, unsafe, Counter(result.applied))
+    variants: Dict[Tuple[Any, ...], Optional[str]] = {}
+    if any(edit.round == 0 for edit in result.edits):
+        variants = {_key(d): single for d, single in single_fixes(text, display, settings, codes, unsafe)}
+    fixes = [
+        _as_fix(edit.diagnostic, variants.get(_key(edit.diagnostic)) if edit.round == 0 else None)
+        for edit in result.edits
+    ]
     return result.text, fixes, errors, hidden
 
 
-def _allowed(findings, unsafe: bool) -> list:
-    allowed = {Applicability.SAFE, Applicability.UNSAFE} if unsafe else {Applicability.SAFE}
-    return [
-        f for f in findings
-        if f.fix is not None and f.fix.applicability in allowed and f.diagnostic is not None
-    ]
+def _key(d) -> Tuple[Any, ...]:
+    return (d.code, d.line, d.column, d.message)
 
 
-def _as_fix(finding, single: Optional[str]) -> _Fix:
-    d = finding.diagnostic
-    return _Fix(d.code or "", d.name or "", d.line, d.column, finding.fix.applicability.value,
-                finding.fix.message, single)
-
-
-def _list_fixes(text: str, display: str, settings: Settings, codes: Sequence[str], unsafe: bool,
-                applied: Counter) -> List[_Fix]:
-    """The fixes ``fix_text`` applied: each fixable finding of the original, with
-    the module with only that fix applied; then, round by round as the engine
-    goes, findings that appear only once other fixes are in (TL204 after TL202's
-    ``pin_memory=True``), with their line in that intermediate text and no
-    single-fix variant."""
-    from torchlint.engine import MAX_FIX_ROUNDS, _apply, _non_overlapping, _valid, lint_text
-
-    result = lint_text(text, display, settings, codes)
-    if result.module is None:
-        return []
-    must_compile = _valid(text, True)
-    first: List[_Fix] = []
-    for finding in _allowed(result.findings, unsafe):
-        if not applied.get(finding.code):
-            continue
-        try:
-            single: Optional[str] = _apply(result.module, [(finding, finding.fix.build())])
-        except Exception:  # noqa: BLE001 - the engine reports broken fixes itself
-            single = None
-        if single is not None and (single == text or not _valid(single, must_compile)):
-            single = None
-        first.append(_as_fix(finding, single))
-    first.sort(key=lambda f: (f.line, f.column, f.code))
-
-    later: List[_Fix] = []
-    extra = applied - Counter(f.code for f in first)
-    current = result
-    for _ in range(MAX_FIX_ROUNDS):
-        if not extra or current.module is None:
-            break
-        candidates = _allowed(current.findings, unsafe)
-        try:
-            edits = [(f, f.fix.build()) for f in _non_overlapping(candidates, current.positions)]
-            step = _apply(current.module, edits)
-        except Exception:  # noqa: BLE001
-            break
-        current = lint_text(step, display, settings, codes)
-        for finding in _allowed(current.findings, unsafe):
-            if extra.get(finding.code, 0) > 0:
-                later.append(_as_fix(finding, None))
-                extra[finding.code] -= 1
-        extra = +extra
-    return first + later
+def _as_fix(d, single: Optional[str]) -> _Fix:
+    assert d.fix is not None
+    return _Fix(d.code or "", d.name or "", d.line, d.column, d.fix.applicability.value, d.fix.message, single)
 
 
 # -- running ------------------------------------------------------------------
