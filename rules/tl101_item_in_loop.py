@@ -97,6 +97,13 @@ class ItemInLoop(Rule):
     Performance Tuning Guide lists these calls among the unnecessary CPU-GPU
     synchronizations to avoid.
 
+    Measured with `torchlint verify --rules TL101` on a CPU (a 2-core AMD EPYC VM,
+    `OMP_NUM_THREADS=1`, torch 2.13.0+cpu; no GPU was available): 1.07 ms before,
+    1.35 ms after, **0.80x**. On a CPU `.item()` waits for nothing, so the fix only
+    adds a tensor addition per step and is slower; its gain is the per-step
+    synchronization it removes on a GPU, which this machine could not measure. Run
+    the same command on a GPU machine for the figure that matters there.
+
     ## Example
     ```python
     total_loss = 0.0

@@ -96,6 +96,12 @@ class CreateThenMove(Rule):
     factory allocates and fills the tensor directly on the device: one
     allocation, no host work and no transfer.
 
+    Measured with `torchlint verify --rules TL201` on a CPU (a 2-core AMD EPYC VM,
+    `OMP_NUM_THREADS=1`, torch 2.13.0+cpu; no GPU was available): 47.6 µs before,
+    47.1 µs after, **1.01x**. `.to("cpu")` of a CPU tensor is free, so both versions
+    do the same work on a CPU; the gain is the host allocation and copy skipped on a
+    GPU. Run the same command on a GPU machine for the figure that matters there.
+
     ## Example
     ```python
     mask = torch.ones(seq_len, seq_len).cuda()

@@ -81,6 +81,13 @@ class LossGraphRetained(Rule):
     advice for out-of-memory errors is exactly this: "Don't accumulate history
     across your training loop".
 
+    Measured with `torchlint verify --rules TL303` on a CPU (a 2-core AMD EPYC VM,
+    `OMP_NUM_THREADS=1`, torch 2.13.0+cpu; no GPU was available): 5.69 ms before,
+    5.69 ms after, **1.00x**. What the fix saves is memory (every step's graph stays
+    alive as long as the accumulator), not time; the benchmark checks that both
+    versions compute the same total. Run the same command on a GPU machine for the
+    figure that matters there.
+
     ## Example
     ```python
     total_loss = 0.0

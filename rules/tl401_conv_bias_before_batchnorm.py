@@ -92,6 +92,11 @@ class ConvBiasBeforeBatchNorm(Rule):
     its gradient and optimizer state, and an extra elementwise add (or a less
     efficient fused kernel) in every forward and backward pass.
 
+    Measured with `torchlint verify --rules TL401` on a CPU (a 2-core AMD EPYC VM,
+    `OMP_NUM_THREADS=1`, torch 2.13.0+cpu; no GPU was available): 2.76 ms before,
+    2.59 ms after, **1.06x**. The bias add and its gradient are skipped. Run the
+    same command on a GPU machine for the figure that matters there.
+
     ## Example
     ```python
     stem = nn.Sequential(

@@ -64,6 +64,13 @@ class EmptyCacheInLoop(Rule):
     explains that the released memory only becomes available to *other*
     applications.
 
+    Measured with `torchlint verify --rules TL702` on a CPU (a 2-core AMD EPYC VM,
+    `OMP_NUM_THREADS=1`, torch 2.13.0+cpu; no GPU was available): 1.23 ms before,
+    1.23 ms after, **1.00x**. `torch.cuda.empty_cache()` does nothing without CUDA,
+    so both versions do the same work on a CPU; on a GPU it forces the allocator to
+    return and re-request memory from the driver every iteration. Run the same
+    command on a GPU machine for the figure that matters there.
+
     ## Example
     ```python
     for x, y in loader:
