@@ -17,6 +17,7 @@ from torchlint.rules._helpers import (
     moves_to_device,
     positional,
 )
+from torchlint.rules._one_batch import loader_fetches_one_batch
 
 DATALOADERS = frozenset({"torch.utils.data.DataLoader", "torch.utils.data.dataloader.DataLoader"})
 
@@ -82,6 +83,11 @@ class DataLoaderPinMemory(Rule):
       of a class of this file whose `__getitem__` returns only the index and
       attributes of the dataset itself (a dataset that repeats a prompt N
       times to generate N images);
+    - a loader only used to fetch a batch or two outside any loop
+      (`loader = DataLoader(...)` then `next(iter(loader))`, or `it =
+      iter(loader)` then `next(it)` / `it.next()`, to show sample images):
+      there is no stream of copies to overlap; a loader that is also iterated,
+      passed on, or read with `next(it)` in a loop is still reported;
     - a module that uses `torch_xla`: TPU input pipelines copy batches with
       their own device loader, and pinning is a CUDA feature;
     - test files (`test_*.py`, `*_test.py`, `conftest.py`, `tests/`): a
@@ -144,6 +150,8 @@ class DataLoaderPinMemory(Rule):
                 return
             if arg is not None and literal_bool(arg.value) is not False:
                 return
+            if loader_fetches_one_batch(node, self.context):
+                return  # `next(iter(loader))`: one batch, nothing to overlap
             self._candidates.append((node, arg, self._scope()))
             return
         if not self._moves and self._is_move(node):

@@ -16,6 +16,7 @@ from torchlint.rules._loaders import (
     dataset_argument,
     indexes_memory_only,
 )
+from torchlint.rules._one_batch import loader_fetches_one_batch
 
 # A dataset named like an iterator (`train_iter`, `valid_iterator`): by
 # convention an iterable-style dataset (torchtext, datapipes).
@@ -95,8 +96,12 @@ class DataLoaderNumWorkers(Rule):
     - a `collate_fn` that takes a device (`partial(collate, device=device)`, or
       a function of this file with a `device` parameter): it builds batches on
       the accelerator, which worker processes cannot do;
-    - `next(iter(DataLoader(...)))`: one batch, where starting workers costs more
-      than it saves;
+    - a loader only used to fetch a batch or two outside any loop:
+      `next(iter(DataLoader(...)))`, `loader = DataLoader(...)` then
+      `next(iter(loader))`, or `it = iter(loader)` then `next(it)` /
+      `it.next()` (a grid of sample images): starting workers costs more than
+      it saves; a loader that is also iterated, passed on, or read with
+      `next(it)` in a loop is still reported;
     - a `num_workers` given as a variable or expression (`num_workers=args.workers`),
       or a call with `*args`/`**kwargs` that may set it;
     - test files (`test_*.py`, `*_test.py`, `conftest.py`, `tests/`): tests load
@@ -166,7 +171,7 @@ class DataLoaderNumWorkers(Rule):
             return
         if arg is not None and literal_number(arg.value) != 0:
             return
-        if self._one_batch(node):
+        if self._one_batch(node) or loader_fetches_one_batch(node, ctx):
             return
         self._candidates.append((node, ctx.enclosing_function(), ctx.enclosing_class(), arg is not None))
 

@@ -1,0 +1,118 @@
+"""Whether a `DataLoader` is only used to fetch a batch or two (TL202, TL203).
+
+`images, labels = next(iter(loader))` to show a grid of samples, or
+`dataiter = iter(loader)` followed by `dataiter.next()`, reads one batch outside
+any loop. Pinned memory and worker processes pay off over many batches; for one,
+starting workers costs more than it saves, so the loader rules stay silent.
+"""
+
+from __future__ import annotations
+
+from typing import Iterator, List, Optional, Tuple
+
+import libcst as cst
+
+from torchlint.walker import iter_children
+
+_LOOPS = frozenset({cst.For, cst.While, cst.ListComp, cst.SetComp, cst.DictComp, cst.GeneratorExp})
+
+
+def loader_fetches_one_batch(call: cst.Call, ctx) -> bool:
+    """:func:`fetches_one_batch` for the ``DataLoader(...)`` call being visited."""
+    assignment = ctx.parent
+    if type(assignment) is not cst.Assign:
+        return False
+    scope = ctx.enclosing_function()
+    if scope is None:
+        if ctx.enclosing_class() is not None or ctx.module is None:
+            return False  # a class attribute
+        scope = ctx.module
+    return fetches_one_batch(call, assignment, scope)
+
+
+def fetches_one_batch(call: cst.Call, assignment: Optional[cst.Assign], scope: cst.CSTNode) -> bool:
+    """Whether the loader made by ``call`` is only used for single fetches.
+
+    ``assignment`` is the statement ``name = call`` (None when the call is not
+    assigned to one name) and ``scope`` the function or module it is in; every
+    other mention of the name in the scope (nested functions included) must be
+    ``next(iter(name))``, ``iter(name).next()``, or ``it = iter(name)`` whose
+    every use is ``next(it)`` / ``it.next()``, none of them in a loop.
+    """
+    if assignment is None or assignment.value is not call or len(assignment.targets) != 1:
+        return False
+    target = assignment.targets[0].target
+    if type(target) is not cst.Name:
+        return False
+    uses = list(_mentions(scope, target.value, target))
+    if not uses:
+        return False
+    for name, parents, in_loop in uses:
+        if in_loop:
+            return False
+        iterator = _iter_call(name, parents)
+        if iterator is None:
+            return False
+        outer = parents[-3] if len(parents) >= 3 else None
+        if _fetch(iterator, parents[:-2]):
+            continue
+        if type(outer) is cst.Assign and len(outer.targets) == 1 and type(outer.targets[0].target) is cst.Name:
+            it = outer.targets[0].target
+            it_uses = list(_mentions(scope, it.value, it))
+            if it_uses and all(not loop and _fetch(n, p) for n, p, loop in it_uses):
+                continue
+        return False
+    return True
+
+
+def _iter_call(name: cst.Name, parents: List[cst.CSTNode]) -> Optional[cst.Call]:
+    """``iter(name)`` when ``name`` is its only argument."""
+    if len(parents) < 2:
+        return None
+    arg, call = parents[-1], parents[-2]
+    if type(arg) is cst.Arg and type(call) is cst.Call and len(call.args) == 1:
+        func = call.func
+        if type(func) is cst.Name and func.value == "iter" and arg.keyword is None and not arg.star:
+            return call
+    return None
+
+
+def _fetch(node: cst.CSTNode, parents: List[cst.CSTNode]) -> bool:
+    """``next(node)`` or ``node.next()`` / ``node.__next__()``."""
+    if len(parents) < 2:
+        return False
+    first, second = parents[-1], parents[-2]
+    if type(first) is cst.Arg and type(second) is cst.Call and second.args[0] is first:
+        return type(second.func) is cst.Name and second.func.value == "next" and not first.star
+    if type(first) is cst.Attribute and first.value is node and type(second) is cst.Call:
+        return second.func is first and first.attr.value in ("next", "__next__") and not second.args
+    return False
+
+
+def _mentions(
+    scope: cst.CSTNode, name: str, skip: cst.Name
+) -> Iterator[Tuple[cst.Name, List[cst.CSTNode], bool]]:
+    """Every ``Name`` ``name`` under ``scope`` but ``skip``: with its ancestors
+    (outermost first) and whether a loop of the scope runs it. Attribute names
+    (``x.name``) and keywords (``f(name=...)``) are not mentions."""
+    todo: List[Tuple[cst.CSTNode, Tuple[cst.CSTNode, ...], bool]] = [(scope, (), False)]
+    while todo:
+        node, parents, in_loop = todo.pop()
+        kind = type(node)
+        if kind is cst.Name:
+            if node.value == name and node is not skip:
+                parent = parents[-1] if parents else None
+                if type(parent) is cst.Attribute and parent.attr is node:
+                    continue
+                if type(parent) is cst.Arg and parent.keyword is node:
+                    continue
+                yield node, list(parents), in_loop
+            continue
+        below = parents + (node,)
+        looping = in_loop or kind in _LOOPS
+        if kind is cst.For:
+            # The iterable is evaluated once, before the loop.
+            todo.append((node.iter, below, in_loop))
+            todo.extend((child, below, True) for child in iter_children(node) if child is not node.iter)
+            continue
+        todo.extend((child, below, looping) for child in iter_children(node))
