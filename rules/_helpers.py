@@ -205,3 +205,13 @@ def moves_to_device(call: cst.Call, ctx: Context) -> Optional[cst.BaseExpression
     if pos and device_kind(pos[0].value, ctx) in ("accelerator", "device"):
         return call
     return None
+
+
+def is_docstring(statement: cst.CSTNode) -> bool:
+    """Whether a statement is a string literal on its own (a docstring)."""
+    return (
+        isinstance(statement, cst.SimpleStatementLine)
+        and len(statement.body) == 1
+        and isinstance(statement.body[0], cst.Expr)
+        and isinstance(statement.body[0].value, (cst.SimpleString, cst.ConcatenatedString))
+    )

@@ -7,7 +7,7 @@ from typing import Dict, List, Optional, Tuple
 import libcst as cst
 
 from torchlint.rule import Context
-from torchlint.rules._helpers import argument, literal_bool, positional
+from torchlint.rules._helpers import argument, is_docstring, literal_bool, positional
 from torchlint.rules.tl202_dataloader_pin_memory import DATALOADERS
 
 __all__ = [
@@ -61,15 +61,6 @@ SUBSETS = frozenset(
         "torch.utils.data.Subset", "torch.utils.data.dataset.Subset",
     }
 )
-
-
-def _is_docstring(stmt: cst.CSTNode) -> bool:
-    return (
-        isinstance(stmt, cst.SimpleStatementLine)
-        and len(stmt.body) == 1
-        and isinstance(stmt.body[0], cst.Expr)
-        and isinstance(stmt.body[0].value, (cst.SimpleString, cst.ConcatenatedString))
-    )
 
 
 # Calls that only convert or reshape an item already in memory.
@@ -149,7 +140,7 @@ def indexes_memory_only(getitem: cst.FunctionDef, ctx: Context) -> bool:
     if not isinstance(body, cst.IndentedBlock) or not body.body:
         return False
     statements = list(body.body)
-    if _is_docstring(statements[0]):
+    if is_docstring(statements[0]):
         statements = statements[1:]
     if not statements:
         return False

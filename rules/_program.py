@@ -389,6 +389,13 @@ class ProgramRule(Rule):
     def decide(self, facts: ProgramFacts) -> None:  # pragma: no cover - abstract
         raise NotImplementedError
 
+    def report_at_first_step(self, facts: ProgramFacts, message: str) -> None:
+        """Report once per module, at the ``backward()`` of the first training
+        step (nothing when the module has none)."""
+        step = facts.first_step()
+        if step is not None:
+            self.report(step.backward, message)
+
 
 def under_switch(context: Context, pattern: "re.Pattern[str]") -> bool:
     """Whether the node being visited runs under an ``if`` whose test mentions

@@ -8,9 +8,10 @@ from torchlint.codemods import dataloader as codemod
 from torchlint.model import Applicability, Fix, FixAvailability
 from torchlint.rule import Rule
 from torchlint.rules._helpers import (
-    device_type,
     argument,
     device_kind,
+    device_type,
+    is_docstring,
     keyword,
     literal_bool,
     method_name,
@@ -317,7 +318,7 @@ def _items_hold_no_data(getitem: cst.FunctionDef) -> bool:
         return False
 
     statements = list(body.body)
-    if statements and _is_docstring(statements[0]):
+    if statements and is_docstring(statements[0]):
         statements = statements[1:]
     returned = False
     for stmt in statements:
@@ -345,15 +346,6 @@ def _items_hold_no_data(getitem: cst.FunctionDef) -> bool:
             else:
                 return False
     return returned
-
-
-def _is_docstring(stmt: cst.CSTNode) -> bool:
-    return (
-        isinstance(stmt, cst.SimpleStatementLine)
-        and len(stmt.body) == 1
-        and isinstance(stmt.body[0], cst.Expr)
-        and isinstance(stmt.body[0].value, (cst.SimpleString, cst.ConcatenatedString))
-    )
 
 
 def _names_unpinnable(expr: cst.BaseExpression, ctx) -> bool:

@@ -191,11 +191,8 @@ class CudnnBenchmarkDisabled(ProgramRule):
             self.report(node, message)
         if facts.benchmark_set or not (facts.has_conv and facts.entry and facts.uses_cuda):
             return
-        step = facts.first_step()
-        if step is None:
-            return
-        self.report(
-            step.backward,
+        self.report_at_first_step(
+            facts,
             "this program trains a convolutional network but never sets "
             "`torch.backends.cudnn.benchmark = True`, so cuDNN picks convolution algorithms by "
             "heuristics instead of timing the fastest one for each input shape; set it once at "

@@ -122,11 +122,8 @@ class Fp32MatmulPrecision(ProgramRule):
             return
         if facts.has_conv and not facts.has_matmul:
             return  # a convolutional network: cuDNN convolutions use TF32 by default
-        step = facts.first_step()
-        if step is None:
-            return
-        self.report(
-            step.backward,
+        self.report_at_first_step(
+            facts,
             "this program trains in float32 but never allows TF32 matmuls, so on Ampere and "
             "newer GPUs its matrix multiplications run in full float32 instead of on tensor "
             "cores, several times slower; call `torch.set_float32_matmul_precision(\"high\")` "

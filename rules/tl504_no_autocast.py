@@ -115,11 +115,8 @@ class NoAutocast(ProgramRule):
     def decide(self, facts: ProgramFacts) -> None:
         if facts.reduced_precision or not facts.uses_cuda:
             return
-        step = facts.first_step()
-        if step is None:
-            return
-        self.report(
-            step.backward,
+        self.report_at_first_step(
+            facts,
             "this training step runs in full float32: without `torch.autocast` its matmuls and "
             "convolutions cannot use the GPU's tensor cores in bfloat16/float16, which the "
             "Tuning Guide measures at up to 3x faster; run the forward pass and loss under "

@@ -107,11 +107,8 @@ class NoCompile(ProgramRule):
             return
         if self.context.target_torch < (2, 0):
             return
-        step = facts.first_step()
-        if step is None:
-            return
-        self.report(
-            step.backward,
+        self.report_at_first_step(
+            facts,
             "this training program never uses `torch.compile`, so every step runs eagerly, "
             "one kernel per operation with Python overhead in between; compile the model "
             "(`model = torch.compile(model)`) to get fused kernels, often 1.3-2x faster on GPUs",
