@@ -46,7 +46,6 @@ SUFFIX = ".ipynb"
 _MARKER = "# torchlint-notebook-cell {}\n"
 _MARKER_RE = re.compile(r"^# torchlint-notebook-cell (\d+)\n", re.M)
 _MAGIC_TAG = "# torchlint-notebook-magic"
-_PLACEHOLDER_RE = re.compile(r"^[ \t]*(?:pass  )?# torchlint-notebook-magic (\d+)$")
 
 # Cell magics whose body is Python run in the notebook's namespace.
 PYTHON_CELL_MAGICS = frozenset({"time", "timeit", "capture", "prun", "debug", "memit", "mprun"})
@@ -152,25 +151,26 @@ def _is_magic(stripped: str) -> bool:
     return bool(_ASSIGN_MAGIC.match(stripped) or _HELP_END.match(stripped))
 
 
-def mask_cell(source: str) -> Tuple[Optional[str], List[str]]:
-    """The Python text of one code cell, and the original lines it masks.
+def mask_cell(source: str) -> Tuple[Optional[str], List[Tuple[str, str]]]:
+    """The Python text of one code cell, and (placeholder, original line) for
+    each line it masks.
 
     Returns ``(None, [])`` for a cell that is not Python (a ``%%bash`` cell);
     otherwise the text has as many lines as the cell, the ``k``-th masked line
-    being a placeholder that names ``k`` (1-based) in the returned list.
+    being a placeholder that names ``k`` (1-based).
     """
     lines = _lines(source)
     masked: List[str] = []
-    originals: List[str] = []
+    originals: List[Tuple[str, str]] = []
     scan = _Scan()
     seen_code = False
     in_magic = False  # the previous line was a magic ending with a backslash
 
     def placeholder(line: str, indent: str) -> str:
-        originals.append(_body(line))
-        ending = line[len(_body(line)):]
         stmt = "pass  " if indent and seen_code else ""
-        return f"{indent}{stmt}{_MAGIC_TAG} {len(originals)}{ending}"
+        body = f"{indent}{stmt}{_MAGIC_TAG} {len(originals) + 1}"
+        originals.append((body, _body(line)))
+        return body + line[len(_body(line)):]
 
     first = next((i for i, line in enumerate(lines) if line.strip()), None)
     if first is not None and lines[first].lstrip().startswith("%%"):
@@ -194,9 +194,10 @@ def mask_cell(source: str) -> Tuple[Optional[str], List[str]]:
     return "".join(masked), originals
 
 
-def _unmask(masked: str, originals: Sequence[str]) -> Optional[str]:
+def _unmask(masked: str, originals: Sequence[Tuple[str, str]]) -> Optional[str]:
     """The cell text with its placeholders replaced by the original lines, or
-    None when a placeholder was changed, moved out of order, or lost."""
+    None when a placeholder was changed (re-indented too), moved out of order,
+    or lost."""
     if masked.count(_MAGIC_TAG) != len(originals):
         return None
     out: List[str] = []
@@ -204,10 +205,9 @@ def _unmask(masked: str, originals: Sequence[str]) -> Optional[str]:
     for line in _lines(masked):
         body = _body(line)
         if _MAGIC_TAG in body:
-            m = _PLACEHOLDER_RE.match(body)
-            if m is None or int(m.group(1)) != expected:
+            if expected > len(originals) or body != originals[expected - 1][0]:
                 return None
-            out.append(originals[expected - 1] + line[len(body):])
+            out.append(originals[expected - 1][1] + line[len(body):])
             expected += 1
         else:
             out.append(line)
@@ -284,7 +284,7 @@ class CodeCell:
     number: int  # counting every cell of the notebook, from 1
     source: str  # as in the notebook, lines joined
     masked: str  # Python text: as many lines as ``source``
-    originals: List[str]  # the masked lines, by placeholder number - 1
+    originals: List[Tuple[str, str]]  # (placeholder, original line), by placeholder number - 1
     span: Tuple[int, int]  # where the ``source`` value lies in the JSON text
     literals: List[Tuple[int, int]]  # the JSON string literals of the source
     values: List[str]  # their decoded values
