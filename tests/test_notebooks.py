@@ -294,6 +294,19 @@ def test_a_fix_that_would_move_a_magic_is_not_applied():
     assert result.errors == []
 
 
+def test_edits_across_cells_or_of_magics_are_refused():
+    nb = parse(notebook(code("import torch\n%time f()"), markdown("x"), code("y = 1")))
+    program = nb.program
+    assert nb.accepts(program)
+    assert nb.split(program) == {1: "import torch\n%time f()", 3: "y = 1"}
+    assert nb.accepts(program.replace("y = 1", "y = 2"))
+    assert not nb.accepts(program.replace("# torchlint-notebook-cell 3\n", ""))  # cells merged
+    assert not nb.accepts(program.replace("import torch\n", "import torch\n\n"
+                                          "# torchlint-notebook-cell 3\n", 1))  # reordered
+    assert not nb.accepts(program.replace("# torchlint-notebook-magic 1", "    # torchlint-notebook-magic 1"))
+    assert not nb.accepts(program.replace("# torchlint-notebook-magic 1", "pass"))
+
+
 def test_fix_of_stdin_notebook(runner, workdir):
     result = run(runner, "fix", "-", "--stdin-filename", "nb.ipynb", input=TRAINING)
     fixed = json.loads(result.stdout)

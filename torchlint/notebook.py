@@ -309,6 +309,7 @@ class Notebook:
     program: str
     cell_count: int
     _line_starts: Dict[int, List[int]] = field(default_factory=dict)
+    _layout: Optional[Tuple[str, List[Tuple[int, int]]]] = None
 
     # -- positions ------------------------------------------------------------------
 
@@ -336,7 +337,10 @@ class Notebook:
     def locate(self, diagnostic: Diagnostic, program: Optional[str] = None) -> Diagnostic:
         """``diagnostic`` (positioned in ``program``, by default this notebook's) in
         its cell."""
-        layout = _layout(self.program if program is None else program)
+        program = self.program if program is None else program
+        if self._layout is None or self._layout[0] is not program:
+            self._layout = (program, _layout(program))
+        layout = self._layout[1]
         if not layout:
             return diagnostic
         number, line = _cell_line(layout, diagnostic.line)
