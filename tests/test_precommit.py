@@ -3,6 +3,7 @@ repository that points at this one."""
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import subprocess
@@ -16,6 +17,16 @@ ROOT = Path(__file__).resolve().parent.parent
 SLOW = 'import torch\n\nx = torch.zeros(8).cuda()\n'
 SLOW_FIXED = 'import torch\n\nx = torch.zeros(8, device="cuda")\n'
 UNSAFE_ONLY = "import torch\n\n\ndef step(opt):\n    opt.zero_grad(set_to_none=False)\n"
+
+
+def _notebook(*sources: str) -> str:
+    cells = [{"cell_type": "code", "execution_count": None, "metadata": {}, "outputs": [],
+              "source": source.splitlines(True)} for source in sources]
+    return json.dumps({"cells": cells, "metadata": {}, "nbformat": 4, "nbformat_minor": 5}, indent=1) + "\n"
+
+
+NOTEBOOK = _notebook("%matplotlib inline\nimport torch", "x = torch.zeros(8).cuda()")
+NOTEBOOK_FIXED = _notebook("%matplotlib inline\nimport torch", 'x = torch.zeros(8, device="cuda")')
 
 
 def _git(cwd: Path, *args: str) -> str:
@@ -52,6 +63,7 @@ def test_pre_commit_run(tmp_path: Path) -> None:
     (repo / "slow.py").write_text(SLOW)
     (repo / "unsafe.py").write_text(UNSAFE_ONLY)
     (repo / "plain.py").write_text("print('no torch here')\n")
+    (repo / "train.ipynb").write_text(NOTEBOOK)
     _git(repo, "add", "-A")
     env = {**os.environ, "PRE_COMMIT_HOME": str(tmp_path / "cache")}
     result = subprocess.run(
@@ -63,6 +75,7 @@ def test_pre_commit_run(tmp_path: Path) -> None:
     # The fixing hook rewrote the safe case and left the unsafe one alone...
     assert (repo / "slow.py").read_text() == SLOW_FIXED, output
     assert (repo / "unsafe.py").read_text() == UNSAFE_ONLY
+    assert (repo / "train.ipynb").read_text() == NOTEBOOK_FIXED, output  # `types_or: [..., jupyter]`
     assert "files were modified by this hook" in output
     # ...and the checking hook reports what remains.
     assert "unsafe.py:5:5: TL301" in output

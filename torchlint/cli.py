@@ -24,6 +24,7 @@ from torchlint.config import (
 )
 from torchlint.discovery import PathPatterns, discover
 from torchlint.model import Applicability, Diagnostic, Kind
+from torchlint.notebook import decode_notebook, is_notebook, read_notebook
 from torchlint.source import Source, SourceError, decode, encode, read_source, write_atomic
 
 EXIT_OK, EXIT_FINDINGS, EXIT_ERROR = 0, 1, 2
@@ -139,9 +140,11 @@ def _targets(run: Run) -> Tuple[List[Target], List[str]]:
 
 
 def _read(target: Target) -> Source:
+    notebook = is_notebook(target.display)
     if target.path is None:
-        return decode(sys.stdin.buffer.read())
-    return read_source(target.path)
+        raw = sys.stdin.buffer.read()
+        return decode_notebook(raw) if notebook else decode(raw)
+    return read_notebook(target.path) if notebook else read_source(target.path)
 
 
 def _io_error(display: str, message: str) -> Diagnostic:
@@ -249,12 +252,31 @@ def _check_all(targets: List[Target], run: Run) -> Tuple[List[Diagnostic], Dict[
         except SourceError as exc:
             diagnostics.append(_io_error(target.display, str(exc)))
             continue
+        if is_notebook(target.display):
+            _check_notebook(source, target, run, diagnostics, sources)
+            continue
         found = _lint_guarded(lint_text, source.text, target.display, run)
         if found:
             sources[target.display] = source.text
             diagnostics.extend(found)
     diagnostics.sort(key=Diagnostic.sort_key)
     return diagnostics, sources
+
+
+def _check_notebook(source: Source, target: Target, run: Run,
+                    diagnostics: List[Diagnostic], sources: Dict[str, str]) -> None:
+    """Lint a notebook's code cells; ``sources`` gets each cell's text (excerpts)."""
+    from torchlint.engine import crashed
+    from torchlint.notebook import lint_notebook
+
+    try:
+        linted = lint_notebook(source.text, target.display, run.settings, run.codes)
+    except Exception as exc:  # noqa: BLE001 - one bad file must not stop the run
+        diagnostics.append(crashed(target.display, exc))
+        return
+    if linted.diagnostics:
+        sources.update(linted.sources)
+        diagnostics.extend(linted.diagnostics)
 
 
 def _lint_guarded(lint_text, text: str, display: str, run: Run) -> List[Diagnostic]:
@@ -352,6 +374,9 @@ def _fix_all(targets, run, unsafe, diff, remaining, sources, fixed) -> int:
         except SourceError as exc:
             remaining.append(_io_error(target.display, str(exc)))
             continue
+        if is_notebook(target.display):
+            changed_files += _fix_notebook(source, target, run, unsafe, diff, remaining, sources, fixed)
+            continue
         try:
             result = fix_text(source.text, target.display, run.settings, run.codes, unsafe)
         except Exception as exc:  # noqa: BLE001
@@ -383,6 +408,39 @@ def _fix_all(targets, run, unsafe, diff, remaining, sources, fixed) -> int:
             except (OSError, UnicodeEncodeError) as exc:
                 remaining.append(internal_error(target.display, f"cannot write the fixed file: {exc}"))
     return changed_files
+
+
+def _fix_notebook(source, target, run, unsafe, diff, remaining, sources, fixed) -> int:
+    """Fix one notebook's code cells; returns 1 if it changed (or would), else 0."""
+    from torchlint.engine import crashed, internal_error
+    from torchlint.notebook import fix_notebook
+
+    try:
+        result = fix_notebook(source.text, target.display, run.settings, run.codes, unsafe)
+    except Exception as exc:  # noqa: BLE001
+        remaining.append(crashed(target.display, exc))
+        if target.path is None and not diff:
+            _emit(source.text)
+        return 0
+    remaining.extend(result.remaining)
+    remaining.extend(result.errors)
+    if result.remaining or result.errors:
+        sources.update(result.sources)
+    if result.applied:
+        fixed[target.display] = result.applied
+    if target.path is None:
+        _emit(result.diff(target.display) if diff else result.text)
+        return 0
+    if result.text == source.text:
+        return 0
+    if diff:
+        _emit(result.diff(target.display))
+    else:
+        try:
+            write_atomic(target.path, result.text.encode("utf-8"))
+        except OSError as exc:
+            remaining.append(internal_error(target.display, f"cannot write the fixed file: {exc}"))
+    return 1
 
 
 def _unified_diff(before: str, after: str, display: str) -> str:

@@ -1,4 +1,4 @@
-"""File discovery: directories are walked for ``.py``/``.pyi`` files, honouring
+"""File discovery: directories are walked for ``.py``/``.pyi``/``.ipynb`` files, honouring
 ``.gitignore`` files and the ``exclude``/``extend-exclude`` settings; a file
 named explicitly is always checked."""
 
@@ -12,7 +12,7 @@ from typing import Iterable, Iterator, List, Optional, Sequence, Tuple
 
 from torchlint.config import Settings
 
-SOURCE_SUFFIXES = (".py", ".pyi")
+SOURCE_SUFFIXES = (".py", ".pyi", ".ipynb")
 
 
 def glob_to_regex(pattern: str) -> str:

@@ -11,7 +11,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field, replace
 from functools import lru_cache
 from pathlib import Path
-from typing import Dict, List, Optional, Sequence, Tuple
+from typing import Callable, Dict, List, Optional, Sequence, Tuple
 
 import libcst as cst
 
@@ -289,22 +289,29 @@ class FixResult:
 
 
 def fix_text(
-    text: str, path: str, settings: Settings, codes: Sequence[str], unsafe: bool
+    text: str, path: str, settings: Settings, codes: Sequence[str], unsafe: bool,
+    accept: Optional[Callable[[str], bool]] = None,
 ) -> FixResult:
-    """Apply fixes in rounds until nothing more changes (at most MAX_FIX_ROUNDS)."""
+    """Apply fixes in rounds until nothing more changes (at most MAX_FIX_ROUNDS).
+
+    ``accept``, if given, is asked about every fixed text (a notebook refuses
+    edits of its masked magic lines and cell boundaries).
+    """
     if not codes or not could_concern_torch(text):
         return FixResult(text, Counter(), [], [])
-    return on_large_stack(_fix_text, text, path, settings, codes, unsafe)
+    return on_large_stack(_fix_text, text, path, settings, codes, unsafe, accept)
 
 
 def _fix_text(
-    text: str, path: str, settings: Settings, codes: Sequence[str], unsafe: bool
+    text: str, path: str, settings: Settings, codes: Sequence[str], unsafe: bool,
+    accept: Optional[Callable[[str], bool]] = None,
 ) -> FixResult:
     """Apply fixes in rounds until nothing more changes (at most MAX_FIX_ROUNDS).
 
     Overlapping edits wait for the next round; a fix whose result does not parse
     is dropped, reported as an internal error, and its rule is not fixed again
-    in this file.
+    in this file.  A fix whose result ``accept`` refuses is dropped silently
+    (its diagnostic remains) and its rule is not fixed again in this file.
     """
     allowed = _allowed(unsafe)
     applied: Counter = Counter()
@@ -334,17 +341,21 @@ def _fix_text(
         if not edits:
             continue
         new_text = _apply(result.module, edits)
-        if not _valid(new_text, must_compile):
+        accepted = accept is None or accept(new_text)
+        if not accepted or not _valid(new_text, must_compile):
             good = []
             for edit in edits:
-                if _valid(_apply(result.module, [edit]), must_compile):
-                    good.append(edit)
-                else:
+                single = _apply(result.module, [edit])
+                if not _valid(single, must_compile):
                     disabled.add(edit[0].code)
                     errors.append(_bad_fix(path, edit[0], "would produce invalid code"))
+                elif accept is not None and not accept(single):
+                    disabled.add(edit[0].code)
+                else:
+                    good.append(edit)
             edits = good
             new_text = _apply(result.module, edits) if edits else text
-            if edits and not _valid(new_text, must_compile):
+            if edits and not (_valid(new_text, must_compile) and (accept is None or accept(new_text))):
                 errors.append(internal_error(path, "fixes conflicted and were not applied"))
                 break
         chosen = [finding for finding, _ in edits]

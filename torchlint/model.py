@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import enum
 from dataclasses import dataclass, field
-from typing import Callable, Optional, Union
+from typing import Callable, Optional, Tuple, Union
 
 import libcst as cst
 
@@ -64,7 +64,11 @@ class FixInfo:
 class Diagnostic:
     """A reported problem, as plain data (picklable, serialisable).
 
-    ``line`` is 1-based; ``column`` is 1-based and counts characters.
+    ``line`` is 1-based; ``column`` is 1-based and counts characters.  In a
+    notebook, ``cell`` is the cell's number (counting every cell from 1), the
+    line and column are within the cell, and ``file_location`` is
+    ``(line, column, end_line, end_column)`` of the same characters in the
+    ``.ipynb`` file's JSON text (for formats that cannot name a cell).
     """
 
     path: str
@@ -77,9 +81,22 @@ class Diagnostic:
     name: Optional[str] = None
     fix: Optional[FixInfo] = None
     kind: Kind = Kind.RULE
+    cell: Optional[int] = None
+    file_location: Optional[Tuple[int, int, int, int]] = None
 
     def sort_key(self) -> tuple:
-        return (self.path, self.line, self.column, self.code or "", self.message)
+        return (self.path, self.cell or 0, self.line, self.column, self.code or "", self.message)
+
+    @property
+    def source_key(self) -> str:
+        """The key of the text that ``line`` counts in (reporters' excerpts)."""
+        return self.path if self.cell is None else f"{self.path}:cell {self.cell}"
+
+    @property
+    def location(self) -> str:
+        """``path:line:column`` or, in a notebook, ``path:cell N:line:column``."""
+        cell = "" if self.cell is None else f"cell {self.cell}:"
+        return f"{self.path}:{cell}{self.line}:{self.column}"
 
     @property
     def label(self) -> str:

@@ -21,7 +21,7 @@ def _fix_mark(d: Diagnostic) -> str:
 
 
 def _header(d: Diagnostic, color: bool) -> str:
-    location = f"{d.path}:{d.line}:{d.column}:"
+    location = f"{d.location}:"
     label = d.label + (":" if d.code is None else "")
     if color:
         location = click.style(location, bold=True)
@@ -37,7 +37,7 @@ def format_full(diagnostics: Sequence[Diagnostic], sources: Dict[str, str], colo
     out: List[str] = []
     for d in diagnostics:
         out.append(_header(d, color))
-        excerpt = _excerpt(d, sources.get(d.path))
+        excerpt = _excerpt(d, sources.get(d.source_key))
         if excerpt:
             out.extend(excerpt)
         if d.fix is not None:
@@ -84,6 +84,8 @@ def format_json(diagnostics: Sequence[Diagnostic], sources: Dict[str, str], colo
                 "kind": d.kind.value,
                 "message": d.message,
                 "filename": d.path,
+                # In a notebook: the cell (from 1, counting every cell), and rows within it.
+                "cell": d.cell,
                 "location": {"row": d.line, "column": d.column},
                 "end_location": {"row": d.end_line, "column": d.end_column},
                 "fix": None
@@ -93,6 +95,14 @@ def format_json(diagnostics: Sequence[Diagnostic], sources: Dict[str, str], colo
             }
         )
     return json.dumps(items, indent=2) + "\n"
+
+
+def _file_region(d: Diagnostic):
+    """(line, column, end_line, end_column) in the file's own text: for a notebook
+    cell, the same characters in the .ipynb file's JSON."""
+    if d.file_location is not None:
+        return d.file_location
+    return d.line, d.column, d.end_line, d.end_column
 
 
 def _escape_github(value: str, *, property_: bool = False) -> str:
@@ -106,17 +116,18 @@ def format_github(diagnostics: Sequence[Diagnostic], sources: Dict[str, str], co
     out = []
     for d in diagnostics:
         title = f"torchlint ({d.label})"
+        line, column, end_line, end_column = _file_region(d)
         props = ",".join(
             [
                 f"title={_escape_github(title, property_=True)}",
                 f"file={_escape_github(d.path, property_=True)}",
-                f"line={d.line}",
-                f"col={d.column}",
-                f"endLine={d.end_line}",
-                f"endColumn={d.end_column}",
+                f"line={line}",
+                f"col={column}",
+                f"endLine={end_line}",
+                f"endColumn={end_column}",
             ]
         )
-        message = f"{d.path}:{d.line}:{d.column}: {d.label} {d.message}"
+        message = f"{d.location}: {d.label} {d.message}"
         out.append(f"::error {props}::{_escape_github(message)}\n")
     return "".join(out)
 
@@ -141,24 +152,33 @@ def format_sarif(diagnostics: Sequence[Diagnostic], sources: Dict[str, str], col
         )
     results = []
     for d in diagnostics:
+        line, column, end_line, end_column = _file_region(d)
+        message = d.message if d.cell is None else f"cell {d.cell}:{d.line}:{d.column}: {d.message}"
+        location = {
+            "physicalLocation": {
+                "artifactLocation": {"uri": d.path.replace("\\", "/")},
+                "region": {
+                    "startLine": line,
+                    "startColumn": column,
+                    "endLine": end_line,
+                    "endColumn": end_column,
+                },
+            }
+        }
         result = {
             "ruleId": d.code or d.kind.value,
             "level": "warning" if d.kind is Kind.RULE else "error",
-            "message": {"text": d.message},
-            "locations": [
-                {
-                    "physicalLocation": {
-                        "artifactLocation": {"uri": d.path.replace("\\", "/")},
-                        "region": {
-                            "startLine": d.line,
-                            "startColumn": d.column,
-                            "endLine": d.end_line,
-                            "endColumn": d.end_column,
-                        },
-                    }
-                }
-            ],
+            "message": {"text": message},
+            "locations": [location],
         }
+        if d.cell is not None:
+            # The region is in the notebook's JSON text; the cell position is here too.
+            location["logicalLocations"] = [{"name": f"cell {d.cell}", "kind": "module"}]
+            result["properties"] = {
+                "cell": d.cell,
+                "cellLocation": {"row": d.line, "column": d.column},
+                "cellEndLocation": {"row": d.end_line, "column": d.end_column},
+            }
         if d.code in index:
             result["ruleIndex"] = index[d.code]
         results.append(result)
