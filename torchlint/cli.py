@@ -209,7 +209,20 @@ def _common_options(func: Callable) -> Callable:
     return func
 
 
-@click.group(context_settings={"help_option_names": ["-h", "--help"]})
+class _Group(click.Group):
+    """The command group; Ctrl-C ends a run with a message and exit code 130
+    (128 + SIGINT, as shells report it), never a traceback. Files are written
+    atomically, so each one is either fully fixed or untouched."""
+
+    def invoke(self, ctx: click.Context):
+        try:
+            return super().invoke(ctx)
+        except KeyboardInterrupt:
+            click.echo("torchlint: interrupted", err=True)
+            raise click.exceptions.Exit(130) from None
+
+
+@click.group(cls=_Group, context_settings={"help_option_names": ["-h", "--help"]})
 @click.version_option(__version__, "-V", "--version", prog_name="torchlint")
 def main() -> None:
     """torchlint: find and fix PyTorch performance anti-patterns."""
@@ -242,11 +255,13 @@ def check(paths, select, ignore, extend_select, config, output_format, target_to
 
 
 def _check_all(targets: List[Target], run: Run) -> Tuple[List[Diagnostic], Dict[str, str]]:
-    from torchlint.engine import lint_text
+    from torchlint.engine import CANCELLED, lint_text
 
     diagnostics: List[Diagnostic] = []
     sources: Dict[str, str] = {}
     for target in targets:
+        if CANCELLED.is_set():
+            break
         try:
             source = _read(target)
         except SourceError as exc:
@@ -365,10 +380,12 @@ def fix(paths, select, ignore, extend_select, config, output_format, target_torc
 
 def _fix_all(targets, run, unsafe, diff, remaining, sources, fixed) -> int:
     """Fix every target (on the large-stack thread); returns the number of changed files."""
-    from torchlint.engine import crashed, fix_text, internal_error
+    from torchlint.engine import CANCELLED, crashed, fix_text, internal_error
 
     changed_files = 0
     for target in targets:
+        if CANCELLED.is_set():
+            break
         try:
             source = _read(target)
         except SourceError as exc:

@@ -49,6 +49,18 @@ def format_full(diagnostics: Sequence[Diagnostic], sources: Dict[str, str], colo
     return "\n".join(out) + ("\n" if out else "")
 
 
+_EXCERPT_WIDTH = 160
+
+
+def _window(line: str, offset: int) -> str:
+    """``line`` from ``offset``, at most ``_EXCERPT_WIDTH`` characters, with
+    "…" where it was cut."""
+    if len(line) <= _EXCERPT_WIDTH and not offset:
+        return line
+    shown = line[offset:offset + _EXCERPT_WIDTH]
+    return ("…" if offset else "") + shown + ("…" if offset + _EXCERPT_WIDTH < len(line) else "")
+
+
 def _excerpt(d: Diagnostic, text: Optional[str]) -> List[str]:
     if text is None:
         return []
@@ -61,14 +73,19 @@ def _excerpt(d: Diagnostic, text: Optional[str]) -> List[str]:
     width = len(str(last))
     pad = " " * width
     rows = [f"{pad} |"]
+    # A very long line (generated code, minified data) is shown as a window
+    # around the reported column rather than in full.
+    offset = max(0, d.column - 1 - _EXCERPT_WIDTH // 2) if len(lines[d.line - 1]) > _EXCERPT_WIDTH else 0
     for number in range(first, last + 1):
-        rows.append(f"{number:>{width}} | {lines[number - 1]}")
+        rows.append(f"{number:>{width}} | {_window(lines[number - 1], offset if number == d.line else 0)}")
         if number == d.line:
             line_text = lines[number - 1]
             start = d.column - 1
             end = d.end_column - 1 if d.end_line == d.line else len(line_text)
             end = max(end, start + 1)
-            caret = " " * start + "^" * (end - start)
+            lead = 1 if offset else 0  # the "…" that opens a shifted window
+            start, end = start - offset + lead, min(end - offset + lead, _EXCERPT_WIDTH + lead)
+            caret = " " * start + "^" * max(1, end - start)
             rows.append(f"{pad} | {caret} {d.label}")
     rows.append(f"{pad} |")
     return rows
