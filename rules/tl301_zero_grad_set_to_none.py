@@ -58,7 +58,10 @@ class ZeroGradSetToNone(Rule):
 
     Not reported, because the code evidently needs gradients to be tensors:
     implementations of `zero_grad` itself (a function named `zero_grad`, or a
-    branch on `set_to_none`), gradients initialised in `__init__`, and any
+    branch on `set_to_none`), gradients initialised in `__init__` or created
+    where they are missing (`if p.grad is None: p.grad = torch.zeros_like(p)`,
+    as optimizers do before reading them), a loop that reads `p.grad` after
+    zeroing it, and any
     module that writes into gradients in place (`p.grad += g`,
     `p.grad.add_(g)`, `p.grad.copy_(g)`), as parameter servers and manual
     gradient accumulation do.
@@ -227,6 +230,10 @@ class ZeroGradSetToNone(Rule):
                 break
             if isinstance(ancestor, cst.If) and _mentions(ancestor.test, "set_to_none"):
                 return None
+            if isinstance(ancestor, cst.If) and _tests_grad_is_none(ancestor.test, param):
+                return None  # `if p.grad is None: p.grad = zeros`: creating a missing gradient
+        if _uses_grad(loop, param, expr):
+            return None  # the loop goes on to use the zeroed gradient as a tensor
         return param
 
 
@@ -273,3 +280,60 @@ def _mentions(expr: cst.BaseExpression, name: str) -> bool:
         or (isinstance(n, cst.Attribute) and n.attr.value == name)
         for n in walk_nodes(expr)
     )
+
+
+def _grad_of(node: cst.CSTNode, param: str) -> bool:
+    """``param.grad``."""
+    return (
+        type(node) is cst.Attribute
+        and node.attr.value == "grad"
+        and type(node.value) is cst.Name
+        and node.value.value == param
+    )
+
+
+def _none_test(comparison: cst.CSTNode, param: str, operator: type) -> bool:
+    """``param.grad is None`` (``operator`` ``cst.Is``) or ``is not None`` (``cst.IsNot``)."""
+    return (
+        type(comparison) is cst.Comparison
+        and _grad_of(comparison.left, param)
+        and len(comparison.comparisons) == 1
+        and type(comparison.comparisons[0].operator) is operator
+        and type(comparison.comparisons[0].comparator) is cst.Name
+        and comparison.comparisons[0].comparator.value == "None"
+    )
+
+
+def _tests_grad_is_none(test: cst.BaseExpression, param: str) -> bool:
+    return _none_test(test, param, cst.Is)
+
+
+_RESETS = frozenset({"detach_", "requires_grad_", "zero_"})
+
+
+def _uses_grad(loop: cst.For, param: str, zeroed: cst.BaseExpression) -> bool:
+    """Whether the loop body reads ``param.grad`` after zeroing it, other than
+    to test it against None or reset it again (`if p.grad is None: p.grad =
+    zeros_like(p)` followed by `grad = p.grad`: the code needs a tensor)."""
+    from torchlint.walker import walk_nodes
+
+    after = False
+    skip: set = set()
+    for node in walk_nodes(loop.body):
+        if node is zeroed:
+            after = True
+            continue
+        if not after or id(node) in skip:
+            continue
+        if type(node) is cst.Comparison and (
+            _none_test(node, param, cst.Is) or _none_test(node, param, cst.IsNot)
+        ):
+            skip.add(id(node.left))
+        elif type(node) is cst.AssignTarget and _grad_of(node.target, param):
+            skip.add(id(node.target))
+        elif type(node) is cst.Call and type(node.func) is cst.Attribute and _grad_of(node.func.value, param):
+            if node.func.attr.value in _RESETS:
+                skip.add(id(node.func.value))
+        elif _grad_of(node, param):
+            return True
+    return False

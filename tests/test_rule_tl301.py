@@ -82,3 +82,51 @@ def test_test_files_are_skipped(path):
     """
     assert _lint(code, path=path) == []
     assert codes(_lint(code, path="pkg/optim.py")) == ["TL301", "TL301"]
+
+
+def test_creating_a_missing_gradient_is_not_zeroing():
+    # an optimizer's step (pytorch_optimizer's Muon): a parameter without a
+    # gradient gets a zero one, which the step then reads; `None` would crash it
+    code = """
+        import torch
+
+        class Muon(torch.optim.Optimizer):
+            @torch.no_grad()
+            def step(self):
+                for group in self.param_groups:
+                    for p in group["params"]:
+                        if p.grad is None:
+                            p.grad = torch.zeros_like(p)
+                        grad = p.grad
+                        if grad.is_sparse:
+                            raise RuntimeError("sparse gradients are not supported")
+
+        def init_grads(model):
+            for p in model.parameters():
+                if p.grad is None:
+                    p.grad = torch.zeros_like(p)
+    """
+    assert _lint(code) == []
+
+
+def test_gradient_read_after_zeroing_is_not_reported_but_read_before_is():
+    uses_after = """
+        import torch
+
+        def seed_grads(model, norms):
+            for p in model.parameters():
+                p.grad = torch.zeros_like(p)
+                norms.append(p.grad.norm())
+    """
+    assert _lint(uses_after) == []
+    step_then_zero = """
+        import torch
+
+        def manual_step(model, lr):
+            for p in model.parameters():
+                if p.grad is not None:
+                    p.data.add_(p.grad, alpha=-lr)
+                    p.grad.detach_()
+                    p.grad.zero_()
+    """
+    assert codes(_lint(step_then_zero)) == ["TL301"]
