@@ -242,3 +242,21 @@ def test_fix_reports_what_remains_without_using_the_cache(runner, project, analy
     result = run(runner, "fix", "--diff", "--unsafe-fixes", ".")
     assert "served from the cache" not in result.output
     assert "set_to_none=True" in result.output
+
+
+def test_concurrent_runs_leave_a_valid_cache(project, analysed):
+    import subprocess
+    import sys
+
+    for i in range(30):
+        (project / f"m{i}.py").write_text(OTHER + f"\nX = {i}\n")
+    command = [sys.executable, "-m", "torchlint", "check", "-j", "1", "--output-format", "concise", "."]
+    runs = [subprocess.Popen(command, cwd=project, stdout=subprocess.PIPE, text=True) for _ in range(4)]
+    outputs = [r.communicate()[0] for r in runs]
+    assert len(set(outputs)) == 1
+    (ns,) = _namespace_files(project)
+    entries = json.loads(ns.read_text())["entries"]
+    assert len(entries) == 33
+    assert not list(ns.parent.glob(".tmp-*"))
+    again = subprocess.run(command, cwd=project, capture_output=True, text=True)
+    assert again.stdout == outputs[0]

@@ -162,3 +162,13 @@ def test_warm_run_with_workers_matches_the_cold_run(runner, tree):
     warm = run(runner, "check", "-j", "2", "--output-format", "json", ".")
     assert cold.output == warm.output
     assert cold.output == check(runner, "-j", "1", "--output-format", "json", ".").output
+
+
+def test_no_process_pool_on_this_system_means_one_process(runner, tree, monkeypatch):
+    expected = check(runner, "-j", "1", "--output-format", "concise", ".").output
+
+    def no_pool(*args, **kwargs):
+        raise OSError("no semaphores here")
+
+    monkeypatch.setattr("concurrent.futures.ProcessPoolExecutor", no_pool)
+    assert check(runner, "-j", "2", "--output-format", "concise", ".").output == expected

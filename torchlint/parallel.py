@@ -299,7 +299,12 @@ def check_files(
 
             for display, text, digest in inline:
                 results.append(on_large_stack(analyse_text, text, display, settings, codes, digest))
-            results.extend(_run_pool(pending, settings, codes, jobs, callback))
+            try:
+                results.extend(_run_pool(pending, settings, codes, jobs, callback))
+            except (OSError, NotImplementedError, ImportError):
+                # No process pool on this system (e.g. a sandbox without POSIX
+                # semaphores): analyse everything here instead.
+                results.extend(on_large_stack(_serial, pending, [], settings, codes, callback))
         else:
             from torchlint.engine import on_large_stack
 
