@@ -136,7 +136,7 @@ def describe(paths) -> tuple:
         except SourceError:
             continue
         lines += text.count("\n")
-        torch_files += "torch" in text
+        torch_files += could_concern_torch(text)
     return len(files), torch_files, lines
 
 
@@ -232,6 +232,8 @@ def main(argv=None) -> int:
               "(budget 0.35 s)")
         print(f"{'python -c pass':26}{_spread(times['python -c pass'])}")
         print(f"{'python -c import libcst':26}{_spread(times['import libcst'])}")
+        if os.environ.get("PYTHONDONTWRITEBYTECODE") or sys.flags.dont_write_bytecode:
+            print("(PYTHONDONTWRITEBYTECODE is set: modules without a .pyc are compiled at every start)")
     return 0
 
 
