@@ -3,11 +3,13 @@
     python benchmarks/compare.py BASE_REV [NEW_REV] PATHS... [--rounds N]
 
 Each revision (any git revision; NEW_REV defaults to the working tree) is
-installed without dependencies into its own temporary directory, then
-``benchmarks/bench.py`` (this checkout's copy) runs once per round for each
-revision, alternating, so that both see the same machine load. It prints each
-round's check time and the ratio of the medians, new / base (below 1.00x:
-the new revision is faster).
+installed without dependencies into its own temporary directory, then its
+``torchlint check --no-cache --output-format json`` runs on PATHS (in a fresh
+process, start-up included) once per round for each revision, alternating, so
+that both see the same machine load. It prints each round's check time and
+the ratio of the medians, new / base (below 1.00x: the new revision is
+faster). Both run in one process (``--jobs 1``, for revisions that have
+worker processes) unless ``--jobs N`` says otherwise.
 
 Use it to answer "is the checker slower than before this change?": the
 machine's speed and load cancel out of the ratio, which single timings taken
@@ -17,31 +19,28 @@ at different moments cannot promise.
 from __future__ import annotations
 
 import argparse
+import json
 import re
 import statistics
 import subprocess
 import sys
 import tempfile
+import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
-BENCH = ROOT / "benchmarks" / "bench.py"
 
-# Run bench.py against one installed copy: drop an editable install's import
+# Run one installed copy's command line: drop an editable install's import
 # hook (it would shadow the copy) and put the copy first on the path.
 _BOOTSTRAP = """
-import runpy, sys
+import sys
 sys.meta_path[:] = [f for f in sys.meta_path if "editable" not in repr(f).lower()]
 sys.path.insert(0, sys.argv[1])
 import torchlint
 assert torchlint.__file__.startswith(sys.argv[1]), torchlint.__file__
-bench = sys.argv[2]
-sys.argv = [bench] + sys.argv[3:]
-runpy.run_path(bench, run_name="__main__")
+from torchlint.cli import main
+main(sys.argv[2:], prog_name="torchlint")
 """
-
-_CHECK = re.compile(r"^check\s+([0-9.]+) s", re.MULTILINE)
-_FLOOR = re.compile(r"^parse floor\s+([0-9.]+) s", re.MULTILINE)
 
 
 def _install(revision: str | None, work: Path, label: str) -> Path:
@@ -63,15 +62,27 @@ def _install(revision: str | None, work: Path, label: str) -> Path:
     return target
 
 
-def _bench(site: Path, paths: list) -> tuple:
-    result = subprocess.run(
-        [sys.executable, "-c", _BOOTSTRAP, str(site), str(BENCH), *paths, "--repeat", "1"],
+def _check_command(site: Path, paths: list, jobs: int) -> list:
+    """The revision's ``check`` command line, with the options it knows."""
+    usage = subprocess.run(
+        [sys.executable, "-c", _BOOTSTRAP, str(site), "check", "--help"],
         capture_output=True, text=True, check=True,
-    )
-    check, floor = _CHECK.search(result.stdout), _FLOOR.search(result.stdout)
-    if check is None or floor is None:
-        raise SystemExit(f"unexpected bench.py output:\n{result.stdout}{result.stderr}")
-    return float(check.group(1)), float(floor.group(1))
+    ).stdout
+    options = ["--output-format", "json", "--exit-zero"]
+    if "--no-cache" in usage:
+        options.append("--no-cache")
+    if re.search(r"--jobs\b", usage):
+        options += ["--jobs", str(jobs)]
+    return [sys.executable, "-c", _BOOTSTRAP, str(site), "check", *options, *paths]
+
+
+def _bench(command: list) -> tuple:
+    start = time.perf_counter()
+    result = subprocess.run(command, capture_output=True, text=True)
+    elapsed = time.perf_counter() - start
+    if result.returncode != 0:
+        raise SystemExit(f"{' '.join(command)} failed:\n{result.stdout}{result.stderr}")
+    return elapsed, len(json.loads(result.stdout))
 
 
 def main(argv=None) -> int:
@@ -79,6 +90,8 @@ def main(argv=None) -> int:
     parser.add_argument("base", help="git revision to compare against")
     parser.add_argument("rest", nargs="+", metavar="[NEW_REV] PATHS")
     parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--jobs", type=int, default=1,
+                        help="worker processes, for revisions that have them (default 1)")
     args = parser.parse_args(argv)
     new_rev = None
     paths = args.rest
@@ -91,13 +104,14 @@ def main(argv=None) -> int:
     with tempfile.TemporaryDirectory(prefix="torchlint-compare-") as tmp:
         work = Path(tmp)
         sites = {"base": _install(args.base, work, "base"), "new": _install(new_rev, work, "new")}
+        commands = {label: _check_command(site, paths, args.jobs) for label, site in sites.items()}
         times = {"base": [], "new": []}
         for n in range(args.rounds):
             order = ("base", "new") if n % 2 == 0 else ("new", "base")
             for label in order:
-                check, floor = _bench(sites[label], paths)
+                check, found = _bench(commands[label])
                 times[label].append(check)
-                print(f"round {n + 1} {label:4}  check {check:7.3f} s  (parse floor {floor:7.3f} s)", flush=True)
+                print(f"round {n + 1} {label:4}  check {check:7.3f} s  ({found} diagnostics)", flush=True)
     base, new = statistics.median(times["base"]), statistics.median(times["new"])
     print(f"base {args.base}: median check {base:.3f} s")
     print(f"new  {new_rev or 'working tree'}: median check {new:.3f} s")

@@ -14,6 +14,7 @@ from tests.test_cli import BAD, run
 from torchlint import engine
 from torchlint.model import Applicability, Fix
 from torchlint.registry import all_rules
+from torchlint.rules import CATALOG
 from torchlint.rule import Rule
 
 FIXED = BAD.replace("set_to_none=False", "set_to_none=True")
@@ -121,6 +122,7 @@ class _BreaksCode(Rule):
 def test_fix_producing_invalid_code_is_dropped(runner, project, monkeypatch):
     rules = dict(all_rules())
     rules["TL999"] = _BreaksCode
+    monkeypatch.setitem(CATALOG, "TL999", ("test_fix", False))
     monkeypatch.setattr(engine, "all_rules", lambda: rules)
     monkeypatch.setattr("torchlint.registry.all_rules", lambda: rules)
     result = run(runner, "fix", "--select", "TL999,TL301", "--unsafe-fixes", "bad.py")
@@ -151,6 +153,7 @@ class _RaisesInCodemod(_BreaksCode):
 def test_codemod_exception_is_an_internal_error(runner, project, monkeypatch):
     rules = dict(all_rules())
     rules["TL998"] = _RaisesInCodemod
+    monkeypatch.setitem(CATALOG, "TL998", ("test_fix", False))
     monkeypatch.setattr(engine, "all_rules", lambda: rules)
     monkeypatch.setattr("torchlint.registry.all_rules", lambda: rules)
     result = run(runner, "fix", "--select", "TL998,TL301", "--unsafe-fixes", "bad.py")

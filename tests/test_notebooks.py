@@ -393,3 +393,34 @@ def test_subprocess_check_and_fix(tmp_path):
     assert fix.returncode == 1, fix.stderr
     assert "Fixed 4 errors" in fix.stdout  # TL201, TL202 and then TL204 twice
     json.loads(target.read_text(encoding="utf-8"))
+
+
+# -- with the result cache and worker processes ----------------------------------------
+
+
+def test_notebooks_through_worker_processes_and_the_cache(runner, workdir, monkeypatch):
+    """Notebooks are analysed in the workers and cached with their cell
+    positions: every way of running gives the same report."""
+    import torchlint.parallel as parallel
+
+    for i in range(parallel.MIN_FILES_FOR_POOL + 6):
+        (workdir / f"nb{i:02}.ipynb").write_text(TRAINING, encoding="utf-8")
+    (workdir / "broken.ipynb").write_text("{not json", encoding="utf-8")
+    reports = {}
+    for fmt in ("full", "json"):
+        one = run(runner, "check", "--no-cache", "-j", "1", "--output-format", fmt, ".")
+        two = run(runner, "check", "--no-cache", "-j", "2", "--output-format", fmt, ".")
+        assert one.output == two.output
+        reports[fmt] = one.output
+    assert "nb00.ipynb:cell " in reports["full"] and "cannot read notebook" in reports["full"]
+    assert all(d["cell"] is not None for d in json.loads(reports["json"]) if d["code"])
+
+    analysed: list = []
+    real = parallel.analyse_file
+    monkeypatch.setattr(parallel, "analyse_file", lambda *a: analysed.append(a[0]) or real(*a))
+    for fmt in ("full", "json"):
+        cold = run(runner, "check", "-j", "1", "--output-format", fmt, ".")
+        analysed.clear()
+        warm = run(runner, "check", "-j", "1", "--output-format", fmt, ".")
+        assert analysed == ["broken.ipynb"]  # read errors are never cached
+        assert cold.output == warm.output == reports[fmt]

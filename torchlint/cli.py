@@ -230,18 +230,18 @@ def main() -> None:
 
 @main.command()
 @_common_options
+@click.option("-j", "--jobs", type=click.IntRange(min=1), default=None, metavar="N",
+              help="Worker processes for large runs (default: the number of CPUs; 1: none).")
 def check(paths, select, ignore, extend_select, config, output_format, target_torch,
-          stdin_filename, force_exclude, show_statistics, exit_zero, no_cache) -> None:
+          stdin_filename, force_exclude, show_statistics, exit_zero, no_cache, jobs) -> None:
     """Report performance anti-patterns in PATHS (default: the current directory).
 
     Use `-` to read from standard input.
     """
-    from torchlint.engine import on_large_stack
-
     run = _prepare(paths, select, ignore, extend_select, config, output_format, target_torch,
                    stdin_filename, force_exclude)
     targets, problems = _targets(run)
-    diagnostics, sources = on_large_stack(_check_all, targets, run)
+    diagnostics, sources = _check_all(targets, run, jobs, use_cache=not no_cache)
     _report(diagnostics, sources, run.settings, show_statistics)
     from torchlint.reporters import TEXT_FORMATS, summary
 
@@ -254,54 +254,42 @@ def check(paths, select, ignore, extend_select, config, output_format, target_to
     raise click.exceptions.Exit(_exit_code(diagnostics, problems, exit_zero))
 
 
-def _check_all(targets: List[Target], run: Run) -> Tuple[List[Diagnostic], Dict[str, str]]:
-    from torchlint.engine import CANCELLED, lint_text
-
-    diagnostics: List[Diagnostic] = []
-    sources: Dict[str, str] = {}
-    for target in targets:
-        if CANCELLED.is_set():
-            break
-        try:
-            source = _read(target)
-        except SourceError as exc:
-            diagnostics.append(_io_error(target.display, str(exc)))
-            continue
-        if is_notebook(target.display):
-            _check_notebook(source, target, run, diagnostics, sources)
-            continue
-        found = _lint_guarded(lint_text, source.text, target.display, run)
-        if found:
-            sources[target.display] = source.text
-            diagnostics.extend(found)
-    diagnostics.sort(key=Diagnostic.sort_key)
-    return diagnostics, sources
+# -- speed: the result cache and worker processes (torchlint/parallel.py) --------
 
 
-def _check_notebook(source: Source, target: Target, run: Run,
-                    diagnostics: List[Diagnostic], sources: Dict[str, str]) -> None:
-    """Lint a notebook's code cells; ``sources`` gets each cell's text (excerpts)."""
-    from torchlint.engine import crashed
-    from torchlint.notebook import lint_notebook
+def _check_all(
+    targets: List[Target], run: Run, jobs: Optional[int] = 1, use_cache: bool = False
+) -> Tuple[List[Diagnostic], Dict[str, str]]:
+    """Diagnostics (sorted by path and position) and the texts of the files that have some.
 
+    Cached results are used when ``use_cache``; the files left are analysed
+    by ``jobs`` worker processes (None: one per CPU) when there are enough.
+    """
+    from torchlint.parallel import PROGRESS_MIN_FILES, TerminalProgress, check_files, default_jobs
+
+    from torchlint.reporters import TEXT_FORMATS
+
+    bar: List[TerminalProgress] = []
+
+    def progress(n: int):
+        if n >= PROGRESS_MIN_FILES and run.settings.output_format in TEXT_FORMATS and sys.stderr.isatty():
+            bar.append(TerminalProgress())
+            return bar[0]
+        return None
+
+    stdin = [t for t in targets if t.path is None]
     try:
-        linted = lint_notebook(source.text, target.display, run.settings, run.codes)
-    except Exception as exc:  # noqa: BLE001 - one bad file must not stop the run
-        diagnostics.append(crashed(target.display, exc))
-        return
-    if linted.diagnostics:
-        sources.update(linted.sources)
-        diagnostics.extend(linted.diagnostics)
+        return check_files(
+            [(t.display, t.path) for t in targets], run.settings, run.codes,
+            jobs=default_jobs() if jobs is None else jobs, use_cache=use_cache,
+            read_stdin=lambda: _read(stdin[0]).text, progress=progress,
+        )
+    finally:
+        for b in bar:
+            b.close()
 
 
-def _lint_guarded(lint_text, text: str, display: str, run: Run) -> List[Diagnostic]:
-    """Lint one file; an unexpected exception becomes an internal-error diagnostic."""
-    from torchlint.engine import crashed
-
-    try:
-        return lint_text(text, display, run.settings, run.codes).diagnostics
-    except Exception as exc:  # noqa: BLE001 - one bad file must not stop the run
-        return [crashed(display, exc)]
+# -- end of speed --------------------------------------------------------------
 
 
 def _exit_code(diagnostics: Sequence[Diagnostic], problems: Sequence[str], exit_zero: bool) -> int:

@@ -4,9 +4,10 @@ from __future__ import annotations
 
 import enum
 from dataclasses import dataclass, field
-from typing import Callable, Optional, Tuple, Union
+from typing import TYPE_CHECKING, Callable, Optional, Tuple, Union
 
-import libcst as cst
+if TYPE_CHECKING:  # pragma: no cover - LibCST is imported only where code is parsed
+    import libcst as cst
 
 
 class Applicability(str, enum.Enum):
@@ -29,7 +30,7 @@ class FixAvailability(str, enum.Enum):
     """Safe in some cases, unsafe in others; the rule's docs say which."""
 
 
-Replacement = Union[cst.CSTNode, cst.RemovalSentinel, cst.FlattenSentinel]
+Replacement = Union["cst.CSTNode", "cst.RemovalSentinel", "cst.FlattenSentinel"]
 
 
 @dataclass(frozen=True)

@@ -5,14 +5,16 @@ from __future__ import annotations
 import importlib
 import pkgutil
 from functools import lru_cache
-from typing import Dict, List, Type
+from typing import TYPE_CHECKING, Dict, List, Type
 
-from torchlint.rule import Rule
+if TYPE_CHECKING:  # pragma: no cover
+    from torchlint.rule import Rule
 
 
 @lru_cache(maxsize=1)
-def all_rules() -> Dict[str, Type[Rule]]:
+def all_rules() -> Dict[str, Type["Rule"]]:
     import torchlint.rules as package
+    from torchlint.rule import Rule
 
     found: Dict[str, Type[Rule]] = {}
     for info in pkgutil.iter_modules(package.__path__):
@@ -27,9 +29,17 @@ def all_rules() -> Dict[str, Type[Rule]]:
     return dict(sorted(found.items()))
 
 
+# The codes and default states come from the rules package's catalog, which
+# imports no rule: resolving a selection costs no LibCST import.
+
+
 def all_codes() -> List[str]:
-    return list(all_rules())
+    from torchlint.rules import CATALOG
+
+    return sorted(CATALOG)
 
 
 def default_codes() -> List[str]:
-    return [code for code, rule in all_rules().items() if rule.default]
+    from torchlint.rules import CATALOG
+
+    return sorted(code for code, (_, default) in CATALOG.items() if default)

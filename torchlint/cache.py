@@ -1,0 +1,269 @@
+"""The result cache: diagnostics of unchanged files are not computed again.
+
+Layout (in ``.torchlint_cache`` at the project root: the directory of the
+configuration file, or the current directory when there is none; the
+``TORCHLINT_CACHE_DIR`` environment variable names another directory)::
+
+    .torchlint_cache/
+        .gitignore          "*": git never sees the cache
+        CACHEDIR.TAG        backup tools skip it
+        v1/<namespace>.json one file per namespace
+
+A *namespace* is a hash of everything besides a file's own text that can
+change its diagnostics: torchlint's version and a fingerprint of its installed
+code (so an upgrade, or an edit of an editable install, starts afresh), the
+LibCST and Python versions, the enabled rule codes, ``target-torch``,
+``per-file-ignores`` and the project root they are relative to, and the
+current directory (diagnostics carry paths relative to it, and some rules look
+at a file's path). Inside a namespace, an entry is keyed by the file's
+displayed path and holds the hash of the text that was analysed and the
+diagnostics found in it; a file whose text hash differs is a miss.
+
+Robustness: a namespace file is replaced atomically (a temporary file, then
+``os.replace``), so concurrent runs can only lose each other's new entries,
+never corrupt the file; an unreadable or malformed cache is a miss, never an
+error. Diagnostics that are internal errors are not stored. Growth is
+bounded: entries for files that no longer exist are dropped when a namespace
+is written, and namespace files unused for 30 days are deleted.
+
+This module imports neither LibCST nor the rules, so that a run whose files
+are all cached never pays for them.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Dict, Iterable, List, Optional, Sequence
+
+from torchlint import __version__
+from torchlint.model import Applicability, Diagnostic, FixInfo, Kind
+
+CACHE_DIR_NAME = ".torchlint_cache"
+ENV_CACHE_DIR = "TORCHLINT_CACHE_DIR"
+FORMAT = "v2"
+MAX_AGE_S = 30 * 24 * 3600
+
+_CACHEDIR_TAG = (
+    "Signature: 8a477f597d28d172789f06886806bc55\n"
+    "# This file is a cache directory tag created by torchlint.\n"
+    "# For information about cache directory tags see https://bford.info/cachedir/\n"
+)
+
+
+def cache_dir(root: Path) -> Path:
+    """Where the cache lives for a project whose root is ``root``."""
+    override = os.environ.get(ENV_CACHE_DIR)
+    return Path(override) if override else Path(root) / CACHE_DIR_NAME
+
+
+def text_hash(text: str) -> str:
+    return hashlib.blake2b(text.encode("utf-8", "surrogatepass"), digest_size=16).hexdigest()
+
+
+def _code_fingerprint() -> str:
+    """Sizes and modification times of torchlint's own modules (engine, rules, codemods).
+
+    The version alone would miss an edited editable install; ``stat`` of a
+    few dozen files costs well under a millisecond.
+    """
+    import torchlint
+
+    package = Path(torchlint.__file__).parent
+    roots = [package]
+    for name in ("rules", "codemods"):
+        spec_dir = _subpackage_dir(name)
+        if spec_dir is not None:
+            roots.append(spec_dir)
+    parts: List[str] = []
+    for root in roots:
+        try:
+            entries = sorted(os.scandir(root), key=lambda e: e.name)
+        except OSError:
+            continue
+        for entry in entries:
+            if entry.name.endswith(".py"):
+                try:
+                    st = entry.stat()
+                except OSError:
+                    continue
+                parts.append(f"{root.name}/{entry.name}:{st.st_size}:{st.st_mtime_ns}")
+    return hashlib.blake2b("\n".join(parts).encode(), digest_size=16).hexdigest()
+
+
+def _subpackage_dir(name: str) -> Optional[Path]:
+    # Find torchlint.rules / torchlint.codemods without importing them (their
+    # directories are mapped by the packaging, see pyproject.toml).
+    from importlib.util import find_spec
+
+    try:
+        spec = find_spec(f"torchlint.{name}")
+    except (ImportError, ValueError):
+        return None
+    if spec is None or not spec.submodule_search_locations:
+        return None
+    return Path(list(spec.submodule_search_locations)[0])
+
+
+def _libcst_version() -> str:
+    # The parser's version can change what parses; read it without importing LibCST.
+    from importlib.util import find_spec
+
+    try:
+        spec = find_spec("libcst")
+    except (ImportError, ValueError):
+        return "?"
+    if spec is None or not spec.origin:
+        return "?"
+    base = Path(spec.origin).parent
+    for name in ("_version.py", "__init__.py"):
+        try:
+            st = (base / name).stat()
+            return f"{name}:{st.st_size}:{st.st_mtime_ns}"
+        except OSError:
+            continue
+    return "?"
+
+
+def namespace(settings, codes: Sequence[str], cwd: Optional[Path] = None) -> str:
+    """The hash of everything except a file's text that its diagnostics depend on."""
+    key = {
+        "format": FORMAT,
+        "torchlint": __version__,
+        "code": _code_fingerprint(),
+        "libcst": _libcst_version(),
+        "python": sys.version_info[:2],
+        "codes": sorted(codes),
+        "target_torch": list(settings.target_torch),
+        "per_file_ignores": [[p, list(c)] for p, c in settings.per_file_ignores],
+        "root": str(settings.root),
+        "cwd": str(cwd if cwd is not None else Path.cwd()),
+    }
+    blob = json.dumps(key, sort_keys=True).encode()
+    return hashlib.blake2b(blob, digest_size=16).hexdigest()
+
+
+# -- (de)serialising diagnostics ------------------------------------------------
+
+
+def _encode(d: Diagnostic) -> list:
+    fix = None if d.fix is None else [d.fix.applicability.value, d.fix.message]
+    file_location = None if d.file_location is None else list(d.file_location)
+    return [d.line, d.column, d.end_line, d.end_column, d.message, d.code, d.name, fix, d.kind.value,
+            d.cell, file_location]
+
+
+def _decode(path: str, row: list) -> Diagnostic:
+    line, column, end_line, end_column, message, code, name, fix, kind, cell, file_location = row
+    fix_info = None if fix is None else FixInfo(Applicability(fix[0]), fix[1])
+    return Diagnostic(
+        path, line, column, end_line, end_column, message, code, name, fix_info, Kind(kind),
+        cell=cell, file_location=None if file_location is None else tuple(file_location),
+    )
+
+
+def cacheable(diagnostics: Iterable[Diagnostic]) -> bool:
+    """Internal errors (a crash, a worker that died) are never stored."""
+    return all(d.kind is not Kind.INTERNAL_ERROR and d.kind is not Kind.IO_ERROR for d in diagnostics)
+
+
+class Cache:
+    """One namespace of the cache: load once, look up, record, write once."""
+
+    def __init__(self, directory: Path, space: str) -> None:
+        self.directory = Path(directory)
+        self.file = self.directory / FORMAT / f"{space}.json"
+        self.entries: Dict[str, list] = {}
+        self.hits = 0
+        self.misses = 0
+        self._dirty = False
+        self._load()
+
+    @classmethod
+    def for_run(cls, settings, codes: Sequence[str]) -> "Cache":
+        return cls(cache_dir(settings.root), namespace(settings, codes))
+
+    def _load(self) -> None:
+        try:
+            with open(self.file, "rb") as handle:
+                data = json.loads(handle.read())
+        except (OSError, ValueError):
+            return
+        entries = data.get("entries") if isinstance(data, dict) else None
+        if isinstance(entries, dict):
+            self.entries = entries
+
+    def get(self, path: str, digest: str) -> Optional[List[Diagnostic]]:
+        """The cached diagnostics of ``path`` if its text hash is ``digest``."""
+        entry = self.entries.get(path)
+        try:
+            if entry is not None and entry[0] == digest:
+                found = [_decode(path, row) for row in entry[1]]
+                self.hits += 1
+                return found
+        except (TypeError, ValueError, IndexError, KeyError):
+            pass  # a malformed entry is a miss
+        self.misses += 1
+        return None
+
+    def put(self, path: str, digest: str, diagnostics: Sequence[Diagnostic]) -> None:
+        if not cacheable(diagnostics):
+            self.entries.pop(path, None)
+            self._dirty = True
+            return
+        entry = [digest, [_encode(d) for d in diagnostics]]
+        if self.entries.get(path) != entry:
+            self.entries[path] = entry
+            self._dirty = True
+
+    def save(self) -> None:
+        """Write the namespace (if it changed); failures are silent (a cache is optional)."""
+        if not self._dirty:
+            return
+        try:
+            self._prepare_directory()
+            self.entries = {p: e for p, e in self.entries.items() if os.path.exists(p)}
+            blob = json.dumps({"entries": self.entries}, separators=(",", ":")).encode()
+            fd, tmp = tempfile.mkstemp(dir=self.file.parent, prefix=".tmp-", suffix=".json")
+            try:
+                with os.fdopen(fd, "wb") as handle:
+                    handle.write(blob)
+                os.replace(tmp, self.file)
+            except BaseException:
+                try:
+                    os.unlink(tmp)
+                except OSError:
+                    pass
+                raise
+            self._dirty = False
+            self._prune()
+        except OSError:
+            pass
+
+    def _prepare_directory(self) -> None:
+        self.file.parent.mkdir(parents=True, exist_ok=True)
+        for name, content in ((".gitignore", "# Created by torchlint.\n*\n"), ("CACHEDIR.TAG", _CACHEDIR_TAG)):
+            marker = self.directory / name
+            if not marker.exists():
+                marker.write_text(content, encoding="utf-8")
+
+    def _prune(self) -> None:
+        """Delete namespace files (other configurations, versions) unused for 30 days."""
+        now = time.time()
+        try:
+            with os.scandir(self.file.parent) as entries:
+                for entry in entries:
+                    if entry.name.endswith(".json") and entry.path != str(self.file):
+                        try:
+                            if now - entry.stat().st_mtime > MAX_AGE_S:
+                                os.unlink(entry.path)
+                        except OSError:
+                            pass
+        except OSError:
+            pass
+

@@ -1,0 +1,404 @@
+"""Checking many files: the result cache, then a process pool for what is left.
+
+``check_files`` is what ``torchlint check`` runs.  For each file it
+
+1. reads the text and looks it up in the cache (when there is one): a hit
+   costs a read and a hash, and needs neither LibCST nor the rules;
+2. analyses the misses, in this process when there are few of them (or with
+   ``jobs == 1``), otherwise in a pool of ``jobs`` worker processes fed with
+   chunks of files, largest first, a bounded number of chunks in flight (so
+   memory does not grow with the tree);
+3. stores the new results in the cache, and returns every diagnostic sorted by
+   path and position: the output does not depend on the worker count or on
+   the order in which workers finish.
+
+Each worker analyses its files on its own long-lived large-stack thread (see
+``torchlint.engine.on_large_stack``), as the single-process path does.  A
+Python exception while analysing a file is already an internal-error
+diagnostic for that file (``analyse_text``); a worker process that dies (a
+crash in native code, the out-of-memory killer) breaks the pool: the files
+not yet done are then analysed again one at a time in a fresh one-worker pool,
+so that the file that kills its worker is the one reported as an internal
+error, and every other file gets its real result.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Callable, Dict, List, Optional, Sequence, Tuple
+
+from torchlint.model import Diagnostic, Kind
+from torchlint.notebook import is_notebook
+from torchlint.source import SourceError, read_source
+
+# Below this many files to analyse a pool costs more than it saves (starting
+# the workers, shipping results back), whatever ``jobs`` says.
+MIN_FILES_FOR_POOL = 24
+# Chunks per worker: enough for the largest-first order to balance the load.
+CHUNKS_PER_WORKER = 8
+MAX_CHUNK_FILES = 32
+# Progress is shown on a terminal when at least this many files are analysed.
+PROGRESS_MIN_FILES = 200
+
+
+def default_jobs() -> int:
+    try:
+        return max(1, len(os.sched_getaffinity(0)))  # type: ignore[attr-defined]
+    except (AttributeError, OSError):
+        return max(1, os.cpu_count() or 1)
+
+
+@dataclass
+class FileResult:
+    display: str
+    diagnostics: List[Diagnostic]
+    # The texts excerpts are taken from, under ``Diagnostic.source_key``: the
+    # file's text, or a notebook's cells; kept only when there are diagnostics.
+    sources: Optional[Dict[str, str]] = None
+    digest: Optional[str] = None  # hash of the analysed text (None: not cacheable)
+
+
+Progress = Callable[[int, int], None]
+
+
+# -- analysing one file (in this process or in a worker) -------------------------
+
+
+def _io_error(display: str, message: str) -> Diagnostic:
+    return Diagnostic(display, 1, 1, 1, 1, f"cannot read file: {message}", kind=Kind.IO_ERROR)
+
+
+def read_text(display: str, path: Path) -> str:
+    """A file's text: a Python file decoded as Python does, a notebook as UTF-8 JSON."""
+    if is_notebook(display):
+        from torchlint.notebook import read_notebook
+
+        return read_notebook(path).text
+    return read_source(path).text
+
+
+def excerpt_sources(display: str, text: str) -> Dict[str, str]:
+    """What the reporters show excerpts from: the text, or a notebook's cells."""
+    if is_notebook(display):
+        from torchlint.notebook import NotebookError, parse
+
+        try:
+            return parse(text).sources(display)
+        except NotebookError:
+            return {}
+    return {display: text}
+
+
+def analyse_text(text: str, display: str, settings, codes: Sequence[str], digest: Optional[str]) -> FileResult:
+    from torchlint.engine import crashed, lint_text
+
+    sources: Optional[Dict[str, str]] = None
+    try:
+        if is_notebook(display):
+            from torchlint.notebook import lint_notebook
+
+            linted = lint_notebook(text, display, settings, codes)
+            found, sources = linted.diagnostics, linted.sources
+        else:
+            found = lint_text(text, display, settings, codes).diagnostics
+            sources = {display: text}
+    except Exception as exc:  # noqa: BLE001 - one bad file must not stop the run
+        found = [crashed(display, exc)]
+        sources = {display: text}
+    return FileResult(display, found, sources if found else None, digest)
+
+
+def analyse_file(display: str, path: str, settings, codes: Sequence[str]) -> FileResult:
+    from torchlint.cache import text_hash
+
+    try:
+        text = read_text(display, Path(path))
+    except SourceError as exc:
+        return FileResult(display, [_io_error(display, str(exc))])
+    return analyse_text(text, display, settings, codes, text_hash(text))
+
+
+def _analyse_many(items: Sequence[Tuple[str, str]], settings, codes) -> List[FileResult]:
+    return [analyse_file(display, path, settings, codes) for display, path in items]
+
+
+# -- worker processes ------------------------------------------------------------
+
+_worker_settings = None
+_worker_codes: Sequence[str] = ()
+
+
+def _worker_init(settings, codes) -> None:
+    global _worker_settings, _worker_codes
+    import torchlint.engine as engine
+
+    # A forked worker inherits the parent's handle on its large-stack thread
+    # but not the thread itself: start its own on first use.
+    engine._executor = None
+    _worker_settings, _worker_codes = settings, tuple(codes)
+
+
+def _worker_chunk(items: Sequence[Tuple[str, str]]) -> List[FileResult]:
+    from torchlint.engine import on_large_stack
+
+    return on_large_stack(_analyse_many, items, _worker_settings, _worker_codes)
+
+
+def _context():
+    import multiprocessing
+
+    method = os.environ.get("TORCHLINT_START_METHOD")  # for measurements and tests
+    if method is None:
+        method = "fork" if "fork" in multiprocessing.get_all_start_methods() else "spawn"
+    return multiprocessing.get_context(method)
+
+
+def _chunks(items: Sequence[Tuple[str, str]], jobs: int) -> List[List[Tuple[str, str]]]:
+    """Files grouped into chunks of similar size, largest chunks first."""
+
+    def size(item: Tuple[str, str]) -> int:
+        try:
+            return os.path.getsize(item[1])
+        except OSError:
+            return 0
+
+    sized = sorted(((size(item), item) for item in items), key=lambda pair: -pair[0])
+    total = sum(s for s, _ in sized) or 1
+    target = max(1, total // (jobs * CHUNKS_PER_WORKER))
+    chunks: List[List[Tuple[str, str]]] = []
+    current: List[Tuple[str, str]] = []
+    current_size = 0
+    for s, item in sized:
+        current.append(item)
+        current_size += s
+        if current_size >= target or len(current) >= MAX_CHUNK_FILES:
+            chunks.append(current)
+            current, current_size = [], 0
+    if current:
+        chunks.append(current)
+    return chunks
+
+
+def _run_pool(items, settings, codes, jobs: int, progress: Optional[Progress]) -> List[FileResult]:
+    from concurrent.futures import FIRST_COMPLETED, ProcessPoolExecutor, wait
+    from concurrent.futures.process import BrokenProcessPool
+
+    chunks = _chunks(items, jobs)
+    results: List[FileResult] = []
+    done_files = 0
+    unfinished: List[Tuple[str, str]] = []
+    pool = ProcessPoolExecutor(
+        max_workers=min(jobs, len(chunks)), mp_context=_context(),
+        initializer=_worker_init, initargs=(settings, tuple(codes)),
+    )
+    try:
+        queue = list(reversed(chunks))  # pop() takes the largest first
+        in_flight: Dict[object, List[Tuple[str, str]]] = {}
+        broken = False
+        while queue or in_flight:
+            while queue and len(in_flight) < 2 * jobs and not broken:
+                chunk = queue.pop()
+                try:
+                    in_flight[pool.submit(_worker_chunk, chunk)] = chunk
+                except BrokenProcessPool:
+                    queue.append(chunk)
+                    broken = True
+            if not in_flight:
+                break
+            finished, _ = wait(list(in_flight), return_when=FIRST_COMPLETED)
+            for future in finished:
+                chunk = in_flight.pop(future)
+                try:
+                    results.extend(future.result())
+                    done_files += len(chunk)
+                    if progress is not None:
+                        progress(done_files, len(items))
+                except BrokenProcessPool:
+                    broken = True
+                    unfinished.extend(chunk)
+            if broken:
+                for future, chunk in in_flight.items():
+                    try:
+                        results.extend(future.result())
+                    except Exception:  # noqa: BLE001 - the pool is broken
+                        unfinished.extend(chunk)
+                in_flight.clear()
+                for chunk in queue:
+                    unfinished.extend(chunk)
+                queue.clear()
+    except KeyboardInterrupt:
+        # Ctrl-C: stop the workers now rather than wait for their chunks (a
+        # check writes nothing, so there is nothing to finish).
+        for process in list(getattr(pool, "_processes", {}).values()):
+            process.terminate()
+        pool.shutdown(wait=False, cancel_futures=True)
+        raise
+    finally:
+        pool.shutdown(wait=True, cancel_futures=True)
+    if unfinished:
+        results.extend(_isolate(unfinished, settings, codes))
+    return results
+
+
+def _isolate(items, settings, codes) -> List[FileResult]:
+    """After a worker died: each file alone in a one-worker pool; the killer is reported."""
+    from concurrent.futures import ProcessPoolExecutor
+    from concurrent.futures.process import BrokenProcessPool
+
+    from torchlint.engine import internal_error
+
+    results: List[FileResult] = []
+    pool = None
+    try:
+        for display, path in sorted(items):
+            if pool is None:
+                pool = ProcessPoolExecutor(
+                    max_workers=1, mp_context=_context(),
+                    initializer=_worker_init, initargs=(settings, tuple(codes)),
+                )
+            try:
+                results.extend(pool.submit(_worker_chunk, [(display, path)]).result())
+            except BrokenProcessPool:
+                pool.shutdown(wait=True)
+                pool = None
+                results.append(FileResult(display, [internal_error(
+                    display, "the worker process analysing this file died (a crash in native "
+                    "code, or out of memory); please report this",
+                )]))
+    finally:
+        if pool is not None:
+            pool.shutdown(wait=True)
+    return results
+
+
+# -- the whole run ---------------------------------------------------------------
+
+
+def check_files(
+    targets: Sequence[Tuple[str, Optional[Path]]],
+    settings,
+    codes: Sequence[str],
+    *,
+    jobs: int = 1,
+    use_cache: bool = True,
+    read_stdin: Optional[Callable[[], str]] = None,
+    progress: Optional[Callable[[int], Optional[Progress]]] = None,
+    stats: Optional[Dict[str, int]] = None,
+) -> Tuple[List[Diagnostic], Dict[str, str]]:
+    """Diagnostics (sorted) and the texts of the files that have some.
+
+    ``targets`` are ``(display, path)`` pairs; a ``None`` path is standard
+    input, read with ``read_stdin`` and never cached.  ``progress(n)`` may
+    return a callback for a run that analyses ``n`` files.  ``stats`` (if
+    given) receives ``cached`` and ``analysed`` counts.
+    """
+    cache = None
+    if use_cache and codes:
+        from torchlint.cache import Cache
+
+        cache = Cache.for_run(settings, codes)
+    results: List[FileResult] = []
+    pending: List[Tuple[str, str]] = []
+    inline: List[Tuple[str, str, Optional[str]]] = []  # (display, text, digest): stdin
+    for display, path in targets:
+        if path is None:
+            assert read_stdin is not None
+            try:
+                inline.append((display, read_stdin(), None))
+            except SourceError as exc:
+                results.append(FileResult(display, [_io_error(display, str(exc))]))
+            continue
+        if cache is None:
+            pending.append((display, str(path)))
+            continue
+        from torchlint.cache import text_hash
+
+        try:
+            text = read_text(display, path)
+        except SourceError as exc:
+            results.append(FileResult(display, [_io_error(display, str(exc))]))
+            continue
+        digest = text_hash(text)
+        found = cache.get(display, digest)
+        if found is None:
+            pending.append((display, str(path)))
+        else:
+            results.append(FileResult(display, found, excerpt_sources(display, text) if found else None))
+    if stats is not None:
+        stats["cached"] = len(targets) - len(pending) - len(inline)
+        stats["analysed"] = len(pending) + len(inline)
+
+    callback = progress(len(pending)) if progress is not None else None
+    if pending or inline:
+        if jobs > 1 and len(pending) >= MIN_FILES_FOR_POOL:
+            from torchlint.engine import on_large_stack
+
+            for display, text, digest in inline:
+                results.append(on_large_stack(analyse_text, text, display, settings, codes, digest))
+            try:
+                results.extend(_run_pool(pending, settings, codes, jobs, callback))
+            except (OSError, NotImplementedError, ImportError):
+                # No process pool on this system (e.g. a sandbox without POSIX
+                # semaphores): analyse everything here instead.
+                results.extend(on_large_stack(_serial, pending, [], settings, codes, callback))
+        else:
+            from torchlint.engine import on_large_stack
+
+            results.extend(on_large_stack(_serial, pending, inline, settings, codes, callback))
+
+    if cache is not None:
+        for result in results:
+            if result.digest is not None:
+                cache.put(result.display, result.digest, result.diagnostics)
+        cache.save()
+
+    diagnostics: List[Diagnostic] = []
+    sources: Dict[str, str] = {}
+    for result in results:
+        if result.diagnostics:
+            diagnostics.extend(result.diagnostics)
+            if result.sources:
+                sources.update(result.sources)
+    diagnostics.sort(key=Diagnostic.sort_key)
+    return diagnostics, sources
+
+
+def _serial(pending, inline, settings, codes, progress: Optional[Progress]) -> List[FileResult]:
+    from torchlint.engine import CANCELLED
+
+    results = [analyse_text(text, display, settings, codes, digest) for display, text, digest in inline]
+    for n, (display, path) in enumerate(pending, 1):
+        if CANCELLED.is_set():
+            break  # Ctrl-C: the main thread is already on its way out
+        results.append(analyse_file(display, path, settings, codes))
+        if progress is not None:
+            progress(n, len(pending))
+    return results
+
+
+class TerminalProgress:
+    """``checked 120/315 files`` on standard error, redrawn at most ten times a second."""
+
+    def __init__(self, stream=None) -> None:
+        self.stream = stream if stream is not None else sys.stderr
+        self.last = 0.0
+        self.shown = False
+
+    def __call__(self, done: int, total: int) -> None:
+        now = time.monotonic()
+        if done < total and now - self.last < 0.1:
+            return
+        self.last = now
+        self.stream.write(f"\rtorchlint: checked {done}/{total} files")
+        self.stream.flush()
+        self.shown = True
+
+    def close(self) -> None:
+        if self.shown:
+            self.stream.write("\r\x1b[K")
+            self.stream.flush()
+            self.shown = False
