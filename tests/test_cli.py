@@ -170,6 +170,7 @@ def test_missing_path_is_an_error(runner, project):
     result = run(runner, "check", "nope.py")
     assert result.exit_code == 2
     assert "nope.py: No such file or directory" in result.output
+    assert "All checks passed!" not in result.output
 
 
 def test_unreadable_file(runner, project, monkeypatch):

@@ -245,8 +245,8 @@ def check(paths, select, ignore, extend_select, config, output_format, target_to
     _report(diagnostics, sources, run.settings, show_statistics)
     from torchlint.reporters import TEXT_FORMATS, summary
 
-    if run.settings.output_format in TEXT_FORMATS and not show_statistics:
-        _emit(summary(diagnostics, run.settings.unsafe_fixes))
+    if run.settings.output_format in TEXT_FORMATS and not show_statistics and (diagnostics or not problems):
+        _emit(summary(diagnostics, run.settings.unsafe_fixes))  # not "All checks passed!" over an error
     for problem in problems:
         click.echo(f"torchlint: error: {problem}", err=True)
     if not targets and not problems and not run.reads_stdin:
