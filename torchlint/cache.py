@@ -36,13 +36,13 @@ import hashlib
 import json
 import os
 import sys
-import tempfile
 import time
 from pathlib import Path
 from typing import Dict, Iterable, List, Optional, Sequence
 
 from torchlint import __version__
 from torchlint.model import Applicability, Diagnostic, FixInfo, Kind
+from torchlint.source import write_atomic
 
 CACHE_DIR_NAME = ".torchlint_cache"
 ENV_CACHE_DIR = "TORCHLINT_CACHE_DIR"
@@ -229,17 +229,7 @@ class Cache:
             self._prepare_directory()
             self.entries = {p: e for p, e in self.entries.items() if os.path.exists(p)}
             blob = json.dumps({"entries": self.entries}, separators=(",", ":")).encode()
-            fd, tmp = tempfile.mkstemp(dir=self.file.parent, prefix=".tmp-", suffix=".json")
-            try:
-                with os.fdopen(fd, "wb") as handle:
-                    handle.write(blob)
-                os.replace(tmp, self.file)
-            except BaseException:
-                try:
-                    os.unlink(tmp)
-                except OSError:
-                    pass
-                raise
+            write_atomic(self.file, blob)
             self._dirty = False
             self._prune()
         except OSError:

@@ -612,15 +612,9 @@ def fix_notebook(text: str, display: str, settings, codes: Sequence[str], unsafe
 
 def read_notebook(path) -> "Source":
     """A notebook file's text (UTF-8, as nbformat writes it; a BOM is kept in the text)."""
-    from torchlint.source import SourceError
+    from torchlint.source import read_bytes
 
-    try:
-        raw = path.read_bytes()
-    except IsADirectoryError:
-        raise SourceError("is a directory") from None
-    except OSError as exc:
-        raise SourceError(exc.strerror or str(exc)) from None
-    return decode_notebook(raw)
+    return decode_notebook(read_bytes(path))
 
 
 def decode_notebook(raw: bytes) -> "Source":

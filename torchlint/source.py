@@ -40,14 +40,18 @@ def decode(raw: bytes) -> Source:
     return Source(text, encoding)
 
 
-def read_source(path: Path) -> Source:
+def read_bytes(path: Path) -> bytes:
+    """A file's bytes; an unreadable file is a :class:`SourceError` that says why."""
     try:
-        raw = path.read_bytes()
+        return path.read_bytes()
     except IsADirectoryError:
         raise SourceError("is a directory") from None
     except OSError as exc:
         raise SourceError(exc.strerror or str(exc)) from None
-    return decode(raw)
+
+
+def read_source(path: Path) -> Source:
+    return decode(read_bytes(path))
 
 
 def encode(source: Source, text: str) -> bytes:
