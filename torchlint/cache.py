@@ -42,7 +42,7 @@ from typing import Dict, Iterable, List, Optional, Sequence
 
 from torchlint import __version__
 from torchlint.model import Applicability, Diagnostic, FixInfo, Kind
-from torchlint.source import write_atomic
+from torchlint.source import text_hash, write_atomic  # noqa: F401 (text_hash: the key)
 
 CACHE_DIR_NAME = ".torchlint_cache"
 ENV_CACHE_DIR = "TORCHLINT_CACHE_DIR"
@@ -62,8 +62,6 @@ def cache_dir(root: Path) -> Path:
     return Path(override) if override else Path(root) / CACHE_DIR_NAME
 
 
-def text_hash(text: str) -> str:
-    return hashlib.blake2b(text.encode("utf-8", "surrogatepass"), digest_size=16).hexdigest()
 
 
 def _code_fingerprint() -> str:

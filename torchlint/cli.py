@@ -24,8 +24,7 @@ from torchlint.config import (
 )
 from torchlint.discovery import PathPatterns, discover
 from torchlint.model import Applicability, Diagnostic, Kind
-from torchlint.notebook import decode_notebook, is_notebook, read_notebook
-from torchlint.source import Source, SourceError, decode, encode, read_source, write_atomic
+from torchlint.source import Source, SourceError, decode, encode, is_notebook, read_source, write_atomic
 
 EXIT_OK, EXIT_FINDINGS, EXIT_ERROR = 0, 1, 2
 
@@ -140,6 +139,8 @@ def _targets(run: Run) -> Tuple[List[Target], List[str]]:
 
 
 def _read(target: Target) -> Source:
+    from torchlint.notebook import decode_notebook, read_notebook
+
     notebook = is_notebook(target.display)
     if target.path is None:
         raw = sys.stdin.buffer.read()

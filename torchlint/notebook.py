@@ -40,6 +40,7 @@ from dataclasses import dataclass, field, replace
 from typing import Dict, List, Optional, Sequence, Tuple
 
 from torchlint.model import Diagnostic, Kind
+from torchlint.source import is_notebook  # noqa: F401 (part of this module's interface)
 
 SUFFIX = ".ipynb"
 
@@ -64,10 +65,6 @@ class NotebookError(Exception):
         super().__init__(message)
         self.line = line
         self.column = column
-
-
-def is_notebook(path: str) -> bool:
-    return path.lower().endswith(SUFFIX)
 
 
 def read_error(path: str, exc: NotebookError) -> Diagnostic:

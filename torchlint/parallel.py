@@ -32,8 +32,7 @@ from pathlib import Path
 from typing import Callable, Dict, List, Optional, Sequence, Tuple
 
 from torchlint.model import Diagnostic, Kind
-from torchlint.notebook import is_notebook
-from torchlint.source import SourceError, read_source
+from torchlint.source import SourceError, is_notebook, read_source, text_hash
 
 # Below this many files to analyse a pool costs more than it saves (starting
 # the workers, shipping results back), whatever ``jobs`` says.
@@ -113,8 +112,6 @@ def analyse_text(text: str, display: str, settings, codes: Sequence[str], digest
 
 
 def analyse_file(display: str, path: str, settings, codes: Sequence[str]) -> FileResult:
-    from torchlint.cache import text_hash
-
     try:
         text = read_text(display, Path(path))
     except SourceError as exc:
@@ -315,8 +312,6 @@ def check_files(
         if cache is None:
             pending.append((display, str(path)))
             continue
-        from torchlint.cache import text_hash
-
         try:
             text = read_text(display, path)
         except SourceError as exc:

@@ -85,3 +85,18 @@ def write_atomic(path: Path, data: bytes) -> None:
         except OSError:
             pass
         raise
+
+
+NOTEBOOK_SUFFIX = ".ipynb"
+
+
+def is_notebook(path: str) -> bool:
+    """Whether a (displayed) path names a Jupyter notebook."""
+    return path.lower().endswith(NOTEBOOK_SUFFIX)
+
+
+def text_hash(text: str) -> str:
+    """A short digest of a text (the result cache's key)."""
+    import hashlib
+
+    return hashlib.blake2b(text.encode("utf-8", "surrogatepass"), digest_size=16).hexdigest()
