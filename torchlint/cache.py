@@ -7,7 +7,7 @@ configuration file, or the current directory when there is none; the
     .torchlint_cache/
         .gitignore          "*": git never sees the cache
         CACHEDIR.TAG        backup tools skip it
-        v1/<namespace>.json one file per namespace
+        v2/<namespace>.json one file per namespace (the directory names the format)
 
 A *namespace* is a hash of everything besides a file's own text that can
 change its diagnostics: torchlint's version and a fingerprint of its installed
@@ -60,8 +60,6 @@ def cache_dir(root: Path) -> Path:
     """Where the cache lives for a project whose root is ``root``."""
     override = os.environ.get(ENV_CACHE_DIR)
     return Path(override) if override else Path(root) / CACHE_DIR_NAME
-
-
 
 
 def _code_fingerprint() -> str:
