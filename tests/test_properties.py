@@ -13,6 +13,7 @@ Three sources of input:
 from __future__ import annotations
 
 import ast
+import json
 from pathlib import Path
 from typing import List
 
@@ -257,3 +258,69 @@ def test_cli_on_arbitrary_files_exits_cleanly(tmp_path_factory, raw, name):
         assert result.exception is None or isinstance(result.exception, SystemExit), result.output
         assert result.exit_code in (0, 1, 2)
         assert "Traceback" not in result.output
+
+
+# -- generated notebooks ------------------------------------------------------------------
+
+MAGICS = ["%matplotlib inline", "!pip install torch", "%time x = 1", "files = !ls", "%load_ext autoreload",
+          "torch.save?"]
+
+
+@st.composite
+def notebooks(draw):
+    """A notebook whose code cells split a generated PyTorch program, with
+    magics, markdown cells, outputs and one of several JSON styles."""
+    lines = HEADER.splitlines() + draw(programs())
+    # Split only before top-level lines, so that every cell is a whole block.
+    cuts = sorted(set(draw(st.lists(st.integers(1, len(lines) - 1), max_size=4))))
+    cuts = [c for c in cuts if not lines[c].startswith((" ", "\t", "except"))]
+    pieces, start = [], 0
+    for cut in cuts + [len(lines)]:
+        pieces.append(lines[start:cut])
+        start = cut
+    cells = []
+    for n, piece in enumerate(pieces):
+        if draw(st.booleans()):
+            piece = [draw(st.sampled_from(MAGICS))] + piece
+        if draw(st.integers(0, 3)) == 0:
+            piece = ["%%time"] + piece
+        source = "\n".join(piece)
+        cells.append({
+            "cell_type": "code", "execution_count": n + 1, "id": f"c{n}", "metadata": {},
+            "outputs": [{"name": "stdout", "output_type": "stream", "text": ["ok é\n"]}],
+            "source": source.splitlines(keepends=True) if draw(st.booleans()) else source,
+        })
+        if draw(st.integers(0, 2)) == 0:
+            cells.append({"cell_type": "markdown", "id": f"m{n}", "metadata": {}, "source": "## Notes\n`x.cuda()`"})
+    data = {"cells": cells, "metadata": {"kernelspec": {"language": "python", "name": "python3"}},
+            "nbformat": 4, "nbformat_minor": 5}
+    indent = draw(st.sampled_from([1, 2, 4]))
+    return json.dumps(data, indent=indent, ensure_ascii=draw(st.booleans())) + "\n"
+
+
+@settings(COMMON, max_examples=60)
+@given(notebooks())
+def test_generated_notebooks(text):
+    from torchlint.notebook import fix_notebook, lint_notebook
+
+    linted = lint_notebook(text, "nb.ipynb", SETTINGS, ALL)
+    _no_internal_errors(linted.diagnostics)
+    assert all(d.cell is not None for d in linted.diagnostics if d.code)
+    for unsafe in (False, True):
+        fixed = fix_notebook(text, "nb.ipynb", SETTINGS, ALL, unsafe)
+        assert not fixed.errors, fixed.errors
+        if not fixed.applied:
+            assert fixed.text == text
+            continue
+        before, after = json.loads(text), json.loads(fixed.text)
+        for old, new in zip(before["cells"], after["cells"]):
+            source = lambda cell: "".join(cell["source"]) if isinstance(cell["source"], list) else cell["source"]
+            assert {k: v for k, v in old.items() if k != "source"} == {k: v for k, v in new.items() if k != "source"}
+            if old["cell_type"] != "code":
+                assert old == new
+            for line in source(old).splitlines():
+                if line.startswith(("%", "!")) or line.endswith("?") or "= !" in line:
+                    assert line in source(new).splitlines(), "magic lines are kept"
+        assert len(before["cells"]) == len(after["cells"])
+        again = fix_notebook(fixed.text, "nb.ipynb", SETTINGS, ALL, unsafe)
+        assert again.text == fixed.text and not again.applied
