@@ -96,6 +96,15 @@ class CreateThenMove(Rule):
     factory allocates and fills the tensor directly on the device: one
     allocation, no host work and no transfer.
 
+    `torch.tensor(data)` is the exception the catalog keeps in the list: its
+    data is host memory (a list, a number, a NumPy array), and PyTorch builds
+    the tensor on the host and copies it to the device whether or not
+    `device=` is given (see the note "torch.tensor, lift_fresh, and device
+    movement" in PyTorch's `torch/csrc/utils/tensor_new.h`). There the fix
+    saves only the separate `.to(...)` call, a few microseconds, and the
+    message says so; the real cost is the synchronous copy from pageable
+    memory, which only keeping such values on the device avoids.
+
     Measured with `torchlint verify --rules TL201` on a CPU (a 2-core AMD EPYC VM,
     `OMP_NUM_THREADS=1`, torch 2.13.0+cpu; no GPU was available): 47.6 µs before,
     47.1 µs after, **1.01x**. `.to("cpu")` of a CPU tensor is free, so both versions
@@ -309,6 +318,13 @@ class CreateThenMove(Rule):
             f"`torch.{kind}(...)` is created {where} and then copied to the device with "
             f"`.{move}(...)`; create it there directly with `device=...`"
         )
+        if kind == "tensor":
+            # Host data is copied either way (see the docs): say what the fix buys.
+            message = (
+                f"`torch.tensor(...)` is built on the CPU and then copied to the device with a "
+                f"separate `.{move}(...)`; pass `device=...` to do both in one call (the data is "
+                "still copied from host memory: keep values that every step needs on the device)"
+            )
         parts = self._cuda_parts(node) if move == "cuda" else self._to_parts(node)
         fix = None
         if parts.fixable:

@@ -315,3 +315,12 @@ def test_test_files_are_skipped(path):
     code = "import torch\ntorch.manual_seed(0)\nx = torch.randn(2, 3).to(device)\ny = torch.zeros(3).cuda()\n"
     assert lint(code, select=["TL201"], path=path) == []
     assert codes(lint(code, select=["TL201"], path="pkg/ops.py")) == ["TL201", "TL201"]
+
+
+def test_torch_tensor_message_says_what_the_fix_buys():
+    # PyTorch builds `torch.tensor(data)` on the host and copies it even with
+    # `device=`: the message must not promise that the tensor is created there.
+    (d,) = _lint("import torch\nx = torch.tensor([1, 2, 3]).cuda()\n")
+    assert "separate `.cuda(...)`" in d.message and "still copied from host memory" in d.message
+    (z,) = _lint("import torch\nx = torch.zeros(3).cuda()\n")
+    assert "create it there directly" in z.message
