@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import re
-from typing import List, Optional, Tuple
+from typing import Dict, Generic, List, Optional, Tuple, TypeVar
 
 import libcst as cst
 
@@ -29,6 +29,30 @@ def source_mentions(source: str, pattern: "re.Pattern[str]", words: Tuple[str, .
     modules out first. ``words`` must be substrings of every match.
     """
     return any(word in source for word in words) and pattern.search(source) is not None
+
+
+T = TypeVar("T")
+
+
+class CallTable(Generic[T]):
+    """Values keyed by the qualified names of callables (``torch.nn.Conv2d``),
+    looked up for a call with a cheap test first: ``x.Name(...)`` whose last
+    name is in no key is rejected before the (costlier) import resolution; a
+    bare name may be an alias (``from torch.nn import Conv2d as C``) and is
+    always resolved."""
+
+    def __init__(self, table: Dict[str, T]) -> None:
+        self.table = table
+        self.last_names = frozenset(q.rsplit(".", 1)[-1] for q in table)
+
+    def lookup(self, call: cst.Call, ctx: Context) -> Optional[T]:
+        func = call.func
+        if type(func) is cst.Attribute:
+            if func.attr.value not in self.last_names:
+                return None
+        elif type(func) is not cst.Name:
+            return None
+        return self.table.get(ctx.qualname(func) or "")
 
 
 def method_name(call: cst.Call) -> Optional[str]:

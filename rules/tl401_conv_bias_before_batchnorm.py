@@ -7,7 +7,7 @@ import libcst as cst
 from torchlint.codemods import conv_bias as codemod
 from torchlint.model import Applicability, Fix, FixAvailability
 from torchlint.rule import Rule
-from torchlint.rules._helpers import argument, literal_bool
+from torchlint.rules._helpers import CallTable, argument, literal_bool
 from torchlint.walker import iter_children, walk_nodes
 
 
@@ -36,7 +36,7 @@ _LAYERS["torch.nn.SyncBatchNorm"] = _LAYERS["torch.nn.modules.batchnorm.SyncBatc
 _LAYERS["torch.nn.Sequential"] = _LAYERS["torch.nn.modules.container.Sequential"] = _Layer("seq")
 _LAYERS["collections.OrderedDict"] = _LAYERS["typing.OrderedDict"] = _Layer("odict")
 
-_LAST_NAMES = frozenset(q.rsplit(".", 1)[1] for q in _LAYERS)
+_LAYER_CALLS = CallTable(_LAYERS)
 
 # Attributes of a convolution module whose use the fix could break.
 _BIAS_SENSITIVE_ATTRIBUTES = frozenset({"bias", "forward", "__call__", "_conv_forward"})
@@ -161,15 +161,7 @@ class ConvBiasBeforeBatchNorm(Rule):
         self._has_bn = False
 
     def visit_Call(self, node: cst.Call) -> None:
-        func = node.func
-        # `x.Conv2d` names its class; a bare name may be an alias (`from torch.nn
-        # import Conv2d as C`) and is looked up.
-        if isinstance(func, cst.Attribute):
-            if func.attr.value not in _LAST_NAMES:
-                return
-        elif not isinstance(func, cst.Name):
-            return
-        layer = _LAYERS.get(self.context.qualname(func) or "")
+        layer = _LAYER_CALLS.lookup(node, self.context)
         if layer is None:
             return
         self._layers[id(node)] = layer

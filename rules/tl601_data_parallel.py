@@ -4,6 +4,7 @@ import libcst as cst
 
 from torchlint.model import FixAvailability
 from torchlint.rule import Rule
+from torchlint.rules._helpers import CallTable
 
 # The class and the functional form (`data_parallel(module, inputs)`), which
 # replicates, scatters and gathers in the same way on every call.
@@ -14,7 +15,7 @@ _DATA_PARALLEL = {
     "torch.nn.parallel.data_parallel": "data_parallel",
     "torch.nn.parallel.data_parallel.data_parallel": "data_parallel",
 }
-_LAST_NAMES = frozenset(q.rsplit(".", 1)[1] for q in _DATA_PARALLEL)
+_DATA_PARALLEL_CALLS = CallTable(_DATA_PARALLEL)
 
 
 class DataParallel(Rule):
@@ -118,12 +119,6 @@ class DataParallel(Rule):
     def visit_Call(self, node: cst.Call) -> None:
         if self._off:
             return
-        func = node.func
-        if isinstance(func, cst.Attribute):
-            if func.attr.value not in _LAST_NAMES:
-                return
-        elif not isinstance(func, cst.Name):
-            return
-        kind = _DATA_PARALLEL.get(self.context.qualname(func) or "")
+        kind = _DATA_PARALLEL_CALLS.lookup(node, self.context)
         if kind is not None:
             self.report(node, self._MESSAGES[kind])
