@@ -120,12 +120,17 @@ def syntax_error(path: str, exc: Exception) -> Diagnostic:
     return Diagnostic(path, line, column, line, column, message, kind=Kind.SYNTAX_ERROR)
 
 
+def _python_parse(text: str) -> ast.Module:
+    """``ast.parse`` without the SyntaxWarnings (invalid escapes...) it may print."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        return ast.parse(text)
+
+
 def _explain_syntax_error(text: str, path: str, exc: cst.ParserSyntaxError) -> Diagnostic:
     """Python's own message and position are clearer than the CST parser's."""
     try:
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore")
-            ast.parse(text)
+        _python_parse(text)
     except SyntaxError as py_exc:
         return syntax_error(path, py_exc)
     except (ValueError, RecursionError, MemoryError):
@@ -150,7 +155,7 @@ _DEEP_BRACKETS = re.compile(r"[(\[{](?:[^()\[\]{}]*[(\[{]){99}")
 _MAX_OPERATOR_CHAIN = 2_500
 
 
-def _MANY_OPERATORS(text: str) -> bool:
+def _many_operators(text: str) -> bool:
     return len(text) > 10_000 and sum(text.count(op) for op in "+-*/%|&^@") > _MAX_OPERATOR_CHAIN
 
 
@@ -158,9 +163,7 @@ def _refused_by_python(text: str, path: str) -> Optional[Diagnostic]:
     """A diagnostic when Python's own parser refuses the file, or when it holds
     an operator chain too long for LibCST; None when LibCST may parse it."""
     try:
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore")
-            tree = ast.parse(text)
+        tree = _python_parse(text)
     except SyntaxError as exc:
         return syntax_error(path, exc)
     except (ValueError, RecursionError, MemoryError):
@@ -211,7 +214,7 @@ def _lint_text(text: str, path: str, settings: Settings, codes: Sequence[str]) -
     codes = codes_for_path(path, settings, codes)
     if not codes:
         return LintResult([])
-    if _DEEP_BRACKETS.search(text) or _MANY_OPERATORS(text):
+    if _DEEP_BRACKETS.search(text) or _many_operators(text):
         refused = _refused_by_python(text, path)
         if refused is not None:
             return LintResult([refused])
