@@ -375,78 +375,50 @@ def _fix_all(targets, run, unsafe, diff, remaining, sources, fixed) -> int:
     for target in targets:
         if CANCELLED.is_set():
             break
+        display = target.display
         try:
             source = _read(target)
         except SourceError as exc:
-            remaining.append(_io_error(target.display, str(exc)))
-            continue
-        if is_notebook(target.display):
-            changed_files += _fix_notebook(source, target, run, unsafe, diff, remaining, sources, fixed)
+            remaining.append(_io_error(display, str(exc)))
             continue
         try:
-            result = fix_text(source.text, target.display, run.settings, run.codes, unsafe)
+            if is_notebook(display):
+                from torchlint.notebook import fix_notebook
+
+                result = fix_notebook(source.text, display, run.settings, run.codes, unsafe)
+                excerpts = result.sources  # the notebook's cells
+                render_diff = result.diff
+            else:
+                result = fix_text(source.text, display, run.settings, run.codes, unsafe)
+                excerpts = {display: result.text}
+                render_diff = lambda display, before=source.text, after=result.text: _unified_diff(
+                    before, after, display
+                )
         except Exception as exc:  # noqa: BLE001
-            remaining.append(crashed(target.display, exc))
-            if target.path is None:
-                _emit(source.text)
+            remaining.append(crashed(display, exc))
+            if target.path is None and not diff:
+                _emit(source.text)  # `fix -` still passes its input through
             continue
         remaining.extend(result.remaining)
         remaining.extend(result.errors)
         if result.remaining or result.errors:
-            sources[target.display] = result.text
+            sources.update(excerpts)
         if result.applied:
-            fixed[target.display] = result.applied
-        changed = result.text != source.text
+            fixed[display] = result.applied
         if target.path is None:
-            if diff:
-                _emit(_unified_diff(source.text, result.text, target.display))
-            else:
-                _emit(result.text)
+            _emit(render_diff(display) if diff else result.text)
             continue
-        if not changed:
+        if result.text == source.text:
             continue
         changed_files += 1
         if diff:
-            _emit(_unified_diff(source.text, result.text, target.display))
+            _emit(render_diff(display))
         else:
             try:
                 write_atomic(target.path, encode(source, result.text))
             except (OSError, UnicodeEncodeError) as exc:
-                remaining.append(internal_error(target.display, f"cannot write the fixed file: {exc}"))
+                remaining.append(internal_error(display, f"cannot write the fixed file: {exc}"))
     return changed_files
-
-
-def _fix_notebook(source, target, run, unsafe, diff, remaining, sources, fixed) -> int:
-    """Fix one notebook's code cells; returns 1 if it changed (or would), else 0."""
-    from torchlint.engine import crashed, internal_error
-    from torchlint.notebook import fix_notebook
-
-    try:
-        result = fix_notebook(source.text, target.display, run.settings, run.codes, unsafe)
-    except Exception as exc:  # noqa: BLE001
-        remaining.append(crashed(target.display, exc))
-        if target.path is None and not diff:
-            _emit(source.text)
-        return 0
-    remaining.extend(result.remaining)
-    remaining.extend(result.errors)
-    if result.remaining or result.errors:
-        sources.update(result.sources)
-    if result.applied:
-        fixed[target.display] = result.applied
-    if target.path is None:
-        _emit(result.diff(target.display) if diff else result.text)
-        return 0
-    if result.text == source.text:
-        return 0
-    if diff:
-        _emit(result.diff(target.display))
-    else:
-        try:
-            write_atomic(target.path, result.text.encode("utf-8"))
-        except OSError as exc:
-            remaining.append(internal_error(target.display, f"cannot write the fixed file: {exc}"))
-    return 1
 
 
 def _unified_diff(before: str, after: str, display: str) -> str:
