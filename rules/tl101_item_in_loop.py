@@ -673,10 +673,6 @@ _BINDING_TYPES = frozenset(
 )
 
 
-def _children(node: cst.CSTNode) -> List[cst.CSTNode]:
-    return iter_children(node)
-
-
 def _scope_nodes(scope: cst.CSTNode) -> Iterator[cst.CSTNode]:
     """Pre-order walk of a scope's body, not entering nested functions or classes
     (which are yielded themselves)."""
@@ -902,5 +898,5 @@ def _used_elsewhere_in_loop(loop: cst.CSTNode, name: str, target: cst.Name) -> b
         if isinstance(node, cst.Arg):
             todo.append(node.value)  # `f(acc=...)` names a parameter
             continue
-        todo.extend(_children(node))
+        todo.extend(iter_children(node))
     return False

@@ -230,7 +230,7 @@ class ZeroGradSetToNone(Rule):
                 break
             if isinstance(ancestor, cst.If) and _mentions(ancestor.test, "set_to_none"):
                 return None
-            if isinstance(ancestor, cst.If) and _tests_grad_is_none(ancestor.test, param):
+            if isinstance(ancestor, cst.If) and _none_test(ancestor.test, param, cst.Is):
                 return None  # `if p.grad is None: p.grad = zeros`: creating a missing gradient
         if _uses_grad(loop, param, expr):
             return None  # the loop goes on to use the zeroed gradient as a tensor
@@ -302,10 +302,6 @@ def _none_test(comparison: cst.CSTNode, param: str, operator: type) -> bool:
         and type(comparison.comparisons[0].comparator) is cst.Name
         and comparison.comparisons[0].comparator.value == "None"
     )
-
-
-def _tests_grad_is_none(test: cst.BaseExpression, param: str) -> bool:
-    return _none_test(test, param, cst.Is)
 
 
 _RESETS = frozenset({"detach_", "requires_grad_", "zero_"})
