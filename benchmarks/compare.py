@@ -3,7 +3,8 @@
     python benchmarks/compare.py BASE_REV [NEW_REV] PATHS... [--rounds N]
 
 Each revision (any git revision; NEW_REV defaults to the working tree) is
-installed without dependencies into its own temporary directory, then its
+copied (its packages laid out as installed; no build step) into its own
+temporary directory, then its
 ``torchlint check --no-cache --output-format json`` runs on PATHS (in a fresh
 process, start-up included) once per round for each revision, alternating, so
 that both see the same machine load. It prints each round's check time and
@@ -21,12 +22,18 @@ from __future__ import annotations
 import argparse
 import json
 import re
+import shutil
 import statistics
 import subprocess
 import sys
 import tempfile
 import time
 from pathlib import Path
+
+if sys.version_info >= (3, 11):
+    import tomllib
+else:  # pragma: no cover
+    import tomli as tomllib
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -44,7 +51,13 @@ main(sys.argv[2:], prog_name="torchlint")
 
 
 def _install(revision: str | None, work: Path, label: str) -> Path:
-    """Install ``revision`` (None: the working tree) into ``work/label``; return the directory."""
+    """Lay ``revision`` (None: the working tree) out as an importable tree in ``work/label``.
+
+    torchlint is pure Python, so "installing" a revision is copying each
+    package of its ``[tool.setuptools] packages`` list from the directory its
+    ``package-dir`` names. No build step: nothing depends on the setuptools or
+    wheel of the running environment (a fresh venv has no ``wheel``).
+    """
     source = ROOT
     if revision is not None:
         source = work / f"{label}-src"
@@ -53,12 +66,16 @@ def _install(revision: str | None, work: Path, label: str) -> Path:
             ["git", "-C", str(ROOT), "archive", revision], check=True, capture_output=True
         ).stdout
         subprocess.run(["tar", "-x", "-C", str(source)], input=archive, check=True)
+    setuptools = tomllib.loads((source / "pyproject.toml").read_text(encoding="utf-8"))["tool"]["setuptools"]
+    package_dir = setuptools.get("package-dir", {})
     target = work / label
-    subprocess.run(
-        [sys.executable, "-m", "pip", "install", "--quiet", "--no-deps", "--no-build-isolation",
-         "--target", str(target), str(source)],
-        check=True,
-    )
+    for package in sorted(setuptools["packages"], key=lambda name: name.count(".")):
+        origin = source / package_dir.get(package, package.replace(".", "/"))
+        destination = target / package.replace(".", "/")
+        shutil.copytree(
+            origin, destination, dirs_exist_ok=True,
+            ignore=shutil.ignore_patterns("__pycache__", "*.pyc"),
+        )
     return target
 
 

@@ -11,6 +11,11 @@ from pathlib import Path
 
 import pytest
 
+if sys.version_info >= (3, 11):
+    import tomllib
+else:  # pragma: no cover
+    import tomli as tomllib
+
 ROOT = Path(__file__).resolve().parent.parent
 
 
@@ -57,3 +62,13 @@ def test_wheel_layout(tmp_path):
     assert "torchlint/cli.py" in names
     assert "torchlint/verify/_child.py" in names
     assert "torchlint/docs.py" in names
+    # The license that pyproject.toml declares ships in the wheel.
+    assert any(n.endswith(".dist-info/LICENSE") or n.endswith("/licenses/LICENSE") for n in names), names
+
+
+def test_license_file_matches_the_declared_license():
+    declared = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["license"]
+    license_text = (ROOT / "LICENSE").read_text()
+    assert declared == {"text": "MIT"}
+    assert license_text.startswith("MIT License\n")
+    assert "Permission is hereby granted, free of charge" in license_text

@@ -332,8 +332,10 @@ def test_torch_missing(runner, workdir, monkeypatch):
     for args in (["train.py::train"], ["--rules"]):
         result = verify(runner, *args)
         assert result.exit_code == 2, result.output
-        assert 'pip install "torchlint[verify]"' in result.output
-        assert "pip install torch" in result.output
+        # Never an unpinned install that would fetch the multi-GB CUDA build unannounced.
+        assert "--index-url https://download.pytorch.org/whl/cpu" in result.output
+        assert "CUDA build, several GB" in result.output
+        assert "torchlint[verify]" not in result.output
 
 
 def test_terminal_progress_line():

@@ -19,8 +19,10 @@ class UsageError(Exception):
 
 
 TORCH_MISSING = (
-    "`torchlint verify` needs PyTorch, which is not installed in this environment: "
-    'install it with `pip install "torchlint[verify]"` (or `pip install torch`)'
+    "`torchlint verify` needs PyTorch, which is not installed in this environment. "
+    "Install the build for your machine (https://pytorch.org/get-started/locally/); "
+    "the CPU-only build is `pip install torch --index-url https://download.pytorch.org/whl/cpu`. "
+    "(A plain `pip install torch` on Linux downloads the CUDA build, several GB.)"
 )
 
 
