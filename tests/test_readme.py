@@ -50,3 +50,63 @@ def test_rule_table_lists_every_rule():
         default = "on" if rule.default else "opt-in"
         row = f"| {code} | {rule.name} | {default} | {rule.fix.value} |"
         assert row in README, f"README rule table lacks: {row}"
+
+
+def _torchlint(args, cwd):
+    exe = shutil.which("torchlint")
+    argv = [exe, *args] if exe else [sys.executable, "-m", "torchlint", *args]
+    return subprocess.run(argv, cwd=cwd, capture_output=True, text=True, timeout=120)
+
+
+def test_sample_output_is_what_the_command_prints():
+    (command, shown), = re.findall(r"\(`(torchlint check [^`]+)`\):\n\n```\n(.*?)```", README, re.S)
+    result = _torchlint(command.split()[1:], ROOT)
+    assert result.returncode == 1, result.stderr
+    assert result.stdout == shown
+
+
+def test_own_code_commands_run(tmp_path):
+    block = re.search(r"Then, on your own code:\n\n```\n(.*?)```", README, re.S).group(1)
+    commands = [line.split("#")[0].split() for line in block.splitlines() if line.strip()]
+    assert len(commands) == 6
+    shutil.copytree(ROOT / "examples", tmp_path / "examples")
+    before = (tmp_path / "examples" / "train.py").read_text()
+    for command in commands:
+        assert command[0] == "torchlint"
+        result = _torchlint(command[1:], tmp_path)
+        assert result.returncode in (0, 1), (command, result.stderr)
+        assert "Traceback" not in result.stdout + result.stderr
+        if command[1:3] == ["fix", "--diff"]:
+            assert "+++ b/examples/train.py" in result.stdout
+            assert (tmp_path / "examples" / "train.py").read_text() == before
+        if command[1:] == ["fix", "."]:
+            assert (tmp_path / "examples" / "train.py").read_text() != before
+        if command[1:] == ["rule", "TL201"]:
+            assert result.stdout.startswith("# TL201: create-then-move")
+
+
+def test_documentation_links_resolve():
+    for page in [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]:
+        text = page.read_text()
+        for target in re.findall(r"\]\(((?!https?:|#)[^)#]+)(?:#[^)]*)?\)", text):
+            assert (page.parent / target).exists(), f"{page.name} links to missing {target}"
+
+
+def test_pre_commit_snippet_names_this_release():
+    from torchlint import __version__
+
+    (rev,) = re.findall(r"^\s+rev: (\S+)", README, re.M)
+    assert rev == f"v{__version__}"
+    tags = subprocess.run(["git", "-C", str(ROOT), "tag", "--list"], capture_output=True, text=True)
+    if tags.returncode == 0 and tags.stdout.strip():
+        # A checkout that carries tags (a clone, not an archive) has the release tag.
+        assert rev in tags.stdout.split()
+
+
+def test_readme_is_for_users():
+    # Internals, robustness and performance figures live in docs/, not here.
+    assert len(README.encode()) < 20_000
+    for heading in ("## Install", "## Quick start", "## Rules", "## Configuration",
+                    "## Suppressing a finding", "## pre-commit", "## Jupyter notebooks",
+                    "## Verifying fixes", "## In CI"):
+        assert f"\n{heading}\n" in README, heading
