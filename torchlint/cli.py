@@ -174,7 +174,7 @@ def _report(
     fmt = settings.output_format
     color = _use_color(err)
     if show_statistics:
-        _emit(reporters.statistics(diagnostics), err=err, color=color)
+        _emit(reporters.statistics(diagnostics, settings.unsafe_fixes, fmt), err=err, color=color)
         return
     _emit(reporters.FORMATTERS[fmt](diagnostics, sources, color), err=err, color=color)
 
@@ -210,6 +210,12 @@ def _common_options(func: Callable) -> Callable:
     return func
 
 
+_UNSAFE_FIXES_OPTION = click.option(
+    "--unsafe-fixes/--no-unsafe-fixes", "unsafe_fixes", default=None,
+    help="Include fixes that may change behaviour (see each rule's Fix safety); overrides `unsafe-fixes`.",
+)
+
+
 class _Group(click.Group):
     """The command group; Ctrl-C ends a run with a message and exit code 130
     (128 + SIGINT, as shells report it), never a traceback. Files are written
@@ -233,14 +239,17 @@ def main() -> None:
 @_common_options
 @click.option("-j", "--jobs", type=click.IntRange(min=1), default=None, metavar="N",
               help="Worker processes for large runs (default: the number of CPUs; 1: none).")
+@_UNSAFE_FIXES_OPTION
 def check(paths, select, ignore, extend_select, config, output_format, target_torch,
-          stdin_filename, force_exclude, show_statistics, exit_zero, no_cache, jobs) -> None:
+          stdin_filename, force_exclude, show_statistics, exit_zero, no_cache, jobs, unsafe_fixes) -> None:
     """Report performance anti-patterns in PATHS (default: the current directory).
 
-    Use `-` to read from standard input.
+    Use `-` to read from standard input.  `--unsafe-fixes` counts the unsafe
+    fixes as fixable in the summary and statistics (as `fix --unsafe-fixes`
+    would apply them).
     """
     run = _prepare(paths, select, ignore, extend_select, config, output_format, target_torch,
-                   stdin_filename, force_exclude)
+                   stdin_filename, force_exclude, unsafe_fixes)
     targets, problems = _targets(run)
     diagnostics, sources = _check_all(targets, run, jobs, use_cache=not no_cache)
     _report(diagnostics, sources, run.settings, show_statistics)
@@ -303,8 +312,7 @@ def _exit_code(diagnostics: Sequence[Diagnostic], problems: Sequence[str], exit_
 
 @main.command()
 @_common_options
-@click.option("--unsafe-fixes/--no-unsafe-fixes", "unsafe_fixes", default=None,
-              help="Also apply fixes that may change behaviour (see each rule's Fix safety).")
+@_UNSAFE_FIXES_OPTION
 @click.option("--diff", is_flag=True, help="Print a unified diff of the fixes and write nothing.")
 def fix(paths, select, ignore, extend_select, config, output_format, target_torch,
         stdin_filename, force_exclude, show_statistics, exit_zero, no_cache, unsafe_fixes, diff) -> None:
@@ -407,6 +415,7 @@ def _fix_all(targets, run, unsafe, diff, remaining, sources, fixed) -> int:
             fixed[display] = result.applied
         if target.path is None:
             _emit(render_diff(display) if diff else result.text)
+            changed_files += result.text != source.text
             continue
         if result.text == source.text:
             continue

@@ -230,16 +230,43 @@ FORMATTERS: Dict[str, Callable[[Sequence[Diagnostic], Dict[str, str], bool], str
 TEXT_FORMATS = ("full", "concise")
 
 
-def statistics(diagnostics: Sequence[Diagnostic]) -> str:
-    counts = Counter((d.label, d.name or "", _fix_mark(d).strip()) for d in diagnostics)
-    rows = sorted(counts.items(), key=lambda item: (-item[1], item[0][0]))
+def _applies(d: Diagnostic, unsafe_fixes: bool) -> bool:
+    """Whether ``torchlint fix`` (with ``--unsafe-fixes`` when asked) would apply d's fix."""
+    return d.fix is not None and (unsafe_fixes or d.fix.applicability is Applicability.SAFE)
+
+
+def statistics(diagnostics: Sequence[Diagnostic], unsafe_fixes: bool = False, fmt: str = "full") -> str:
+    """One row per code (as Ruff): count, code, fixability, name; a JSON list for ``json``.
+
+    The fix column is ``[*]`` when ``torchlint fix`` would fix every finding of
+    the code, ``[-]`` when it would fix some of them, blank otherwise.
+    """
+    groups: Dict[str, List[Diagnostic]] = {}
+    for d in diagnostics:
+        groups.setdefault(d.label, []).append(d)
+    rows = []
+    for label, found in groups.items():
+        fixable = sum(1 for d in found if _applies(d, unsafe_fixes))
+        rows.append({
+            "code": found[0].code, "label": label, "name": found[0].name or "",
+            "count": len(found), "fixable": fixable,
+        })
+    rows.sort(key=lambda row: (-row["count"], row["label"]))
+    if fmt == "json":
+        listed = [
+            {"code": row["code"] or row["label"], "name": row["name"] or None, "count": row["count"],
+             "fixable": row["fixable"] == row["count"], "fixable_count": row["fixable"]}
+            for row in rows
+        ]
+        return json.dumps(listed, indent=2) + "\n"
     if not rows:
         return ""
-    width = max(len(str(n)) for _, n in rows)
-    code_width = max(len(label) for (label, _, _), _ in rows)
+    width = max(len(str(row["count"])) for row in rows)
+    code_width = max(len(row["label"]) for row in rows)
     lines = []
-    for (label, name, mark), n in rows:
-        lines.append(f"{n:>{width}}\t{label:<{code_width}}\t{mark or '   '} {name}".rstrip())
+    for row in rows:
+        mark = "[*]" if row["fixable"] == row["count"] else "[-]" if row["fixable"] else "   "
+        lines.append(f"{row['count']:>{width}}\t{row['label']:<{code_width}}\t{mark} {row['name']}".rstrip())
     return "\n".join(lines) + "\n"
 
 

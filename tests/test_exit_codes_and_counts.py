@@ -1,0 +1,92 @@
+"""Exit codes and counts: `fix - --diff`, `--statistics` (text and JSON), `check --unsafe-fixes`,
+and a `check` summary that counts the fixes `fix` will really apply."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+from click.testing import CliRunner
+
+from tests.test_cli import BAD, run
+
+# One safe TL201 fix (zeros() on the CPU, then moved) in a loop.
+SAFE = """\
+import torch
+
+
+def train(steps):
+    for _ in range(steps):
+        x = torch.zeros(3).cuda()
+"""
+
+# Two findings of TL201: one with a safe fix (zeros), one with an unsafe one (rand: another RNG).
+MIXED = SAFE + """\
+        y = torch.rand(3).cuda()
+"""
+
+
+def test_fix_stdin_diff_exits_1_when_it_prints_a_diff(runner, workdir):
+    result = run(runner, "fix", "--diff", "-", input=SAFE)
+    assert "+        x = torch.zeros(3, device=\"cuda\")" in result.stdout
+    assert result.exit_code == 1
+    # The same as for a file path.
+    (workdir / "a.py").write_text(SAFE)
+    assert run(runner, "fix", "--diff", "a.py").exit_code == 1
+
+
+def test_fix_stdin_diff_exits_0_without_fixes(runner, workdir):
+    fixed = SAFE.replace("torch.zeros(3).cuda()", 'torch.zeros(3, device="cuda")')
+    result = run(runner, "fix", "--diff", "-", input=fixed)
+    assert result.stdout == ""
+    assert result.exit_code == 0
+
+
+def test_fix_stdin_diff_in_a_real_process(workdir):
+    result = subprocess.run(
+        [sys.executable, "-m", "torchlint", "fix", "--diff", "-"], input=SAFE,
+        capture_output=True, text=True, cwd=workdir, timeout=60,
+    )
+    assert result.returncode == 1, result.stderr
+    assert result.stdout.startswith("--- a/-\n+++ b/-\n")
+
+
+def test_statistics_one_row_per_code(runner, workdir):
+    (workdir / "a.py").write_text(MIXED)
+    result = run(runner, "check", "--statistics", "a.py")
+    assert result.exit_code == 1
+    rows = [line.split("\t") for line in result.output.splitlines()]
+    # One row for TL201, whatever the fixability of its findings: [-] some are fixable.
+    assert rows == [["2", "TL201", "[-] create-then-move"]]
+    unsafe = run(runner, "check", "--statistics", "--unsafe-fixes", "a.py")
+    assert unsafe.output.splitlines() == ["2\tTL201\t[*] create-then-move"]
+
+
+def test_statistics_json_is_a_list(runner, workdir):
+    (workdir / "a.py").write_text(MIXED)
+    (workdir / "bad.py").write_text(BAD)
+    result = run(runner, "check", "--statistics", "--output-format", "json", ".")
+    assert result.exit_code == 1
+    assert json.loads(result.output) == [
+        {"code": "TL201", "name": "create-then-move", "count": 2, "fixable": False, "fixable_count": 1},
+        {"code": "TL301", "name": "zero-grad-set-to-none", "count": 1, "fixable": False, "fixable_count": 0},
+    ]
+    empty = run(runner, "check", "--statistics", "--output-format", "json", "--select", "TL101", ".")
+    assert empty.exit_code == 0 and json.loads(empty.output) == []
+
+
+def test_check_accepts_unsafe_fixes(runner, workdir):
+    (workdir / "a.py").write_text(MIXED)
+    plain = run(runner, "check", "a.py")
+    assert "[*] 1 fixable with `torchlint fix`." in plain.output
+    assert "(1 hidden fix can be enabled with the `--unsafe-fixes` option.)" in plain.output
+    unsafe = run(runner, "check", "--unsafe-fixes", "a.py")
+    assert unsafe.exit_code == 1
+    assert "[*] 2 fixable with `torchlint fix --unsafe-fixes`." in unsafe.output
+    assert "hidden" not in unsafe.output
+    # and `--no-unsafe-fixes` beats the configuration
+    (workdir / "pyproject.toml").write_text("[tool.torchlint]\nunsafe-fixes = true\n")
+    assert "[*] 2 fixable" in run(runner, "check", "a.py").output
+    assert "[*] 1 fixable" in run(runner, "check", "--no-unsafe-fixes", "a.py").output
