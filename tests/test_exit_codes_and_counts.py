@@ -90,3 +90,62 @@ def test_check_accepts_unsafe_fixes(runner, workdir):
     (workdir / "pyproject.toml").write_text("[tool.torchlint]\nunsafe-fixes = true\n")
     assert "[*] 2 fixable" in run(runner, "check", "a.py").output
     assert "[*] 1 fixable" in run(runner, "check", "--no-unsafe-fixes", "a.py").output
+
+
+# pin_memory=True (TL202, safe) makes the copies of the loader's batches fixable (TL204):
+# `check` sees one fixable diagnostic, `fix` applies three fixes.
+FOLLOW_ON = """\
+import torch
+from torch.utils.data import DataLoader, TensorDataset
+
+
+def train(model, optimizer, device):
+    data = TensorDataset(torch.randn(64, 3), torch.randn(64))
+    loader = DataLoader(data, batch_size=8, shuffle=True)
+    for x, y in loader:
+        x, y = x.to(device), y.to(device)
+        loss = model(x, y)
+        optimizer.zero_grad()
+        loss.backward()
+        optimizer.step()
+"""
+
+
+def _notebook(source: str) -> str:
+    cell = {"cell_type": "code", "execution_count": None, "id": "c1", "metadata": {}, "outputs": [],
+            "source": source.splitlines(keepends=True)}
+    return json.dumps({"cells": [cell], "metadata": {"kernelspec": {"language": "python", "name": "python3"}},
+                       "nbformat": 4, "nbformat_minor": 5})
+
+
+def test_check_counts_the_fixes_that_become_possible(runner, workdir):
+    (workdir / "train.py").write_text(FOLLOW_ON)
+    hint = "[*] 1 fixable with `torchlint fix` (2 more become fixable once these are applied)."
+    cold = run(runner, "check", "train.py")
+    assert "Found 1 error." in cold.output and hint in cold.output
+    warm = run(runner, "check", "train.py")  # from the result cache
+    assert warm.output == cold.output
+    fixed = run(runner, "fix", "train.py")
+    assert "Found 3 errors (3 fixed, 0 remaining)." in fixed.output
+    assert run(runner, "check", "train.py").output == "All checks passed!\n"
+
+
+def test_follow_on_count_in_a_notebook_and_on_stdin(runner, workdir):
+    (workdir / "train.ipynb").write_text(_notebook(FOLLOW_ON))
+    hint = "(2 more become fixable once these are applied)"
+    assert hint in run(runner, "check", "train.ipynb").output
+    assert hint in run(runner, "check", "-", input=FOLLOW_ON).output
+
+
+def test_no_follow_on_note_when_fix_applies_exactly_the_fixable_ones(runner, workdir):
+    (workdir / "a.py").write_text(SAFE)
+    assert "[*] 1 fixable with `torchlint fix`.\n" in run(runner, "check", "a.py").output
+
+
+def test_follow_on_count_is_the_same_with_worker_processes(runner, workdir):
+    for i in range(30):  # enough files for the process pool
+        (workdir / f"train_{i}.py").write_text(FOLLOW_ON)
+    pooled = run(runner, "check", "--no-cache", "-j", "2", ".")
+    serial = run(runner, "check", "--no-cache", "-j", "1", ".")
+    assert pooled.output == serial.output
+    assert "[*] 30 fixable with `torchlint fix` (60 more become fixable once these are applied)." in pooled.output

@@ -7,17 +7,19 @@ configuration file, or the current directory when there is none; the
     .torchlint_cache/
         .gitignore          "*": git never sees the cache
         CACHEDIR.TAG        backup tools skip it
-        v2/<namespace>.json one file per namespace (the directory names the format)
+        v3/<namespace>.json one file per namespace (the directory names the format)
 
 A *namespace* is a hash of everything besides a file's own text that can
 change its diagnostics: torchlint's version and a fingerprint of its installed
 code (so an upgrade, or an edit of an editable install, starts afresh), the
 LibCST and Python versions, the enabled rule codes, ``target-torch``,
-``per-file-ignores`` and the project root they are relative to, and the
+``per-file-ignores`` and the project root they are relative to, ``unsafe-fixes``
+(the fix total counts the fixes that `fix` would apply), and the
 current directory (diagnostics carry paths relative to it, and some rules look
 at a file's path). Inside a namespace, an entry is keyed by the file's
-displayed path and holds the hash of the text that was analysed and the
-diagnostics found in it; a file whose text hash differs is a miss.
+displayed path and holds the hash of the text that was analysed, the
+diagnostics found in it and its fix total (how many fixes ``torchlint fix``
+would apply, follow-on fixes included; see ``parallel.fix_total``); a file whose text hash differs is a miss.
 
 Robustness: a namespace file is replaced atomically (a temporary file, then
 ``os.replace``), so concurrent runs can only lose each other's new entries,
@@ -38,7 +40,7 @@ import os
 import sys
 import time
 from pathlib import Path
-from typing import Dict, Iterable, List, Optional, Sequence
+from typing import Dict, Iterable, List, Optional, Sequence, Tuple
 
 from torchlint import __version__
 from torchlint.model import Applicability, Diagnostic, FixInfo, Kind
@@ -46,7 +48,7 @@ from torchlint.source import text_hash, write_atomic  # noqa: F401 (text_hash: t
 
 CACHE_DIR_NAME = ".torchlint_cache"
 ENV_CACHE_DIR = "TORCHLINT_CACHE_DIR"
-FORMAT = "v2"
+FORMAT = "v3"
 MAX_AGE_S = 30 * 24 * 3600
 
 _CACHEDIR_TAG = (
@@ -137,6 +139,7 @@ def namespace(settings, codes: Sequence[str], cwd: Optional[Path] = None) -> str
         "codes": sorted(codes),
         "target_torch": list(settings.target_torch),
         "per_file_ignores": [[p, list(c)] for p, c in settings.per_file_ignores],
+        "unsafe_fixes": settings.unsafe_fixes,  # the fix total counts what `fix` would apply
         "root": str(settings.root),
         "cwd": str(cwd if cwd is not None else Path.cwd()),
     }
@@ -194,25 +197,29 @@ class Cache:
         if isinstance(entries, dict):
             self.entries = entries
 
-    def get(self, path: str, digest: str) -> Optional[List[Diagnostic]]:
-        """The cached diagnostics of ``path`` if its text hash is ``digest``."""
+    def get(self, path: str, digest: str) -> Optional[Tuple[List[Diagnostic], Optional[int]]]:
+        """The cached diagnostics of ``path`` and its fix total (see
+        ``parallel.fix_total``) if its text hash is ``digest``."""
         entry = self.entries.get(path)
         try:
             if entry is not None and entry[0] == digest:
                 found = [_decode(path, row) for row in entry[1]]
+                total = entry[2]
+                if total is not None and not isinstance(total, int):
+                    raise TypeError(total)
                 self.hits += 1
-                return found
+                return found, total
         except (TypeError, ValueError, IndexError, KeyError):
             pass  # a malformed entry is a miss
         self.misses += 1
         return None
 
-    def put(self, path: str, digest: str, diagnostics: Sequence[Diagnostic]) -> None:
+    def put(self, path: str, digest: str, diagnostics: Sequence[Diagnostic], fix_total: Optional[int] = None) -> None:
         if not cacheable(diagnostics):
             self.entries.pop(path, None)
             self._dirty = True
             return
-        entry = [digest, [_encode(d) for d in diagnostics]]
+        entry = [digest, [_encode(d) for d in diagnostics], fix_total]
         if self.entries.get(path) != entry:
             self.entries[path] = entry
             self._dirty = True

@@ -251,12 +251,13 @@ def check(paths, select, ignore, extend_select, config, output_format, target_to
     run = _prepare(paths, select, ignore, extend_select, config, output_format, target_torch,
                    stdin_filename, force_exclude, unsafe_fixes)
     targets, problems = _targets(run)
-    diagnostics, sources = _check_all(targets, run, jobs, use_cache=not no_cache)
+    counts: Dict[str, int] = {}
+    diagnostics, sources = _check_all(targets, run, jobs, use_cache=not no_cache, stats=counts)
     _report(diagnostics, sources, run.settings, show_statistics)
     from torchlint.reporters import TEXT_FORMATS, summary
 
     if run.settings.output_format in TEXT_FORMATS and not show_statistics and (diagnostics or not problems):
-        _emit(summary(diagnostics, run.settings.unsafe_fixes))  # not "All checks passed!" over an error
+        _emit(summary(diagnostics, run.settings.unsafe_fixes, counts.get("fix_total")))  # not "All checks passed!" over an error
     for problem in problems:
         click.echo(f"torchlint: error: {problem}", err=True)
     if not targets and not problems and not run.reads_stdin:
@@ -268,7 +269,8 @@ def check(paths, select, ignore, extend_select, config, output_format, target_to
 
 
 def _check_all(
-    targets: List[Target], run: Run, jobs: Optional[int] = 1, use_cache: bool = False
+    targets: List[Target], run: Run, jobs: Optional[int] = 1, use_cache: bool = False,
+    stats: Optional[Dict[str, int]] = None,
 ) -> Tuple[List[Diagnostic], Dict[str, str]]:
     """Diagnostics (sorted by path and position) and the texts of the files that have some.
 
@@ -292,7 +294,7 @@ def _check_all(
         return check_files(
             [(t.display, t.path) for t in targets], run.settings, run.codes,
             jobs=default_jobs() if jobs is None else jobs, use_cache=use_cache,
-            read_stdin=lambda: _read(stdin[0]).text, progress=progress,
+            read_stdin=lambda: _read(stdin[0]).text, progress=progress, stats=stats,
         )
     finally:
         for b in bar:

@@ -31,7 +31,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable, Dict, List, Optional, Sequence, Tuple
 
-from torchlint.model import Diagnostic, Kind
+from torchlint.model import Applicability, Diagnostic, Kind
 from torchlint.source import SourceError, is_notebook, read_source, text_hash
 
 # Below this many files to analyse a pool costs more than it saves (starting
@@ -59,6 +59,10 @@ class FileResult:
     # file's text, or a notebook's cells; kept only when there are diagnostics.
     sources: Optional[Dict[str, str]] = None
     digest: Optional[str] = None  # hash of the analysed text (None: not cacheable)
+    # How many fixes `torchlint fix` would apply to the file (with the run's
+    # `unsafe-fixes`), counting those that only become possible after another
+    # fix; None when no diagnostic has a fix that applies.
+    fix_total: Optional[int] = None
 
 
 Progress = Callable[[int, int], None]
@@ -108,7 +112,31 @@ def analyse_text(text: str, display: str, settings, codes: Sequence[str], digest
     except Exception as exc:  # noqa: BLE001 - one bad file must not stop the run
         found = [crashed(display, exc)]
         sources = {display: text}
-    return FileResult(display, found, sources if found else None, digest)
+    return FileResult(display, found, sources if found else None, digest,
+                      fix_total(text, display, settings, codes, found))
+
+
+def fix_total(text: str, display: str, settings, codes: Sequence[str], found: Sequence[Diagnostic]) -> Optional[int]:
+    """The number of fixes ``torchlint fix`` would apply to ``text``, or None when no
+    diagnostic in ``found`` has a fix that applies (then there is nothing to run).
+
+    A fix can make another possible (``pin_memory=True`` on a loader makes the
+    copies of its batches fixable), which the diagnostics alone cannot show, so
+    this runs the fixer on the text in memory, for files with a fix only.
+    """
+    unsafe = settings.unsafe_fixes
+    if not any(d.fix is not None and (unsafe or d.fix.applicability is Applicability.SAFE) for d in found):
+        return None
+    try:
+        if is_notebook(display):
+            from torchlint.notebook import fix_notebook
+
+            return sum(fix_notebook(text, display, settings, codes, unsafe).applied.values())
+        from torchlint.engine import fix_text
+
+        return fix_text(text, display, settings, codes, unsafe).fixed_count
+    except Exception:  # noqa: BLE001 - a count for the summary; `fix` reports its own errors
+        return None
 
 
 def analyse_file(display: str, path: str, settings, codes: Sequence[str]) -> FileResult:
@@ -291,7 +319,8 @@ def check_files(
     ``targets`` are ``(display, path)`` pairs; a ``None`` path is standard
     input, read with ``read_stdin`` and never cached.  ``progress(n)`` may
     return a callback for a run that analyses ``n`` files.  ``stats`` (if
-    given) receives ``cached`` and ``analysed`` counts.
+    given) receives ``cached`` and ``analysed`` counts, and ``fix_total``: how
+    many fixes ``torchlint fix`` would apply (see ``fix_total``).
     """
     cache = None
     if use_cache and codes:
@@ -318,11 +347,13 @@ def check_files(
             results.append(FileResult(display, [_io_error(display, str(exc))]))
             continue
         digest = text_hash(text)
-        found = cache.get(display, digest)
-        if found is None:
+        hit = cache.get(display, digest)
+        if hit is None:
             pending.append((display, str(path)))
         else:
-            results.append(FileResult(display, found, excerpt_sources(display, text) if found else None))
+            found, total = hit
+            results.append(FileResult(display, found, excerpt_sources(display, text) if found else None,
+                                      fix_total=total))
     if stats is not None:
         stats["cached"] = len(targets) - len(pending) - len(inline)
         stats["analysed"] = len(pending) + len(inline)
@@ -348,7 +379,7 @@ def check_files(
     if cache is not None:
         for result in results:
             if result.digest is not None:
-                cache.put(result.display, result.digest, result.diagnostics)
+                cache.put(result.display, result.digest, result.diagnostics, result.fix_total)
         cache.save()
 
     diagnostics: List[Diagnostic] = []
@@ -359,6 +390,8 @@ def check_files(
             if result.sources:
                 sources.update(result.sources)
     diagnostics.sort(key=Diagnostic.sort_key)
+    if stats is not None:
+        stats["fix_total"] = sum(r.fix_total or 0 for r in results)
     return diagnostics, sources
 
 

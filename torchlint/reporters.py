@@ -270,7 +270,12 @@ def statistics(diagnostics: Sequence[Diagnostic], unsafe_fixes: bool = False, fm
     return "\n".join(lines) + "\n"
 
 
-def summary(diagnostics: Sequence[Diagnostic], unsafe_fixes: bool) -> str:
+def summary(diagnostics: Sequence[Diagnostic], unsafe_fixes: bool, fix_total: Optional[int] = None) -> str:
+    """``Found N errors.`` and what ``torchlint fix`` would do about them.
+
+    ``fix_total`` is how many fixes ``fix`` would apply in all; more than the
+    fixable diagnostics when applying some makes others possible.
+    """
     n = len(diagnostics)
     if n == 0:
         return "All checks passed!\n"
@@ -281,7 +286,10 @@ def summary(diagnostics: Sequence[Diagnostic], unsafe_fixes: bool) -> str:
         safe, unsafe = safe + unsafe, 0
     if safe:
         flag = " --unsafe-fixes" if unsafe_fixes else ""
-        lines.append(f"[*] {safe} fixable with `torchlint fix{flag}`.")
+        more = (fix_total or 0) - safe
+        after = (f" ({more} more become{'s' if more == 1 else ''} fixable once these are applied)"
+                 if more > 0 else "")
+        lines.append(f"[*] {safe} fixable with `torchlint fix{flag}`{after}.")
     if unsafe:
         hidden = f"{unsafe} hidden fix{'es' if unsafe != 1 else ''} can be enabled with the `--unsafe-fixes` option"
         lines.append(f"({hidden}.)" if safe else f"No fixes available ({hidden}).")
