@@ -106,6 +106,7 @@ class DataLoaderPinMemory(Rule):
     name = "dataloader-pin-memory"
     summary = "DataLoader without pinned memory in code that copies to the GPU"
     fix = FixAvailability.SOMETIMES_SAFE
+    fix_enables = ("TL204",)  # copies of a pinned loader's batches
 
     VALID = [
         "import torch\nloader = torch.utils.data.DataLoader(ds, pin_memory=True)\nmodel.cuda()\n",

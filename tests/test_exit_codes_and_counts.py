@@ -149,3 +149,41 @@ def test_follow_on_count_is_the_same_with_worker_processes(runner, workdir):
     serial = run(runner, "check", "--no-cache", "-j", "1", ".")
     assert pooled.output == serial.output
     assert "[*] 30 fixable with `torchlint fix` (60 more become fixable once these are applied)." in pooled.output
+
+
+def _programs():
+    root = Path(__file__).resolve().parent.parent
+    for path in sorted((root / "tests" / "fixtures").glob("*/input.py")):
+        yield f"fixture {path.parent.name}", path.read_text()
+    for path in sorted((root / "examples").glob("*.py")):
+        yield f"examples/{path.name}", path.read_text()
+    from torchlint.registry import all_rules
+
+    for code, rule in all_rules().items():
+        for i, example in enumerate(rule.INVALID):
+            yield f"{code} INVALID[{i}]", example
+    yield "follow-on", FOLLOW_ON
+
+
+def test_fix_enables_declares_every_follow_on_fix():
+    """The shortcut in `fix_total` (run the fixer only where a rule declares
+    `fix_enables`) gives what running the fixer everywhere gives, on every
+    program the tests know, for the default and the full selection, safe and unsafe."""
+    from torchlint.config import Settings
+    from torchlint.engine import fix_text, lint_text
+    from torchlint.parallel import fix_total
+    from torchlint.registry import all_codes, default_codes
+
+    checked = 0
+    for codes in (default_codes(), all_codes()):
+        for unsafe in (False, True):
+            settings = Settings(unsafe_fixes=unsafe)
+            for label, text in _programs():
+                found = lint_text(text, "train.py", settings, codes).diagnostics
+                total = fix_total(text, "train.py", settings, codes, found)
+                if total is None:
+                    continue
+                real = fix_text(text, "train.py", settings, codes, unsafe).fixed_count
+                assert total == real, f"{label} (unsafe={unsafe}): check counts {total}, fix applies {real}"
+                checked += 1
+    assert checked > 50

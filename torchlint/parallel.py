@@ -27,6 +27,7 @@ from __future__ import annotations
 import os
 import sys
 import time
+from functools import lru_cache
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable, Dict, List, Optional, Sequence, Tuple
@@ -116,17 +117,31 @@ def analyse_text(text: str, display: str, settings, codes: Sequence[str], digest
                       fix_total(text, display, settings, codes, found))
 
 
+@lru_cache(maxsize=8)
+def _enabling(codes: Tuple[str, ...]) -> frozenset:
+    """The enabled rules whose fix can make an enabled rule's fix possible (``Rule.fix_enables``)."""
+    from torchlint.registry import all_rules
+
+    rules = all_rules()
+    return frozenset(c for c in codes if c in rules and set(rules[c].fix_enables) & set(codes))
+
+
 def fix_total(text: str, display: str, settings, codes: Sequence[str], found: Sequence[Diagnostic]) -> Optional[int]:
     """The number of fixes ``torchlint fix`` would apply to ``text``, or None when no
     diagnostic in ``found`` has a fix that applies (then there is nothing to run).
 
     A fix can make another possible (``pin_memory=True`` on a loader makes the
     copies of its batches fixable), which the diagnostics alone cannot show, so
-    this runs the fixer on the text in memory, for files with a fix only.
+    for a file with a fix of a rule that declares such follow-ons
+    (``Rule.fix_enables``) this runs the fixer on the text in memory; for any
+    other file it is the number of applicable fixes.
     """
     unsafe = settings.unsafe_fixes
-    if not any(d.fix is not None and (unsafe or d.fix.applicability is Applicability.SAFE) for d in found):
+    applicable = [d for d in found if d.fix is not None and (unsafe or d.fix.applicability is Applicability.SAFE)]
+    if not applicable:
         return None
+    if not any(d.code in _enabling(tuple(codes)) for d in applicable):
+        return len(applicable)  # no fix here can make another possible
     try:
         if is_notebook(display):
             from torchlint.notebook import fix_notebook

@@ -156,6 +156,10 @@ class Rule:
       code, name      -- e.g. ``"TL101"``, ``"item-in-loop"``
       default         -- on unless deselected (False: opt-in)
       fix             -- what the docs say about fixes (FixAvailability)
+      fix_enables     -- codes whose fixes this rule's fix can make possible
+                         (TL202's ``pin_memory=True`` makes TL204's copies
+                         fixable); ``check`` counts such follow-on fixes by
+                         running the fixer only on files with such a fix
       VALID, INVALID  -- small examples; tests are generated from them
     The class docstring is the rule's user-facing documentation, in the
     sections What it does / Why is this bad? / Example / Use instead /
@@ -167,6 +171,7 @@ class Rule:
     summary: ClassVar[str] = ""
     default: ClassVar[bool] = True
     fix: ClassVar[FixAvailability] = FixAvailability.NONE
+    fix_enables: ClassVar[Tuple[str, ...]] = ()
     VALID: ClassVar[Sequence[str]] = ()
     INVALID: ClassVar[Sequence[str]] = ()
 
