@@ -1,7 +1,7 @@
 """The result cache: diagnostics of unchanged files are not computed again.
 
 Layout (in ``.torchlint_cache`` at the project root: the directory of the
-configuration file, or the current directory when there is none; the
+file's configuration file, or the current directory when there is none; the
 ``TORCHLINT_CACHE_DIR`` environment variable names another directory)::
 
     .torchlint_cache/
@@ -15,9 +15,13 @@ code (so an upgrade, or an edit of an editable install, starts afresh), the
 LibCST and Python versions, the enabled rule codes, ``target-torch``,
 ``per-file-ignores`` and the project root they are relative to, and the
 current directory (diagnostics carry paths relative to it, and some rules look
-at a file's path). Inside a namespace, an entry is keyed by the file's
-displayed path and holds the hash of the text that was analysed and the
-diagnostics found in it; a file whose text hash differs is a miss.
+at a file's path). Each configuration file has its own namespace, in the cache
+directory of its root, so files under different configurations never share
+entries and editing one subproject's configuration re-checks only the files
+under it. Inside a namespace, an entry is keyed by the file's displayed path
+and holds the hash of the text that was analysed, the diagnostics found in it
+and, when there are any, the warnings about its suppression comments; a file
+whose text hash differs is a miss.
 
 Robustness: a namespace file is replaced atomically (a temporary file, then
 ``os.replace``), so concurrent runs can only lose each other's new entries,
@@ -38,7 +42,7 @@ import os
 import sys
 import time
 from pathlib import Path
-from typing import Dict, Iterable, List, Optional, Sequence
+from typing import Dict, Iterable, List, Optional, Sequence, Tuple
 
 from torchlint import __version__
 from torchlint.model import Applicability, Diagnostic, FixInfo, Kind
@@ -194,25 +198,31 @@ class Cache:
         if isinstance(entries, dict):
             self.entries = entries
 
-    def get(self, path: str, digest: str) -> Optional[List[Diagnostic]]:
-        """The cached diagnostics of ``path`` if its text hash is ``digest``."""
+    def get(self, path: str, digest: str) -> Optional[Tuple[List[Diagnostic], List[str]]]:
+        """The cached diagnostics and warnings of ``path`` if its text hash is ``digest``."""
         entry = self.entries.get(path)
         try:
             if entry is not None and entry[0] == digest:
                 found = [_decode(path, row) for row in entry[1]]
+                warnings = list(entry[2]) if len(entry) > 2 else []
+                if not all(isinstance(w, str) for w in warnings):
+                    raise ValueError("malformed warnings")
                 self.hits += 1
-                return found
+                return found, warnings
         except (TypeError, ValueError, IndexError, KeyError):
             pass  # a malformed entry is a miss
         self.misses += 1
         return None
 
-    def put(self, path: str, digest: str, diagnostics: Sequence[Diagnostic]) -> None:
+    def put(self, path: str, digest: str, diagnostics: Sequence[Diagnostic],
+            warnings: Sequence[str] = ()) -> None:
         if not cacheable(diagnostics):
             self.entries.pop(path, None)
             self._dirty = True
             return
         entry = [digest, [_encode(d) for d in diagnostics]]
+        if warnings:
+            entry.append(list(warnings))
         if self.entries.get(path) != entry:
             self.entries[path] = entry
             self._dirty = True
