@@ -276,3 +276,16 @@ def test_overrides_apply_keeps_the_file_settings():
     assert replaced.select == ("TL1",) and replaced.ignore == () and replaced.extend_select == ()
     with pytest.raises(ConfigError):
         Resolver(Overrides(select=()), cwd=Path("/")).run_profile
+
+
+def test_fix_uses_each_files_configuration(runner, monorepo):
+    result = run(runner, "fix", "--unsafe-fixes", "sub/a.py", "other.py")
+    assert result.exit_code == 1, result.output  # TL102 has no fix
+    assert "set_to_none=False" in (monorepo / "sub" / "a.py").read_text()  # sub ignores TL301
+    assert "set_to_none=False" not in (monorepo / "other.py").read_text()
+
+
+def test_unsafe_fixes_come_from_the_current_directorys_configuration(runner, monorepo):
+    (monorepo / "pyproject.toml").write_text('[tool.torchlint]\nselect = ["TL1", "TL3"]\nunsafe-fixes = true\n')
+    assert run(runner, "fix", "other.py").exit_code == 1
+    assert "set_to_none=False" not in (monorepo / "other.py").read_text()

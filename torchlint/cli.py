@@ -228,12 +228,15 @@ def _common_options(func: Callable) -> Callable:
     options = [
         click.argument("paths", nargs=-1, type=click.Path()),
         click.option("--select", multiple=True, metavar="CODES",
-                     help="Rules to enable (codes or prefixes like TL2, or ALL); replaces the configured selection."),
+                     help="Rules to enable (codes or prefixes like TL2, or ALL); replaces the configured "
+                     "selection. Opt-in rules (TL5xx) are enabled only by ALL or a selector with a digit "
+                     "(TL5, TL503): TL alone means the default rules."),
         click.option("--ignore", multiple=True, metavar="CODES", help="Rules to disable."),
         click.option("--extend-select", multiple=True, metavar="CODES",
-                     help="Rules to enable on top of the selection (e.g. opt-in rules)."),
+                     help="Rules to enable on top of the selection (e.g. the opt-in rules: TL5)."),
         click.option("--config", type=click.Path(dir_okay=False), default=None,
-                     help="Use this pyproject.toml or torchlint.toml instead of the nearest one."),
+                     help="Use this pyproject.toml or torchlint.toml for every file instead of each "
+                     "file's nearest one."),
         click.option("--output-format", type=click.Choice(OUTPUT_FORMATS), default=None,
                      help="How to print diagnostics (default: full)."),
         click.option("--target-torch", default=None, metavar="VERSION",
