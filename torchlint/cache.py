@@ -1,7 +1,7 @@
 """The result cache: diagnostics of unchanged files are not computed again.
 
 Layout (in ``.torchlint_cache`` at the project root: the directory of the
-configuration file, or the current directory when there is none; the
+file's configuration file, or the current directory when there is none; the
 ``TORCHLINT_CACHE_DIR`` environment variable names another directory)::
 
     .torchlint_cache/
@@ -16,10 +16,14 @@ LibCST and Python versions, the enabled rule codes, ``target-torch``,
 ``per-file-ignores`` and the project root they are relative to, ``unsafe-fixes``
 (the fix total counts the fixes that `fix` would apply), and the
 current directory (diagnostics carry paths relative to it, and some rules look
-at a file's path). Inside a namespace, an entry is keyed by the file's
-displayed path and holds the hash of the text that was analysed, the
-diagnostics found in it and its fix total (how many fixes ``torchlint fix``
-would apply, follow-on fixes included; see ``parallel.fix_total``); a file whose text hash differs is a miss.
+at a file's path). Each configuration file has its own namespace, in the cache
+directory of its root, so files under different configurations never share
+entries and editing one subproject's configuration re-checks only the files
+under it. Inside a namespace, an entry is keyed by the file's displayed path
+and holds the hash of the text that was analysed, the diagnostics found in it,
+its fix total (how many fixes ``torchlint fix`` would apply, follow-on fixes
+included; see ``parallel.fix_total``) and, when there are any, the warnings
+about its suppression comments; a file whose text hash differs is a miss.
 
 Robustness: a namespace file is replaced atomically (a temporary file, then
 ``os.replace``), so concurrent runs can only lose each other's new entries,
@@ -197,9 +201,9 @@ class Cache:
         if isinstance(entries, dict):
             self.entries = entries
 
-    def get(self, path: str, digest: str) -> Optional[Tuple[List[Diagnostic], Optional[int]]]:
-        """The cached diagnostics of ``path`` and its fix total (see
-        ``parallel.fix_total``) if its text hash is ``digest``."""
+    def get(self, path: str, digest: str) -> Optional[Tuple[List[Diagnostic], Optional[int], List[str]]]:
+        """The cached diagnostics of ``path``, its fix total (see
+        ``parallel.fix_total``) and its warnings, if its text hash is ``digest``."""
         entry = self.entries.get(path)
         try:
             if entry is not None and entry[0] == digest:
@@ -207,19 +211,25 @@ class Cache:
                 total = entry[2]
                 if total is not None and not isinstance(total, int):
                     raise TypeError(total)
+                warnings = list(entry[3]) if len(entry) > 3 else []
+                if not all(isinstance(w, str) for w in warnings):
+                    raise ValueError("malformed warnings")
                 self.hits += 1
-                return found, total
+                return found, total, warnings
         except (TypeError, ValueError, IndexError, KeyError):
             pass  # a malformed entry is a miss
         self.misses += 1
         return None
 
-    def put(self, path: str, digest: str, diagnostics: Sequence[Diagnostic], fix_total: Optional[int] = None) -> None:
+    def put(self, path: str, digest: str, diagnostics: Sequence[Diagnostic],
+            fix_total: Optional[int] = None, warnings: Sequence[str] = ()) -> None:
         if not cacheable(diagnostics):
             self.entries.pop(path, None)
             self._dirty = True
             return
         entry = [digest, [_encode(d) for d in diagnostics], fix_total]
+        if warnings:
+            entry.append(list(warnings))
         if self.entries.get(path) != entry:
             self.entries[path] = entry
             self._dirty = True

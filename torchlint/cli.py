@@ -16,11 +16,12 @@ from torchlint import __version__
 from torchlint.config import (
     OUTPUT_FORMATS,
     ConfigError,
+    Overrides,
+    Profile,
+    Resolver,
     Settings,
-    find_config,
-    load_config,
     parse_version,
-    resolve_selection,
+    validate_selector,
 )
 from torchlint.discovery import PathPatterns, discover
 from torchlint.model import Applicability, Diagnostic, Kind
@@ -45,15 +46,43 @@ def _fail(message: str) -> "click.exceptions.Exit":
 
 @dataclass
 class Run:
+    """One command's files and configuration.
+
+    Each file is checked with its own configuration (``resolver.for_file``);
+    ``settings`` and ``codes`` are the current directory's, which decide what
+    concerns the run as a whole: the output format and ``unsafe-fixes``.
+    """
+
     settings: Settings
     codes: List[str]
     paths: List[str]
     stdin_filename: Optional[str]
     force_exclude: bool
+    resolver: Resolver
 
     @property
     def reads_stdin(self) -> bool:
         return self.paths == ["-"]
+
+    def profile(self, path: Optional[Path]) -> Profile:
+        """The settings and rules of the file ``path`` (None: standard input)."""
+        if path is None:
+            if self.stdin_filename:
+                return self.resolver.for_file(Path(self.stdin_filename))
+            return self.resolver.run_profile
+        return self.resolver.for_file(path)
+
+
+def _selectors(values: Sequence[str], option: str) -> Optional[Tuple[str, ...]]:
+    from torchlint.registry import all_codes
+
+    codes = _split_codes(values)
+    for selector in codes or ():
+        try:
+            validate_selector(selector, all_codes())
+        except ConfigError as exc:
+            raise ConfigError(f"{option}: {exc}") from None
+    return codes
 
 
 def _prepare(
@@ -68,43 +97,28 @@ def _prepare(
     force_exclude: bool,
     unsafe_fixes: Optional[bool] = None,
 ) -> Run:
-    from torchlint.registry import all_codes, default_codes
-
     paths = list(paths) or ["."]
     if "-" in paths and len(paths) > 1:
         raise _fail("`-` (standard input) cannot be combined with other paths")
     try:
+        config_path: Optional[Path] = None
         if config is not None:
-            config_path: Optional[Path] = Path(config)
+            config_path = Path(config)
             if not config_path.is_file():
                 raise ConfigError(f"configuration file {config} does not exist")
-        else:
-            if paths == ["-"]:
-                start = Path(stdin_filename).parent if stdin_filename else Path.cwd()
-            else:
-                existing = [os.path.abspath(p) for p in paths if os.path.exists(p)]
-                start = Path(os.path.commonpath(existing)) if existing else Path.cwd()
-            config_path = find_config(start if start.exists() else Path.cwd())
-        settings = load_config(config_path) if config_path else Settings(root=Path.cwd().resolve())
-        cli_select = _split_codes(select)
-        overrides: Dict[str, object] = {}
-        if cli_select is not None:
-            # The command line's --select replaces the configuration's selection.
-            overrides.update(select=cli_select, ignore=(), extend_select=())
-            settings = settings.with_overrides(**overrides)
-        cli_ignore = _split_codes(ignore)
-        if cli_ignore:
-            settings = settings.with_overrides(ignore=settings.ignore + cli_ignore)
-        cli_extend = _split_codes(extend_select)
-        if cli_extend:
-            settings = settings.with_overrides(extend_select=settings.extend_select + cli_extend)
-        if target_torch is not None:
-            settings = settings.with_overrides(target_torch=parse_version(target_torch, "--target-torch"))
-        settings = settings.with_overrides(output_format=output_format, unsafe_fixes=unsafe_fixes)
-        codes = resolve_selection(settings, all_codes(), default_codes())
+        overrides = Overrides(
+            select=_selectors(select, "--select"),
+            ignore=_selectors(ignore, "--ignore") or (),
+            extend_select=_selectors(extend_select, "--extend-select") or (),
+            target_torch=None if target_torch is None else parse_version(target_torch, "--target-torch"),
+            output_format=output_format,
+            unsafe_fixes=unsafe_fixes,
+        )
+        resolver = Resolver(overrides, config_path)
+        profile = resolver.run_profile
     except ConfigError as exc:
         raise _fail(str(exc)) from None
-    return Run(settings, codes, paths, stdin_filename, force_exclude)
+    return Run(profile.settings, list(profile.codes), paths, stdin_filename, force_exclude, resolver)
 
 
 def _display(path: Path) -> str:
@@ -121,21 +135,43 @@ def _display(path: Path) -> str:
 class Target:
     display: str
     path: Optional[Path]  # None for standard input
+    profile: Optional[Profile] = None  # the file's settings and rules
 
 
 def _targets(run: Run) -> Tuple[List[Target], List[str]]:
-    """The files to process, and messages for paths that do not exist."""
+    """The files to process (each with its configuration), and messages for
+    paths that do not exist.  Raises a usage error for an invalid configuration."""
+    try:
+        return _find_targets(run)
+    except ConfigError as exc:
+        raise _fail(str(exc)) from None
+
+
+def _find_targets(run: Run) -> Tuple[List[Target], List[str]]:
     if run.reads_stdin:
-        return [Target(run.stdin_filename or "-", None)], []
-    found = discover([Path(p) for p in run.paths], run.settings)
+        return [Target(run.stdin_filename or "-", None, run.profile(None))], []
+    patterns: Dict[Settings, PathPatterns] = {}
+
+    def excludes(settings: Settings) -> PathPatterns:
+        found = patterns.get(settings)
+        if found is None:
+            found = patterns[settings] = PathPatterns((*settings.exclude, *settings.extend_exclude), settings.root)
+        return found
+
+    # A directory's entries are excluded by the configuration that applies in it
+    # (a subproject's `exclude` covers its own tree).
+    found = discover(
+        [Path(p) for p in run.paths],
+        excludes_for=lambda directory: excludes(run.resolver.for_directory(directory).settings),
+    )
     problems = [f"{_display(p)}: {why}" for p, why in found.errors]
-    files = found.files
-    if run.force_exclude:
-        excludes = PathPatterns(
-            (*run.settings.exclude, *run.settings.extend_exclude), run.settings.root
-        )
-        files = [f for f in files if not excludes.matches_any_component(f.resolve())]
-    return [Target(_display(f), f) for f in files], problems
+    targets = []
+    for f in found.files:
+        profile = run.profile(f)
+        if run.force_exclude and excludes(profile.settings).matches_any_component(f.resolve()):
+            continue
+        targets.append(Target(_display(f), f, profile))
+    return targets, problems
 
 
 def _read(target: Target) -> Source:
@@ -150,6 +186,12 @@ def _read(target: Target) -> Source:
 
 def _io_error(display: str, message: str) -> Diagnostic:
     return Diagnostic(display, 1, 1, 1, 1, f"cannot read file: {message}", kind=Kind.IO_ERROR)
+
+
+def _warn(warnings: Sequence[str]) -> None:
+    """Warnings about suppression comments, on standard error (already in path order)."""
+    for warning in warnings:
+        click.echo(warning, err=True)
 
 
 def _emit(text: str, *, err: bool = False, color: Optional[bool] = None) -> None:
@@ -186,12 +228,15 @@ def _common_options(func: Callable) -> Callable:
     options = [
         click.argument("paths", nargs=-1, type=click.Path()),
         click.option("--select", multiple=True, metavar="CODES",
-                     help="Rules to enable (codes or prefixes like TL2, or ALL); replaces the configured selection."),
+                     help="Rules to enable (codes or prefixes like TL2, or ALL); replaces the configured "
+                     "selection. Opt-in rules (TL5xx) are enabled only by ALL or a selector with a digit "
+                     "(TL5, TL503): TL alone means the default rules."),
         click.option("--ignore", multiple=True, metavar="CODES", help="Rules to disable."),
         click.option("--extend-select", multiple=True, metavar="CODES",
-                     help="Rules to enable on top of the selection (e.g. opt-in rules)."),
+                     help="Rules to enable on top of the selection (e.g. the opt-in rules: TL5)."),
         click.option("--config", type=click.Path(dir_okay=False), default=None,
-                     help="Use this pyproject.toml or torchlint.toml instead of the nearest one."),
+                     help="Use this pyproject.toml or torchlint.toml for every file instead of each "
+                     "file's nearest one."),
         click.option("--output-format", type=click.Choice(OUTPUT_FORMATS), default=None,
                      help="How to print diagnostics (default: full)."),
         click.option("--target-torch", default=None, metavar="VERSION",
@@ -252,7 +297,9 @@ def check(paths, select, ignore, extend_select, config, output_format, target_to
                    stdin_filename, force_exclude, unsafe_fixes)
     targets, problems = _targets(run)
     counts: Dict[str, int] = {}
-    diagnostics, sources = _check_all(targets, run, jobs, use_cache=not no_cache, stats=counts)
+    warnings: List[str] = []
+    diagnostics, sources = _check_all(targets, run, jobs, use_cache=not no_cache, stats=counts, warnings=warnings)
+    _warn(warnings)
     _report(diagnostics, sources, run.settings, show_statistics)
     from torchlint.reporters import TEXT_FORMATS, summary
 
@@ -271,6 +318,7 @@ def check(paths, select, ignore, extend_select, config, output_format, target_to
 def _check_all(
     targets: List[Target], run: Run, jobs: Optional[int] = 1, use_cache: bool = False,
     stats: Optional[Dict[str, int]] = None,
+    warnings: Optional[List[str]] = None,
 ) -> Tuple[List[Diagnostic], Dict[str, str]]:
     """Diagnostics (sorted by path and position) and the texts of the files that have some.
 
@@ -292,9 +340,9 @@ def _check_all(
     stdin = [t for t in targets if t.path is None]
     try:
         return check_files(
-            [(t.display, t.path) for t in targets], run.settings, run.codes,
+            [(t.display, t.path, t.profile or run.profile(t.path)) for t in targets],
             jobs=default_jobs() if jobs is None else jobs, use_cache=use_cache,
-            read_stdin=lambda: _read(stdin[0]).text, progress=progress, stats=stats,
+            read_stdin=lambda: _read(stdin[0]).text, progress=progress, stats=stats, warnings=warnings,
         )
     finally:
         for b in bar:
@@ -332,8 +380,10 @@ def fix(paths, select, ignore, extend_select, config, output_format, target_torc
     remaining: List[Diagnostic] = []
     sources: Dict[str, str] = {}
     fixed: Dict[str, Counter] = {}
-    changed_files = on_large_stack(_fix_all, targets, run, unsafe, diff, remaining, sources, fixed)
+    warnings: List[str] = []
+    changed_files = on_large_stack(_fix_all, targets, run, unsafe, diff, remaining, sources, fixed, warnings)
     remaining.sort(key=Diagnostic.sort_key)
+    _warn(warnings)
 
     to_stderr = diff or run.reads_stdin
     from torchlint.registry import all_rules
@@ -377,15 +427,19 @@ def fix(paths, select, ignore, extend_select, config, output_format, target_torc
     raise click.exceptions.Exit(_exit_code(remaining, problems, exit_zero))
 
 
-def _fix_all(targets, run, unsafe, diff, remaining, sources, fixed) -> int:
-    """Fix every target (on the large-stack thread); returns the number of changed files."""
+def _fix_all(targets, run, unsafe, diff, remaining, sources, fixed, warnings=None) -> int:
+    """Fix every target (on the large-stack thread), each with its own
+    configuration; returns the number of changed files.  ``warnings`` receives
+    the warnings about suppression comments (in the fixed texts)."""
     from torchlint.engine import CANCELLED, crashed, fix_text, internal_error
+    from torchlint.noqa import warning_text
 
     changed_files = 0
     for target in targets:
         if CANCELLED.is_set():
             break
         display = target.display
+        profile = target.profile or run.profile(target.path)
         try:
             source = _read(target)
         except SourceError as exc:
@@ -395,12 +449,14 @@ def _fix_all(targets, run, unsafe, diff, remaining, sources, fixed) -> int:
             if is_notebook(display):
                 from torchlint.notebook import fix_notebook
 
-                result = fix_notebook(source.text, display, run.settings, run.codes, unsafe)
+                result = fix_notebook(source.text, display, profile.settings, profile.codes, unsafe)
                 excerpts = result.sources  # the notebook's cells
                 render_diff = result.diff
+                file_warnings = result.warnings
             else:
-                result = fix_text(source.text, display, run.settings, run.codes, unsafe)
+                result = fix_text(source.text, display, profile.settings, profile.codes, unsafe)
                 excerpts = {display: result.text}
+                file_warnings = [warning_text(display, w.line, w.message) for w in result.warnings]
                 render_diff = lambda display, before=source.text, after=result.text: _unified_diff(
                     before, after, display
                 )
@@ -409,6 +465,8 @@ def _fix_all(targets, run, unsafe, diff, remaining, sources, fixed) -> int:
             if target.path is None and not diff:
                 _emit(source.text)  # `fix -` still passes its input through
             continue
+        if warnings is not None:
+            warnings.extend(file_warnings)
         remaining.extend(result.remaining)
         remaining.extend(result.errors)
         if result.remaining or result.errors:
@@ -519,11 +577,15 @@ def verify(target, rule_mode, select, ignore, config, unsafe_fixes, each, rtol, 
             path = target[0].rsplit("::", 1)[0]
             run = _prepare([path] if os.path.exists(path) else [], select, ignore, (), config, None, None,
                            None, False, unsafe_fixes)
+            try:  # the module's own configuration, as `check` would use for it
+                profile = run.profile(Path(path)) if os.path.exists(path) else run.resolver.run_profile
+            except ConfigError as exc:
+                raise _fail(str(exc)) from None
             options = verifier.EntryOptions(
-                unsafe=run.settings.unsafe_fixes, each=each, rtol=rtol, atol=atol,
+                unsafe=profile.settings.unsafe_fixes, each=each, rtol=rtol, atol=atol,
                 min_run_time=min_run_time, timeout=timeout,
             )
-            report = verifier.verify_entry(target[0], run.settings, run.codes, options, progress)
+            report = verifier.verify_entry(target[0], profile.settings, profile.codes, options, progress)
             if report.get("usage_error") and output_format == "table":
                 raise verifier.UsageError(f"{target[0]}: {report['error']}")
     except verifier.UsageError as exc:

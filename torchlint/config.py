@@ -2,11 +2,12 @@
 
 from __future__ import annotations
 
+import os
 import re
 import sys
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Any, Dict, List, Optional, Sequence, Tuple
+from typing import Any, Dict, List, Optional, Sequence, Set, Tuple
 
 if sys.version_info >= (3, 11):  # pragma: no cover - version dependent
     import tomllib
@@ -59,21 +60,9 @@ def find_config(start: Path) -> Optional[Path]:
     if start.is_file():
         start = start.parent
     for directory in (start, *start.parents):
-        candidate = directory / "torchlint.toml"
-        if candidate.is_file():
-            return candidate
-        candidate = directory / "pyproject.toml"
-        if candidate.is_file():
-            try:
-                data = tomllib.loads(candidate.read_text(encoding="utf-8"))
-            except (OSError, UnicodeDecodeError, tomllib.TOMLDecodeError):
-                # A broken pyproject.toml that may not concern us: only an
-                # error if it is the one we read (see load_config).
-                if "[tool.torchlint" in _read_quietly(candidate):
-                    return candidate
-                continue
-            if "torchlint" in data.get("tool", {}):
-                return candidate
+        found = config_in(directory)
+        if found is not None:
+            return found
     return None
 
 
@@ -118,14 +107,21 @@ def settings_from_table(
     for key in ("select", "ignore", "extend-select", "exclude", "extend-exclude"):
         if key in table:
             values[key.replace("-", "_")] = tuple(_string_list(table[key], key, where))
+    for key in ("select", "ignore", "extend-select"):
+        for selector in table.get(key, ()):
+            _check_selector(selector, f"{where}: {key}")
     if "per-file-ignores" in table:
         pfi = table["per-file-ignores"]
         if not isinstance(pfi, dict):
             raise ConfigError(f"{where}: `per-file-ignores` must be a table of pattern = [codes]")
-        values["per_file_ignores"] = tuple(
-            (pattern, tuple(_string_list(codes, f"per-file-ignores.{pattern}", where)))
-            for pattern, codes in pfi.items()
-        )
+        entries = []
+        for pattern, codes in pfi.items():
+            key = f"per-file-ignores.{_toml_key(pattern)}"
+            codes = _string_list(codes, key, where)
+            for selector in codes:
+                _check_selector(selector, f"{where}: {key}")
+            entries.append((pattern, tuple(codes)))
+        values["per_file_ignores"] = tuple(entries)
     if "target-torch" in table:
         values["target_torch"] = parse_version(table["target-torch"], where)
     if "unsafe-fixes" in table:
@@ -140,6 +136,24 @@ def settings_from_table(
             )
         values["output_format"] = fmt
     return Settings(**values)
+
+
+_BARE_KEY = re.compile(r"^[A-Za-z0-9_-]+$")
+
+
+def _toml_key(key: str) -> str:
+    """A key as TOML writes it: bare when it can be, quoted otherwise (``"train.py"``)."""
+    return key if _BARE_KEY.match(key) else '"' + key.replace("\\", "\\\\").replace('"', '\\"') + '"'
+
+
+def _check_selector(selector: str, where: str) -> None:
+    """A usage error naming ``where`` (a file and key, or an option) for an unknown selector."""
+    from torchlint.registry import all_codes
+
+    try:
+        validate_selector(selector, all_codes())
+    except ConfigError as exc:
+        raise ConfigError(f"{where}: {exc}") from None
 
 
 def _string_list(value: Any, key: str, where: str) -> List[str]:
@@ -163,6 +177,14 @@ def parse_version(value: Any, where: str = "target-torch") -> Tuple[int, int]:
 
 
 # -- rule selection -----------------------------------------------------------
+#
+# A selector is ``ALL``, a rule's code (``TL503``) or a prefix of codes (``TL``,
+# ``TL2``, ``TL50``).  ``select`` and ``extend-select`` enable the rules whose codes
+# start with a selector, except that an opt-in rule (off by default: TL5xx) is
+# enabled only by ``ALL`` or by a selector with at least one digit (its family,
+# ``TL5``, or anything more specific): ``select = ["TL"]`` means the default rules.
+# ``ignore`` and ``per-file-ignores`` remove every rule whose code starts with a
+# selector (``ALL``: every rule).
 
 _SELECTOR = re.compile(r"^(ALL|[A-Z]+[0-9]*)$")
 
@@ -173,10 +195,11 @@ def resolve_selection(
     """The enabled rule codes: (select or the defaults) + extend-select - ignore."""
     for selector in (*(settings.select or ()), *settings.ignore, *settings.extend_select):
         validate_selector(selector, all_codes)
+    opt_in = set(all_codes) - set(default_codes)
     selected = set(
-        default_codes if settings.select is None else _matching(settings.select, all_codes)
+        default_codes if settings.select is None else _enabled_by(settings.select, all_codes, opt_in)
     )
-    selected |= set(_matching(settings.extend_select, all_codes))
+    selected |= set(_enabled_by(settings.extend_select, all_codes, opt_in))
     selected -= set(_matching(settings.ignore, all_codes))
     return sorted(selected)
 
@@ -187,8 +210,171 @@ def validate_selector(selector: str, all_codes: Sequence[str]) -> None:
 
 
 def _matching(selectors: Sequence[str], all_codes: Sequence[str]) -> List[str]:
+    """Every code that a selector names or is a prefix of (for ``ignore``)."""
     out = []
     for code in all_codes:
         if any(s == "ALL" or code.startswith(s) for s in selectors):
             out.append(code)
     return out
+
+
+def _enabled_by(selectors: Sequence[str], all_codes: Sequence[str], opt_in: Set[str]) -> List[str]:
+    """The codes that ``select``/``extend-select`` selectors enable: opt-in rules
+    only by ``ALL`` or a selector with a digit (``TL5``, ``TL50``, ``TL503``)."""
+    out = []
+    for code in all_codes:
+        for s in selectors:
+            if s == "ALL" or (
+                code.startswith(s) and (code not in opt_in or any(ch.isdigit() for ch in s))
+            ):
+                out.append(code)
+                break
+    return out
+
+
+# -- the configuration of each file ----------------------------------------------
+
+
+@dataclass(frozen=True)
+class Overrides:
+    """What the command line sets on top of every file's configuration."""
+
+    select: Optional[Tuple[str, ...]] = None
+    ignore: Tuple[str, ...] = ()
+    extend_select: Tuple[str, ...] = ()
+    target_torch: Optional[Tuple[int, int]] = None
+    output_format: Optional[str] = None
+    unsafe_fixes: Optional[bool] = None
+
+    @property
+    def selects(self) -> bool:
+        return self.select is not None or bool(self.ignore) or bool(self.extend_select)
+
+    def apply(self, settings: Settings) -> Settings:
+        if self.select is not None:
+            # The command line's --select replaces the configuration's selection.
+            settings = replace(settings, select=self.select, ignore=(), extend_select=())
+        if self.ignore:
+            settings = replace(settings, ignore=settings.ignore + self.ignore)
+        if self.extend_select:
+            settings = replace(settings, extend_select=settings.extend_select + self.extend_select)
+        return settings.with_overrides(
+            target_torch=self.target_torch, output_format=self.output_format,
+            unsafe_fixes=self.unsafe_fixes,
+        )
+
+
+@dataclass(frozen=True)
+class Profile:
+    """A file's settings (its configuration with the overrides) and enabled rules."""
+
+    settings: Settings
+    codes: Tuple[str, ...]
+
+
+def config_in(directory: Path) -> Optional[Path]:
+    """``directory``'s own ``torchlint.toml``, or its ``pyproject.toml`` if that has
+    ``[tool.torchlint]`` (a pyproject.toml without it does not count)."""
+    candidate = directory / "torchlint.toml"
+    if candidate.is_file():
+        return candidate
+    candidate = directory / "pyproject.toml"
+    if not candidate.is_file():
+        return None
+    try:
+        data = tomllib.loads(candidate.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, tomllib.TOMLDecodeError):
+        # A broken pyproject.toml that may not concern us: only an error if it
+        # seems to configure torchlint (load_config then says what is wrong).
+        return candidate if "[tool.torchlint" in _read_quietly(candidate) else None
+    tool = data.get("tool")
+    return candidate if isinstance(tool, dict) and "torchlint" in tool else None
+
+
+class Resolver:
+    """The configuration of each file, as Ruff finds it: the nearest
+    ``torchlint.toml`` or ``pyproject.toml`` with ``[tool.torchlint]`` above the
+    file (looked up once per directory), or the file ``--config`` names for every
+    file; the command line's ``overrides`` apply on top of each.  A file under no
+    configuration gets the defaults, with the current directory as its root.
+
+    The run as a whole (output format, unsafe fixes) follows ``run_profile``: the
+    configuration of the current directory.
+    """
+
+    def __init__(self, overrides: Overrides = Overrides(), config: Optional[Path] = None,
+                 cwd: Optional[Path] = None) -> None:
+        self.overrides = overrides
+        self.cwd = (cwd if cwd is not None else Path.cwd()).resolve()
+        self.forced = config
+        self._config_of: Dict[str, Optional[Path]] = {}  # directory -> its configuration file
+        self._profiles: Dict[Optional[Path], Profile] = {}
+
+    def config_for(self, directory: Path) -> Optional[Path]:
+        """The configuration file that applies in ``directory`` (memoized)."""
+        if self.forced is not None:
+            return self.forced
+        key = os.path.abspath(directory)
+        if key in self._config_of:
+            return self._config_of[key]
+        start = Path(key)
+        try:
+            start = start.resolve()
+        except OSError:
+            pass
+        visited: List[str] = [key]
+        found: Optional[Path] = None
+        for current in (start, *start.parents):
+            name = str(current)
+            if name in self._config_of and name != key:
+                found = self._config_of[name]
+                break
+            visited.append(name)
+            if current.is_dir():
+                found = config_in(current)
+                if found is not None:
+                    break
+        for name in visited:
+            self._config_of.setdefault(name, found)
+        self._config_of[key] = found
+        return found
+
+    def for_directory(self, directory: Path) -> Profile:
+        return self._profile(self.config_for(directory))
+
+    def for_file(self, path: Path) -> Profile:
+        return self.for_directory(Path(os.path.abspath(path)).parent)
+
+    @property
+    def run_profile(self) -> Profile:
+        return self.for_directory(self.cwd)
+
+    def _profile(self, config: Optional[Path]) -> Profile:
+        profile = self._profiles.get(config)
+        if profile is None:
+            profile = self._profiles[config] = self._load(config)
+        return profile
+
+    def _load(self, config: Optional[Path]) -> Profile:
+        from torchlint.registry import all_codes, default_codes
+
+        base = load_config(config) if config is not None else Settings(root=self.cwd)
+        settings = self.overrides.apply(base)
+        codes = resolve_selection(settings, all_codes(), default_codes())
+        if not codes:
+            raise ConfigError(_nothing_selected(self.overrides, base, config))
+        return Profile(settings, tuple(codes))
+
+
+def _nothing_selected(overrides: Overrides, base: Settings, config: Optional[Path]) -> str:
+    where = None
+    if config is not None:
+        where = f"[tool.torchlint] in {config}" if config.name == "pyproject.toml" else str(config)
+    if overrides.select is not None or (overrides.selects and where is None):
+        return ("no rules selected: --select, --ignore and --extend-select leave nothing to check "
+                "(an empty --select selects nothing)")
+    if overrides.selects:
+        return (f"no rules selected: --ignore/--extend-select with the selection of {where} "
+                "leave nothing to check")
+    return (f"{where}: no rules selected: select, extend-select and ignore leave nothing to "
+            "check (to skip files, use `exclude`)")

@@ -8,7 +8,7 @@ import os
 import re
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Iterable, Iterator, List, Optional, Sequence, Tuple
+from typing import Callable, Iterable, Iterator, List, Optional, Sequence, Tuple
 
 from torchlint.config import Settings
 
@@ -188,8 +188,19 @@ class Discovery:
     errors: List[Tuple[Path, str]]
 
 
-def discover(paths: Sequence[Path], settings: Settings) -> Discovery:
-    excludes = PathPatterns((*settings.exclude, *settings.extend_exclude), settings.root)
+def discover(
+    paths: Sequence[Path],
+    settings: Optional[Settings] = None,
+    *,
+    excludes_for: Optional[Callable[[Path], PathPatterns]] = None,
+) -> Discovery:
+    """The source files under ``paths``.  A directory's entries are matched
+    against ``excludes_for(directory)`` (each directory's own configuration),
+    or against the excludes of ``settings`` everywhere."""
+    if excludes_for is None:
+        settings = settings if settings is not None else Settings(root=Path.cwd().resolve())
+        single = PathPatterns((*settings.exclude, *settings.extend_exclude), settings.root)
+        excludes_for = lambda directory: single  # noqa: E731
     files: List[Path] = []
     errors: List[Tuple[Path, str]] = []
     seen_dirs: set = set()
@@ -197,7 +208,7 @@ def discover(paths: Sequence[Path], settings: Settings) -> Discovery:
         if given.is_dir():
             root = given.resolve()
             ignores = _parent_ignores(root)
-            for path in _walk(root, excludes, ignores, seen_dirs, errors):
+            for path in _walk(root, excludes_for, ignores, seen_dirs, errors):
                 files.append(_display_path(given, root, path))
         elif given.exists() or given.is_symlink():
             files.append(given)
@@ -213,7 +224,7 @@ def _display_path(given: Path, root: Path, path: Path) -> Path:
 
 def _walk(
     directory: Path,
-    excludes: PathPatterns,
+    excludes_for: Callable[[Path], PathPatterns],
     ignores: List[GitIgnore],
     seen_dirs: set,
     errors: List[Tuple[Path, str]],
@@ -235,6 +246,7 @@ def _walk(
     except OSError as exc:
         errors.append((directory, exc.strerror or str(exc)))
         return
+    excludes = excludes_for(directory)
     for entry in entries:
         path = directory / entry.name
         try:
@@ -244,6 +256,6 @@ def _walk(
         if excludes.matches(path) or _is_ignored(path, is_dir, ignores):
             continue
         if is_dir:
-            yield from _walk(path, excludes, ignores, seen_dirs, errors)
+            yield from _walk(path, excludes_for, ignores, seen_dirs, errors)
         elif entry.name.endswith(SOURCE_SUFFIXES):
             yield path

@@ -19,7 +19,7 @@ import libcst as cst
 from torchlint.config import Settings
 from torchlint.discovery import PathPatterns
 from torchlint.model import Applicability, Diagnostic, Finding, FixInfo, Kind
-from torchlint.noqa import parse_suppressions
+from torchlint.noqa import NoqaWarning, Suppressions, parse_suppressions
 from torchlint.positions import Span, node_positions
 from torchlint.registry import all_rules
 from torchlint.rule import Context
@@ -81,6 +81,8 @@ class LintResult:
     module: Optional[cst.Module] = None
     findings: List[Finding] = field(default_factory=list)
     positions: Optional[Dict[cst.CSTNode, Span]] = None
+    warnings: List[NoqaWarning] = field(default_factory=list)
+    """Suppression comments that do not do what they seem to (see torchlint.noqa)."""
 
 
 def could_concern_torch(text: str) -> bool:
@@ -208,6 +210,14 @@ def lint_text(text: str, path: str, settings: Settings, codes: Sequence[str]) ->
 def _lint_text(text: str, path: str, settings: Settings, codes: Sequence[str]) -> LintResult:
     # The callers (lint_text, fix_text) have already applied the textual pre-filter.
     suppressions = parse_suppressions(text)
+    result = _lint_suppressed(text, path, settings, codes, suppressions)
+    result.warnings = suppressions.warnings
+    return result
+
+
+def _lint_suppressed(
+    text: str, path: str, settings: Settings, codes: Sequence[str], suppressions: Suppressions
+) -> LintResult:
     if suppressions.whole_file:
         return LintResult([])
     codes = [c for c in codes if c not in suppressions.file]
@@ -351,6 +361,8 @@ class FixResult:
     errors: List[Diagnostic]
     edits: List[AppliedFix] = field(default_factory=list)
     """Every applied fix, in the order of rounds, then of position."""
+    warnings: List[NoqaWarning] = field(default_factory=list)
+    """The suppression-comment warnings of the final text."""
 
     @property
     def fixed_count(self) -> int:
@@ -441,7 +453,7 @@ def _fix_text(
             if f.diagnostic is not None
         )
         result = _lint_text(text, path, settings, codes)
-    return FixResult(text, applied, result.diagnostics, errors, edits_made)
+    return FixResult(text, applied, result.diagnostics, errors, edits_made, result.warnings)
 
 
 def _allowed(unsafe: bool) -> set:

@@ -536,6 +536,17 @@ def _is_python(data: dict) -> bool:
 class NotebookLint:
     diagnostics: List[Diagnostic]
     sources: Dict[str, str]
+    warnings: List[str] = field(default_factory=list)  # suppression comments, located in cells
+
+
+def _located_warnings(notebook: "Notebook", display: str, warnings, program: Optional[str] = None) -> List[str]:
+    from torchlint.noqa import warning_text
+
+    out = []
+    for w in warnings:
+        at = notebook.locate(Diagnostic(display, w.line, 1, w.line, 1, w.message), program)
+        out.append(warning_text(display, at.line, w.message, at.cell))
+    return out
 
 
 def lint_notebook(text: str, display: str, settings, codes: Sequence[str]) -> NotebookLint:
@@ -546,8 +557,11 @@ def lint_notebook(text: str, display: str, settings, codes: Sequence[str]) -> No
         notebook = parse(text)
     except NotebookError as exc:
         return NotebookLint([read_error(display, exc)], {})
-    found = lint_text(notebook.program, display, settings, codes).diagnostics
-    return NotebookLint([notebook.locate(d) for d in found], notebook.sources(display))
+    linted = lint_text(notebook.program, display, settings, codes)
+    return NotebookLint(
+        [notebook.locate(d) for d in linted.diagnostics], notebook.sources(display),
+        _located_warnings(notebook, display, linted.warnings),
+    )
 
 
 @dataclass
@@ -559,6 +573,7 @@ class NotebookFix:
     sources: Dict[str, str]
     changes: List[Tuple[int, str, str]]  # (cell number, before, after) of changed cells
     notebook: Optional[Notebook]
+    warnings: List[str] = field(default_factory=list)  # suppression comments, located in cells
 
     def diff(self, display: str) -> str:
         """A unified diff per changed cell, with headers that name the cell."""
@@ -604,6 +619,7 @@ def fix_notebook(text: str, display: str, settings, codes: Sequence[str], unsafe
         text, result.applied,
         [fixed.locate(d) for d in remaining], [fixed.locate(d) for d in errors],
         fixed.sources(display), changes, fixed,
+        _located_warnings(fixed, display, result.warnings),
     )
 
 

@@ -27,11 +27,12 @@ from __future__ import annotations
 import os
 import sys
 import time
+from dataclasses import dataclass, field
 from functools import lru_cache
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable, Dict, List, Optional, Sequence, Tuple
 
+from torchlint.config import Profile
 from torchlint.model import Applicability, Diagnostic, Kind
 from torchlint.source import SourceError, is_notebook, read_source, text_hash
 
@@ -60,6 +61,10 @@ class FileResult:
     # file's text, or a notebook's cells; kept only when there are diagnostics.
     sources: Optional[Dict[str, str]] = None
     digest: Optional[str] = None  # hash of the analysed text (None: not cacheable)
+    # Warnings about the file's suppression comments (``path:line: warning: ...``),
+    # in the order of their lines; cached with the diagnostics.
+    warnings: List[str] = field(default_factory=list)
+    profile: int = 0  # which of the run's configurations the file was checked with
     # How many fixes `torchlint fix` would apply to the file (with the run's
     # `unsafe-fixes`), counting those that only become possible after another
     # fix; None when no diagnostic has a fix that applies.
@@ -100,21 +105,26 @@ def excerpt_sources(display: str, text: str) -> Dict[str, str]:
 def analyse_text(text: str, display: str, settings, codes: Sequence[str], digest: Optional[str]) -> FileResult:
     from torchlint.engine import crashed, lint_text
 
+    from torchlint.noqa import warning_text
+
     sources: Optional[Dict[str, str]] = None
+    warnings: List[str] = []
     try:
         if is_notebook(display):
             from torchlint.notebook import lint_notebook
 
             linted = lint_notebook(text, display, settings, codes)
-            found, sources = linted.diagnostics, linted.sources
+            found, sources, warnings = linted.diagnostics, linted.sources, linted.warnings
         else:
-            found = lint_text(text, display, settings, codes).diagnostics
+            result = lint_text(text, display, settings, codes)
+            found = result.diagnostics
+            warnings = [warning_text(display, w.line, w.message) for w in result.warnings]
             sources = {display: text}
     except Exception as exc:  # noqa: BLE001 - one bad file must not stop the run
         found = [crashed(display, exc)]
         sources = {display: text}
-    return FileResult(display, found, sources if found else None, digest,
-                      fix_total(text, display, settings, codes, found))
+    return FileResult(display, found, sources if found else None, digest, warnings,
+                      fix_total=fix_total(text, display, settings, codes, found))
 
 
 @lru_cache(maxsize=8)
@@ -162,30 +172,41 @@ def analyse_file(display: str, path: str, settings, codes: Sequence[str]) -> Fil
     return analyse_text(text, display, settings, codes, text_hash(text))
 
 
-def _analyse_many(items: Sequence[Tuple[str, str]], settings, codes) -> List[FileResult]:
-    return [analyse_file(display, path, settings, codes) for display, path in items]
+# An item to analyse: (display, path, index of its profile in the run's profiles).
+Item = Tuple[str, str, int]
+
+
+def _analyse_item(item: Item, profiles: Sequence[Profile]) -> FileResult:
+    display, path, index = item
+    profile = profiles[index]
+    result = analyse_file(display, path, profile.settings, profile.codes)
+    result.profile = index
+    return result
+
+
+def _analyse_many(items: Sequence[Item], profiles: Sequence[Profile]) -> List[FileResult]:
+    return [_analyse_item(item, profiles) for item in items]
 
 
 # -- worker processes ------------------------------------------------------------
 
-_worker_settings = None
-_worker_codes: Sequence[str] = ()
+_worker_profiles: Sequence[Profile] = ()
 
 
-def _worker_init(settings, codes) -> None:
-    global _worker_settings, _worker_codes
+def _worker_init(profiles: Sequence[Profile]) -> None:
+    global _worker_profiles
     import torchlint.engine as engine
 
     # A forked worker inherits the parent's handle on its large-stack thread
     # but not the thread itself: start its own on first use.
     engine._executor = None
-    _worker_settings, _worker_codes = settings, tuple(codes)
+    _worker_profiles = tuple(profiles)
 
 
-def _worker_chunk(items: Sequence[Tuple[str, str]]) -> List[FileResult]:
+def _worker_chunk(items: Sequence[Item]) -> List[FileResult]:
     from torchlint.engine import on_large_stack
 
-    return on_large_stack(_analyse_many, items, _worker_settings, _worker_codes)
+    return on_large_stack(_analyse_many, items, _worker_profiles)
 
 
 def _context():
@@ -197,10 +218,10 @@ def _context():
     return multiprocessing.get_context(method)
 
 
-def _chunks(items: Sequence[Tuple[str, str]], jobs: int) -> List[List[Tuple[str, str]]]:
+def _chunks(items: Sequence[Item], jobs: int) -> List[List[Item]]:
     """Files grouped into chunks of similar size, largest chunks first."""
 
-    def size(item: Tuple[str, str]) -> int:
+    def size(item: Item) -> int:
         try:
             return os.path.getsize(item[1])
         except OSError:
@@ -209,8 +230,8 @@ def _chunks(items: Sequence[Tuple[str, str]], jobs: int) -> List[List[Tuple[str,
     sized = sorted(((size(item), item) for item in items), key=lambda pair: -pair[0])
     total = sum(s for s, _ in sized) or 1
     target = max(1, total // (jobs * CHUNKS_PER_WORKER))
-    chunks: List[List[Tuple[str, str]]] = []
-    current: List[Tuple[str, str]] = []
+    chunks: List[List[Item]] = []
+    current: List[Item] = []
     current_size = 0
     for s, item in sized:
         current.append(item)
@@ -223,21 +244,22 @@ def _chunks(items: Sequence[Tuple[str, str]], jobs: int) -> List[List[Tuple[str,
     return chunks
 
 
-def _run_pool(items, settings, codes, jobs: int, progress: Optional[Progress]) -> List[FileResult]:
+def _run_pool(items: Sequence[Item], profiles: Sequence[Profile], jobs: int,
+              progress: Optional[Progress]) -> List[FileResult]:
     from concurrent.futures import FIRST_COMPLETED, ProcessPoolExecutor, wait
     from concurrent.futures.process import BrokenProcessPool
 
     chunks = _chunks(items, jobs)
     results: List[FileResult] = []
     done_files = 0
-    unfinished: List[Tuple[str, str]] = []
+    unfinished: List[Item] = []
     pool = ProcessPoolExecutor(
         max_workers=min(jobs, len(chunks)), mp_context=_context(),
-        initializer=_worker_init, initargs=(settings, tuple(codes)),
+        initializer=_worker_init, initargs=(tuple(profiles),),
     )
     try:
         queue = list(reversed(chunks))  # pop() takes the largest first
-        in_flight: Dict[object, List[Tuple[str, str]]] = {}
+        in_flight: Dict[object, List[Item]] = {}
         broken = False
         while queue or in_flight:
             while queue and len(in_flight) < 2 * jobs and not broken:
@@ -280,11 +302,11 @@ def _run_pool(items, settings, codes, jobs: int, progress: Optional[Progress]) -
     finally:
         pool.shutdown(wait=True, cancel_futures=True)
     if unfinished:
-        results.extend(_isolate(unfinished, settings, codes))
+        results.extend(_isolate(unfinished, profiles))
     return results
 
 
-def _isolate(items, settings, codes) -> List[FileResult]:
+def _isolate(items: Sequence[Item], profiles: Sequence[Profile]) -> List[FileResult]:
     """After a worker died: each file alone in a one-worker pool; the killer is reported."""
     from concurrent.futures import ProcessPoolExecutor
     from concurrent.futures.process import BrokenProcessPool
@@ -294,21 +316,21 @@ def _isolate(items, settings, codes) -> List[FileResult]:
     results: List[FileResult] = []
     pool = None
     try:
-        for display, path in sorted(items):
+        for display, path, index in sorted(items):
             if pool is None:
                 pool = ProcessPoolExecutor(
                     max_workers=1, mp_context=_context(),
-                    initializer=_worker_init, initargs=(settings, tuple(codes)),
+                    initializer=_worker_init, initargs=(tuple(profiles),),
                 )
             try:
-                results.extend(pool.submit(_worker_chunk, [(display, path)]).result())
+                results.extend(pool.submit(_worker_chunk, [(display, path, index)]).result())
             except BrokenProcessPool:
                 pool.shutdown(wait=True)
                 pool = None
                 results.append(FileResult(display, [internal_error(
                     display, "the worker process analysing this file died (a crash in native "
                     "code, or out of memory); please report this",
-                )]))
+                )], profile=index))
     finally:
         if pool is not None:
             pool.shutdown(wait=True)
@@ -319,83 +341,104 @@ def _isolate(items, settings, codes) -> List[FileResult]:
 
 
 def check_files(
-    targets: Sequence[Tuple[str, Optional[Path]]],
-    settings,
-    codes: Sequence[str],
+    targets: Sequence[Tuple[str, Optional[Path], Profile]],
     *,
     jobs: int = 1,
     use_cache: bool = True,
     read_stdin: Optional[Callable[[], str]] = None,
     progress: Optional[Callable[[int], Optional[Progress]]] = None,
     stats: Optional[Dict[str, int]] = None,
+    warnings: Optional[List[str]] = None,
 ) -> Tuple[List[Diagnostic], Dict[str, str]]:
     """Diagnostics (sorted) and the texts of the files that have some.
 
-    ``targets`` are ``(display, path)`` pairs; a ``None`` path is standard
-    input, read with ``read_stdin`` and never cached.  ``progress(n)`` may
-    return a callback for a run that analyses ``n`` files.  ``stats`` (if
-    given) receives ``cached`` and ``analysed`` counts, and ``fix_total``: how
-    many fixes ``torchlint fix`` would apply (see ``fix_total``).
+    ``targets`` are ``(display, path, profile)``: each file is checked with its
+    own configuration and rules; a ``None`` path is standard input, read with
+    ``read_stdin`` and never cached.  Each configuration has its own cache
+    namespace (in the cache directory of its root).  ``progress(n)`` may return
+    a callback for a run that analyses ``n`` files.  ``stats`` (if given)
+    receives ``cached`` and ``analysed`` counts, and ``fix_total``: how many
+    fixes ``torchlint fix`` would apply (see ``fix_total``); ``warnings`` (if given) the
+    warnings about suppression comments, by path and line.
     """
-    cache = None
-    if use_cache and codes:
-        from torchlint.cache import Cache
+    profiles: List[Profile] = []
+    index_of: Dict[Profile, int] = {}
+    caches: Dict[int, object] = {}
 
-        cache = Cache.for_run(settings, codes)
+    def index(profile: Profile) -> int:
+        found = index_of.get(profile)
+        if found is None:
+            found = index_of[profile] = len(profiles)
+            profiles.append(profile)
+        return found
+
+    def cache_of(i: int):
+        if not use_cache:
+            return None
+        if i not in caches:
+            from torchlint.cache import Cache
+
+            caches[i] = Cache.for_run(profiles[i].settings, profiles[i].codes)
+        return caches[i]
+
     results: List[FileResult] = []
-    pending: List[Tuple[str, str]] = []
-    inline: List[Tuple[str, str, Optional[str]]] = []  # (display, text, digest): stdin
-    for display, path in targets:
+    pending: List[Item] = []
+    inline: List[Tuple[str, str, Optional[str], int]] = []  # (display, text, digest, profile): stdin
+    for display, path, profile in targets:
+        i = index(profile)
         if path is None:
             assert read_stdin is not None
             try:
-                inline.append((display, read_stdin(), None))
+                inline.append((display, read_stdin(), None, i))
             except SourceError as exc:
-                results.append(FileResult(display, [_io_error(display, str(exc))]))
+                results.append(FileResult(display, [_io_error(display, str(exc))], profile=i))
             continue
+        cache = cache_of(i)
         if cache is None:
-            pending.append((display, str(path)))
+            pending.append((display, str(path), i))
             continue
         try:
             text = read_text(display, path)
         except SourceError as exc:
-            results.append(FileResult(display, [_io_error(display, str(exc))]))
+            results.append(FileResult(display, [_io_error(display, str(exc))], profile=i))
             continue
         digest = text_hash(text)
-        hit = cache.get(display, digest)
-        if hit is None:
-            pending.append((display, str(path)))
+        found = cache.get(display, digest)
+        if found is None:
+            pending.append((display, str(path), i))
         else:
-            found, total = hit
-            results.append(FileResult(display, found, excerpt_sources(display, text) if found else None,
-                                      fix_total=total))
+            found_diagnostics, found_total, found_warnings = found
+            results.append(FileResult(
+                display, found_diagnostics,
+                excerpt_sources(display, text) if found_diagnostics else None,
+                warnings=found_warnings, profile=i, fix_total=found_total,
+            ))
     if stats is not None:
         stats["cached"] = len(targets) - len(pending) - len(inline)
         stats["analysed"] = len(pending) + len(inline)
 
     callback = progress(len(pending)) if progress is not None else None
     if pending or inline:
-        if jobs > 1 and len(pending) >= MIN_FILES_FOR_POOL:
-            from torchlint.engine import on_large_stack
+        from torchlint.engine import on_large_stack
 
-            for display, text, digest in inline:
-                results.append(on_large_stack(analyse_text, text, display, settings, codes, digest))
+        if jobs > 1 and len(pending) >= MIN_FILES_FOR_POOL:
+            results.extend(on_large_stack(_serial, [], inline, profiles, None))
             try:
-                results.extend(_run_pool(pending, settings, codes, jobs, callback))
+                results.extend(_run_pool(pending, profiles, jobs, callback))
             except (OSError, NotImplementedError, ImportError):
                 # No process pool on this system (e.g. a sandbox without POSIX
                 # semaphores): analyse everything here instead.
-                results.extend(on_large_stack(_serial, pending, [], settings, codes, callback))
+                results.extend(on_large_stack(_serial, pending, [], profiles, callback))
         else:
-            from torchlint.engine import on_large_stack
+            results.extend(on_large_stack(_serial, pending, inline, profiles, callback))
 
-            results.extend(on_large_stack(_serial, pending, inline, settings, codes, callback))
-
-    if cache is not None:
+    if use_cache:
         for result in results:
-            if result.digest is not None:
-                cache.put(result.display, result.digest, result.diagnostics, result.fix_total)
-        cache.save()
+            cache = caches.get(result.profile)
+            if cache is not None and result.digest is not None:
+                cache.put(result.display, result.digest, result.diagnostics, result.fix_total, result.warnings)
+        for i in sorted(caches):
+            caches[i].save()
 
     diagnostics: List[Diagnostic] = []
     sources: Dict[str, str] = {}
@@ -407,17 +450,26 @@ def check_files(
     diagnostics.sort(key=Diagnostic.sort_key)
     if stats is not None:
         stats["fix_total"] = sum(r.fix_total or 0 for r in results)
+    if warnings is not None:
+        # Stable: each file's warnings stay in the order of their lines.
+        for result in sorted(results, key=lambda r: r.display):
+            warnings.extend(result.warnings)
     return diagnostics, sources
 
 
-def _serial(pending, inline, settings, codes, progress: Optional[Progress]) -> List[FileResult]:
+def _serial(pending: Sequence[Item], inline, profiles: Sequence[Profile],
+            progress: Optional[Progress]) -> List[FileResult]:
     from torchlint.engine import CANCELLED
 
-    results = [analyse_text(text, display, settings, codes, digest) for display, text, digest in inline]
-    for n, (display, path) in enumerate(pending, 1):
+    results = []
+    for display, text, digest, i in inline:
+        result = analyse_text(text, display, profiles[i].settings, profiles[i].codes, digest)
+        result.profile = i
+        results.append(result)
+    for n, item in enumerate(pending, 1):
         if CANCELLED.is_set():
             break  # Ctrl-C: the main thread is already on its way out
-        results.append(analyse_file(display, path, settings, codes))
+        results.append(_analyse_item(item, profiles))
         if progress is not None:
             progress(n, len(pending))
     return results
