@@ -657,12 +657,27 @@ class Placement:
         # (id(function) or 0, name) -> values assigned (None: bound another way)
         self.values: Dict[Tuple[int, str], List[Optional[cst.BaseExpression]]] = {}
         self._cache: Dict[int, str] = {}
+        # id(DataLoader call) -> the function it is in (None: the top level)
+        self._loaders: Dict[int, Optional[cst.FunctionDef]] = {}
+        self._function: Optional[cst.FunctionDef] = None
         self._collect(module, 0)
+
+    def loader(self, call: cst.Call) -> Tuple[str, str]:
+        """For a `DataLoader(...)` call of this module: where its dataset's
+        items and its `collate_fn`'s batches live."""
+        function = self._loaders.get(id(call))
+        collate = keyword(call, "collate_fn")
+        return (
+            self.dataset(dataset_argument(call), function),
+            self.collate(collate.value if collate is not None else None, function),
+        )
 
     # -- collecting --------------------------------------------------------------
     def _collect(self, node: cst.CSTNode, scope: int) -> None:
         from torchlint.walker import iter_children
 
+        if isinstance(node, cst.Call) and is_dataloader(node, self.ctx):
+            self._loaders[id(node)] = self._function
         if isinstance(node, cst.FunctionDef):
             self.functions.setdefault(node.name.value, []).append(node)
             self._bind(scope, node.name.value, None)
@@ -673,8 +688,10 @@ class Placement:
             for star in (params.star_arg, params.star_kwarg):
                 if isinstance(star, cst.Param):
                     self._bind(inner, star.name.value, None)
+            outer, self._function = self._function, node
             for child in iter_children(node):
                 self._collect(child, inner)
+            self._function = outer
             return
         if isinstance(node, cst.ClassDef):
             self.classes.setdefault(node.name.value, []).append(node)
