@@ -735,6 +735,12 @@ class Placement:
         elif isinstance(target, cst.StarredElement):
             self._target(scope, target.value, None)
 
+    def values_of(self, name: str, function: Optional[cst.FunctionDef]) -> Optional[List[Optional[cst.BaseExpression]]]:
+        """What ``name`` is assigned, seen from ``function`` (its own bindings,
+        else the module's); None stands for a binding of another kind (a
+        parameter, a def, an import, a loop variable)."""
+        return self._lookup(name, function)
+
     def _lookup(self, name: str, function: Optional[cst.FunctionDef]) -> Optional[List[Optional[cst.BaseExpression]]]:
         if function is not None:
             found = self.values.get((id(function), name))

@@ -1,6 +1,6 @@
 from __future__ import annotations
 
-from typing import Dict, List, Optional, Set, Tuple
+from typing import List, Optional, Set, Tuple
 
 import libcst as cst
 
@@ -90,7 +90,10 @@ class DataLoaderPinMemory(Rule):
     - or a `random_split`/`Subset`/`ConcatDataset` of such datasets;
     - and there is no `collate_fn=`, or it is torch's `default_collate`, or a
       function or lambda of this file that moves nothing and returns a tuple,
-      list or dict display or a torch call (`torch.stack(...)`).
+      list or dict display or a torch call (`torch.stack(...)`). Without a
+      `collate_fn`, `default_collate` builds the batch from tensors, numbers,
+      strings, dicts, lists, tuples and namedtuples (it raises for anything
+      else), and pinning walks into exactly those containers the same way.
 
     It is unsafe otherwise, because the rule cannot see what the batches
     hold:
@@ -184,17 +187,11 @@ class DataLoaderPinMemory(Rule):
         super().__init__(context)
         # Test files are skipped; so is a file that never says `DataLoader`.
         self._off = context.is_test_file or "DataLoader" not in context.source
-        self._candidates: List[Tuple[cst.Call, Optional[cst.Arg], int, Optional[cst.FunctionDef]]] = []
+        # (call, its `pin_memory` argument if given, the function it is in);
+        # names, classes and collate functions are looked up afterwards in the
+        # module's shared `Placement` (rules/_loaders.py).
+        self._candidates: List[Tuple[cst.Call, Optional[cst.Arg], Optional[cst.FunctionDef]]] = []
         self._moves = False
-        # (function, name) -> the values assigned to the name there (None: bound
-        # some other way), to follow `collate_fn=name` and `DataLoader(name)`.
-        self._values: Dict[Tuple[int, str], List[Optional[cst.BaseExpression]]] = {}
-        # Dataset classes of this module: whether their items hold no data.
-        self._classes: Dict[str, List[bool]] = {}
-
-    def _scope(self) -> int:
-        function = self.context.enclosing_function()
-        return id(function) if function is not None else 0
 
     def visit_Call(self, node: cst.Call) -> None:
         if self._off:
@@ -207,7 +204,7 @@ class DataLoaderPinMemory(Rule):
                 return
             if loader_fetches_one_batch(node, self.context):
                 return  # `next(iter(loader))`: one batch, nothing to overlap
-            self._candidates.append((node, arg, self._scope(), self.context.enclosing_function()))
+            self._candidates.append((node, arg, self.context.enclosing_function()))
             return
         if not self._moves and self._is_move(node):
             self._moves = True
@@ -218,36 +215,7 @@ class DataLoaderPinMemory(Rule):
         if _accelerator(node.value, self.context):
             self._moves = True
 
-    # -- where a collate function or a dataset comes from ------------------------
-    def visit_Assign(self, node: cst.Assign) -> None:
-        if self._off:
-            return
-        for target in node.targets:
-            self._bind(target.target, node.value)
-
-    def _bind(self, target: cst.BaseExpression, value: Optional[cst.BaseExpression]) -> None:
-        if isinstance(target, cst.Name):
-            self._values.setdefault((self._scope(), target.value), []).append(value)
-        elif isinstance(target, (cst.Tuple, cst.List)):
-            for element in target.elements:
-                self._bind(element.value, None)
-
-    def visit_ClassDef(self, node: cst.ClassDef) -> None:
-        if self._off or not isinstance(node.body, cst.IndentedBlock):
-            return
-        itemless = False
-        for stmt in node.body.body:
-            if isinstance(stmt, cst.FunctionDef) and stmt.name.value == "__getitem__":
-                itemless = _items_hold_no_data(stmt)
-        self._classes.setdefault(node.name.value, []).append(itemless)
-
-    def _lookup(self, name: str, scope: int) -> Optional[List[Optional[cst.BaseExpression]]]:
-        values = self._values.get((scope, name))
-        if values is None and scope != 0:
-            values = self._values.get((0, name))
-        return values
-
-    def _holds_no_data(self, expr: Optional[cst.BaseExpression], scope: int, depth: int = 0) -> bool:
+    def _holds_no_data(self, expr: Optional[cst.BaseExpression], function, where, depth: int = 0) -> bool:
         """A dataset whose items hold no tensors worth pinning."""
         if expr is None or depth > 4:
             return False
@@ -257,21 +225,23 @@ class DataLoaderPinMemory(Rule):
                 if name == "range":
                     return True
                 args = positional(expr)
-                return len(args) == 1 and self._holds_no_data(args[0].value, scope, depth + 1)
-            kinds = self._classes.get(name)
-            return bool(kinds) and all(kinds)
+                return len(args) == 1 and self._holds_no_data(args[0].value, function, where, depth + 1)
+            classes = where.classes.get(name)
+            return bool(classes) and all(_itemless(klass) for klass in classes)
         if isinstance(expr, cst.Name):
-            values = self._lookup(expr.value, scope)
-            return bool(values) and all(v is not None and self._holds_no_data(v, scope, depth + 1) for v in values)
+            values = where.values_of(expr.value, function)
+            return bool(values) and all(
+                v is not None and self._holds_no_data(v, function, where, depth + 1) for v in values
+            )
         return False
 
     def leave_Module(self, node: cst.Module) -> None:
         if self._off or not self._moves or "torch_xla" in self.context.source:
             return
         where = placement(self.context)
-        for call, arg, scope, function in self._candidates:
+        for call, arg, function in self._candidates:
             dataset = dataset_argument(call)
-            if self._holds_no_data(dataset, scope):
+            if self._holds_no_data(dataset, function, where):
                 continue
             # A dataset or collate function that visibly puts tensors on a
             # device: `Tensor.pin_memory()` would raise on the first batch.
@@ -305,6 +275,16 @@ class DataLoaderPinMemory(Rule):
         dev = keyword(node, "device")
         value = dev.value if dev is not None else positional(node)[0].value
         return not _names_unpinnable(value, self.context)
+
+
+def _itemless(klass: cst.ClassDef) -> bool:
+    """A dataset class whose `__getitem__` returns no data (see below)."""
+    itemless = False
+    if isinstance(klass.body, cst.IndentedBlock):
+        for stmt in klass.body.body:
+            if isinstance(stmt, cst.FunctionDef) and stmt.name.value == "__getitem__":
+                itemless = _items_hold_no_data(stmt)
+    return itemless
 
 
 def _items_hold_no_data(getitem: cst.FunctionDef) -> bool:
