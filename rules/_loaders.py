@@ -659,7 +659,6 @@ class Placement:
         self._cache: Dict[int, str] = {}
         # id(DataLoader call) -> the function it is in (None: the top level)
         self._loaders: Dict[int, Optional[cst.FunctionDef]] = {}
-        self._function: Optional[cst.FunctionDef] = None
         self._collect(module, 0)
 
     def loader(self, call: cst.Call) -> Tuple[str, str]:
@@ -673,55 +672,56 @@ class Placement:
         )
 
     # -- collecting --------------------------------------------------------------
-    def _collect(self, node: cst.CSTNode, scope: int) -> None:
+    def _collect(self, module: cst.Module, top: int) -> None:
+        """One walk of the module (iterative: a long `a + b + ...` chain nests
+        deeper than Python's recursion limit)."""
         from torchlint.walker import iter_children
 
-        if isinstance(node, cst.Call) and is_dataloader(node, self.ctx):
-            self._loaders[id(node)] = self._function
-        if isinstance(node, cst.FunctionDef):
-            self.functions.setdefault(node.name.value, []).append(node)
-            self._bind(scope, node.name.value, None)
-            inner = id(node)
-            params = node.params
-            for param in (*params.posonly_params, *params.params, *params.kwonly_params):
-                self._bind(inner, param.name.value, None)
-            for star in (params.star_arg, params.star_kwarg):
-                if isinstance(star, cst.Param):
-                    self._bind(inner, star.name.value, None)
-            outer, self._function = self._function, node
-            for child in iter_children(node):
-                self._collect(child, inner)
-            self._function = outer
-            return
-        if isinstance(node, cst.ClassDef):
-            self.classes.setdefault(node.name.value, []).append(node)
-            self._bind(scope, node.name.value, None)
-        elif isinstance(node, cst.Assign):
-            for target in node.targets:
-                self._target(scope, target.target, node.value)
-        elif isinstance(node, cst.AnnAssign):
-            self._target(scope, node.target, node.value)
-        elif isinstance(node, cst.AugAssign):
-            self._target(scope, node.target, None)
-        elif isinstance(node, (cst.For, cst.CompFor)):
-            self._target(scope, node.target, None)
-        elif isinstance(node, cst.WithItem) and node.asname is not None:
-            self._target(scope, node.asname.name, None)
-        elif isinstance(node, cst.NamedExpr):
-            self._target(scope, node.target, None)
-        elif isinstance(node, (cst.Import, cst.ImportFrom)) and not isinstance(node.names, cst.ImportStar):
-            for alias in node.names:
-                name = alias.asname.name if alias.asname is not None else alias.name
-                while isinstance(name, cst.Attribute):
-                    name = name.value
-                if isinstance(name, cst.Name):
-                    self._bind(scope, name.value, None)
-        elif isinstance(node, (cst.Global, cst.Nonlocal)):
-            for item in node.names:
-                self._bind(scope, item.name.value, None)
-                self._bind(0, item.name.value, None)
-        for child in iter_children(node):
-            self._collect(child, scope)
+        todo: List[Tuple[cst.CSTNode, int, Optional[cst.FunctionDef]]] = [(module, top, None)]
+        while todo:
+            node, scope, function = todo.pop()
+            if isinstance(node, cst.Call) and is_dataloader(node, self.ctx):
+                self._loaders[id(node)] = function
+            if isinstance(node, cst.FunctionDef):
+                self.functions.setdefault(node.name.value, []).append(node)
+                self._bind(scope, node.name.value, None)
+                inner = id(node)
+                params = node.params
+                for param in (*params.posonly_params, *params.params, *params.kwonly_params):
+                    self._bind(inner, param.name.value, None)
+                for star in (params.star_arg, params.star_kwarg):
+                    if isinstance(star, cst.Param):
+                        self._bind(inner, star.name.value, None)
+                todo.extend((child, inner, node) for child in reversed(iter_children(node)))
+                continue
+            if isinstance(node, cst.ClassDef):
+                self.classes.setdefault(node.name.value, []).append(node)
+                self._bind(scope, node.name.value, None)
+            elif isinstance(node, cst.Assign):
+                for target in node.targets:
+                    self._target(scope, target.target, node.value)
+            elif isinstance(node, cst.AnnAssign):
+                self._target(scope, node.target, node.value)
+            elif isinstance(node, cst.AugAssign):
+                self._target(scope, node.target, None)
+            elif isinstance(node, (cst.For, cst.CompFor)):
+                self._target(scope, node.target, None)
+            elif isinstance(node, cst.WithItem) and node.asname is not None:
+                self._target(scope, node.asname.name, None)
+            elif isinstance(node, cst.NamedExpr):
+                self._target(scope, node.target, None)
+            elif isinstance(node, (cst.Import, cst.ImportFrom)) and not isinstance(node.names, cst.ImportStar):
+                for alias in node.names:
+                    name = alias.asname.name if alias.asname is not None else alias.name
+                    while isinstance(name, cst.Attribute):
+                        name = name.value
+                    if isinstance(name, cst.Name):
+                        self._bind(scope, name.value, None)
+            elif isinstance(node, (cst.Global, cst.Nonlocal)):
+                for item in node.names:
+                    self._bind(scope, item.name.value, None)
+                    self._bind(0, item.name.value, None)
+            todo.extend((child, scope, function) for child in reversed(iter_children(node)))
 
     def _bind(self, scope: int, name: str, value: Optional[cst.BaseExpression]) -> None:
         self.values.setdefault((scope, name), []).append(value)
