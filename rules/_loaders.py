@@ -659,7 +659,41 @@ class Placement:
         self._cache: Dict[int, str] = {}
         # id(DataLoader call) -> the function it is in (None: the top level)
         self._loaders: Dict[int, Optional[cst.FunctionDef]] = {}
+        self._moving: Dict[int, bool] = {}
         self._collect(module, 0)
+
+    def moves(self, node: cst.CSTNode, depth: int = 0) -> bool:
+        """:func:`moves_data`, also through the functions of this module that
+        ``node`` calls (`yield from rollout(self.env)` where `rollout` moves),
+        and counting a device handed to another call (`rollout(self.env,
+        self.device)`, `make_batch(samples, device)`): data is then made for
+        that device."""
+        from torchlint.walker import walk_nodes
+
+        key = id(node)
+        known = self._moving.get(key)
+        if known is not None:
+            return known
+        self._moving[key] = False  # a function that calls itself
+        found = moves_data(node, self.ctx)
+        if not found:
+            for sub in walk_nodes(node):
+                if not isinstance(sub, cst.Call) or _only_reports(sub):
+                    continue
+                if any(arg.keyword is None and _names_device(arg.value) for arg in sub.args):
+                    found = True
+                    break
+                func = sub.func
+                if (
+                    depth < _MAX_PLACEMENT_DEPTH
+                    and isinstance(func, cst.Name)
+                    and self.ctx.qualname(func) is None
+                    and any(self.moves(f, depth + 1) for f in self.functions.get(func.value, ()))
+                ):
+                    found = True
+                    break
+        self._moving[key] = found
+        return found
 
     def loader(self, call: cst.Call) -> Tuple[str, str]:
         """For a `DataLoader(...)` call of this module: where its dataset's
@@ -803,8 +837,8 @@ class Placement:
                         return DEVICE
                     arguments = _combine(self.tensor(arg.value, function, depth + 1) for arg in expr.args)
                     return _combine([kind, arguments])
-            if moves_data(expr, ctx):
-                return DEVICE  # `MyData(x.cuda())`, `Imported(device=device)`
+            if self.moves(expr):
+                return DEVICE  # `MyData(x.cuda())`, `Imported(device=device)`, `make(device)`
             return UNKNOWN
         if isinstance(expr, (cst.List, cst.Tuple)):
             return self.tensor(expr, function, depth + 1)
@@ -824,7 +858,7 @@ class Placement:
         if cached is not None:
             return cached
         self._cache[id(klass)] = UNKNOWN  # a class deriving from itself
-        if moves_data(klass.body, self.ctx):
+        if self.moves(klass.body):
             kind = DEVICE
         else:
             kinds = []
@@ -871,7 +905,7 @@ class Placement:
                 for e in expr.elements
             )
         if isinstance(expr, cst.Lambda):
-            return DEVICE if moves_data(expr.body, ctx) else HOST
+            return DEVICE if self.moves(expr.body) else HOST
         if isinstance(expr, (cst.BinaryOperation,)):
             return _combine([self.tensor(expr.left, function, depth + 1), self.tensor(expr.right, function, depth + 1)])
         if isinstance(expr, cst.UnaryOperation):
@@ -883,7 +917,7 @@ class Placement:
                 return HOST
             defined = self._defined_function(expr.value, function)
             if defined is not None:
-                return DEVICE if moves_data(defined, ctx) else HOST  # a function used as a transform
+                return DEVICE if self.moves(defined) else HOST  # a function used as a transform
             values = self._lookup(expr.value, function)
             if not values or any(v is None for v in values):
                 return UNKNOWN
@@ -922,7 +956,7 @@ class Placement:
                 return _combine([self.tensor(receiver(expr), function, depth + 1), *arguments])
             if isinstance(expr.func, cst.Name) and expr.func.value in _CHEAP_BUILTINS and expr.func.value not in ctx.imports.defined:
                 return _combine(arguments)
-            if moves_data(expr, ctx):
+            if self.moves(expr):
                 return DEVICE
             return UNKNOWN
         return UNKNOWN
@@ -944,7 +978,7 @@ class Placement:
         ctx = self.ctx
         if isinstance(expr, cst.Lambda):
             body = expr.body
-            if moves_data(body, ctx):
+            if self.moves(body):
                 return DEVICE
             if isinstance(body, cst.Call) and any(
                 arg.keyword is None and _names_device(arg.value) for arg in body.args
@@ -983,7 +1017,7 @@ class Placement:
     def _collate_function(self, function: cst.FunctionDef) -> str:
         from torchlint.walker import walk_nodes
 
-        if _has_device_param(function) or moves_data(function, self.ctx):
+        if _has_device_param(function) or self.moves(function):
             return DEVICE
         returns = [n for n in walk_nodes(function.body) if isinstance(n, cst.Return)]
         if not returns or any(isinstance(n, (cst.Yield, cst.FunctionDef, cst.ClassDef)) for n in walk_nodes(function.body)):
@@ -991,6 +1025,18 @@ class Placement:
         if all(r.value is not None and _standard_batch(r.value, self.ctx) for r in returns):
             return HOST
         return UNKNOWN
+
+
+_REPORTING_FUNCTIONS = frozenset({"print", "str", "repr", "format", "isinstance", "getattr", "setattr", "hasattr"})
+_REPORTING_METHODS = frozenset({"info", "debug", "warning", "warn", "error", "log", "format", "write"})
+
+
+def _only_reports(call: cst.Call) -> bool:
+    """``print(device)``, ``logger.info(...)``: naming a device there makes no data."""
+    func = call.func
+    if isinstance(func, cst.Name):
+        return func.value in _REPORTING_FUNCTIONS
+    return method_name(call) in _REPORTING_METHODS
 
 
 def _standard_batch(expr: cst.BaseExpression, ctx: Context) -> bool:

@@ -122,9 +122,13 @@ class DataLoaderPinMemory(Rule):
       `"cuda"`, not `"cpu"` or a dtype) or creates tensors with `device=`
       something other than the CPU (in `__getitem__`, in an
       `IterableDataset`'s `__iter__` generator, in `__init__`, or in a helper
-      method or base class); a `TensorDataset` of moved tensors; a
-      torchvision dataset whose transform moves to a device; or a subset of
-      one: pinning such a batch raises;
+      method or base class), or that calls a function of this file that does
+      (a generator `rollout(env)` that yields `obs.cuda()`), or that hands a
+      device to another call (`rollout(self.env, self.device)`; printing or
+      logging it does not count); a dataset built by a function of this file
+      that moves data; a `TensorDataset` of moved tensors; a torchvision
+      dataset whose transform moves to a device; or a subset of one:
+      pinning such a batch raises;
     - a `collate_fn` that takes a device (`partial(collate, device=device)`, a
       lambda passing one, or a function of this file with a `device`
       parameter) or visibly moves the batch (`torch.stack(b).cuda()`): it

@@ -463,6 +463,46 @@ DEVICE_DATASETS = {
         train, val = random_split(full, [80, 20])
         loader = DataLoader(Subset(full, range(10)), batch_size=4)
     """,
+    "iterable dataset delegating to a generator given the device": """
+        def rollout(env, device):
+            for obs in env:
+                yield torch.as_tensor(obs, device=device)
+
+        class Buffer(IterableDataset):
+            def __init__(self, env, device):
+                self.env, self.device = env, device
+
+            def __iter__(self):
+                return rollout(self.env, self.device)
+
+        loader = DataLoader(Buffer(env, device), batch_size=64)
+    """,
+    "iterable dataset yielding from a generator of this file that moves": """
+        def frames(paths):
+            for path in paths:
+                yield load(path).cuda()
+
+        class Clips(IterableDataset):
+            def __iter__(self):
+                yield from frames(self.paths)
+
+        loader = DataLoader(Clips(), batch_size=4)
+    """,
+    "a dataset built by a function of this file that moves": """
+        def make_dataset(x):
+            return TensorDataset(x.cuda())
+
+        loader = DataLoader(make_dataset(features), batch_size=4)
+    """,
+    "a collate function that moves the batch in a helper": """
+        def to_gpu(t):
+            return t.cuda(non_blocking=True)
+
+        def collate(samples):
+            return [to_gpu(s) for s in samples]
+
+        loader = DataLoader(TensorDataset(torch.randn(10, 3)), batch_size=4, collate_fn=collate)
+    """,
     "a collate function that moves the batch": """
         def collate(samples):
             return torch.stack(samples).to(device)
@@ -505,6 +545,17 @@ SAFE_DATASETS = {
         class Samples(Dataset):
             def __getitem__(self, i):
                 return torch.arange(4).to(torch.float32), torch.ones(2).to("cpu")
+
+        loader = DataLoader(Samples(), batch_size=4)
+    """,
+    "a dataset that only reports its device": """
+        class Samples(Dataset):
+            def __init__(self):
+                print("device", device)
+                logger.info("device %s", device)
+
+            def __getitem__(self, i):
+                return torch.full((3,), i)
 
         loader = DataLoader(Samples(), batch_size=4)
     """,
