@@ -240,7 +240,7 @@ class DataLoaderPinMemory(Rule):
         return False
 
     def leave_Module(self, node: cst.Module) -> None:
-        if self._off or not self._moves or "torch_xla" in self.context.source:
+        if self._off or not self._moves or not self._candidates or "torch_xla" in self.context.source:
             return
         where = placement(self.context)
         for call, arg, function in self._candidates:

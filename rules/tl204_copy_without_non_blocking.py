@@ -480,11 +480,11 @@ class CopyWithoutNonBlocking(Rule):
         if not self._active:
             return
         reported = set()
-        where = placement(self.context) if self._loops else None
         for loop in self._loops:
             loaders = self._index.pinned(loop.loader, loop.scope)
             if not loaders:
                 continue
+            where = placement(self.context)  # built once per file, on first need
             kinds = [where.loader(l) for l in loaders]
             if any(DEVICE in pair for pair in kinds):
                 continue  # pinning a batch of device tensors raises before any copy
