@@ -70,8 +70,13 @@ class DataLoaderPinMemory(Rule):
     on the first batch. So the rule stays silent where the dataset visibly
     yields device tensors (see below), and its fix is safe only where the
     dataset is known to yield host tensors. Then the batches hold the same
-    values, only in page-locked memory (on a machine without an accelerator
-    the loader warns once and does not pin).
+    values, only in page-locked memory. On a machine without an accelerator,
+    or on MPS, the loader does not pin and warns ("'pin_memory' argument is
+    set as true but no accelerator is found") each time iteration starts
+    (`torch/utils/data/dataloader.py`); the fix counts that as no change in
+    behaviour, like Ruff's safe fixes, but a program that turns warnings
+    into errors (`python -W error`, pytest's `filterwarnings = error`) on
+    such a machine would stop there.
 
     Adding `pin_memory=True` where the keyword is absent is safe when:
     - the dataset is a `torchvision.datasets` dataset (it reads and decodes
