@@ -1,4 +1,4 @@
-"""Shared questions about `torch.utils.data.DataLoader` calls (TL203, TL204)."""
+"""Shared questions about `torch.utils.data.DataLoader` calls (TL202, TL203, TL204)."""
 
 from __future__ import annotations
 
@@ -7,12 +7,24 @@ from typing import Dict, List, Optional, Tuple
 import libcst as cst
 
 from torchlint.rule import Context
-from torchlint.rules._helpers import argument, is_docstring, literal_bool, positional
-from torchlint.rules.tl202_dataloader_pin_memory import DATALOADERS
+from torchlint.rules._helpers import (
+    argument,
+    device_kind,
+    is_docstring,
+    keyword,
+    literal_bool,
+    method_name,
+    moves_to_device,
+    positional,
+    receiver,
+)
+
+DATALOADERS = frozenset({"torch.utils.data.DataLoader", "torch.utils.data.dataloader.DataLoader"})
 
 __all__ = [
     "DATALOADERS", "IN_MEMORY_DATASETS", "ITERABLE_DATASETS", "SUBSETS", "dataset_argument",
     "LoaderIndex", "indexes_memory_only", "is_dataloader", "pins_memory",
+    "HOST", "DEVICE", "UNKNOWN", "Placement", "placement",
 ]
 
 # Datasets whose items are slices of tensors that already sit in memory.
@@ -521,3 +533,537 @@ class LoaderIndex:
 
 def _is_none(expr: cst.BaseExpression) -> bool:
     return isinstance(expr, cst.Name) and expr.value == "None"
+
+
+# -- where a loader's tensors live (TL202, TL203, TL204) ------------------------
+#
+# `pin_memory=True` makes the loader call `torch.utils.data._utils.pin_memory.
+# pin_memory(batch)` on every batch, which calls `Tensor.pin_memory()` on each
+# tensor it finds (in mappings, tuples and sequences, or an object's own
+# `pin_memory()` method).  `Tensor.pin_memory()` raises "cannot pin
+# 'torch.cuda.FloatTensor' only dense CPU tensors can be pinned" for a tensor
+# that is already on a device.  Worker processes cannot produce CUDA tensors
+# either (CUDA cannot be re-initialised in a forked worker).  So every loader
+# rule asks the same question: does the dataset (or the collate function)
+# hand out host tensors, device tensors, or cannot it be told?
+
+HOST = "host"
+DEVICE = "device"
+UNKNOWN = "unknown"
+
+# `torch.utils.data.ConcatDataset([a, b])`, `ChainDataset([a, b])`.
+_CONCATS = frozenset(
+    {
+        "torch.utils.data.ConcatDataset", "torch.utils.data.dataset.ConcatDataset",
+        "torch.utils.data.ChainDataset", "torch.utils.data.dataset.ChainDataset",
+    }
+)
+# Base classes a dataset class of this file may have without changing where
+# its items live.
+_DATASET_BASES = frozenset(
+    {
+        "torch.utils.data.Dataset", "torch.utils.data.dataset.Dataset",
+        "torch.utils.data.IterableDataset", "torch.utils.data.dataset.IterableDataset",
+    }
+)
+# Collate functions of torch: they only stack what the samples hold, into
+# standard containers (dict, list, tuple, namedtuple) that pinning walks.
+_DEFAULT_COLLATES = frozenset(
+    {
+        "torch.utils.data.default_collate", "torch.utils.data.default_convert",
+        "torch.utils.data.dataloader.default_collate", "torch.utils.data.dataloader.default_convert",
+        "torch.utils.data._utils.collate.default_collate", "torch.utils.data._utils.collate.default_convert",
+    }
+)
+# torch functions whose result is on the host whatever their arguments are:
+# factories that take sizes or Python numbers (on the default device, the
+# CPU, unless the program changes it) and conversions from host buffers.
+_ALWAYS_HOST = frozenset(
+    {"torch.from_numpy", "torch.frombuffer"}
+    | {
+        f"torch.{name}"
+        for name in (
+            "zeros", "ones", "empty", "full", "arange", "range", "linspace", "logspace", "eye",
+            "rand", "randn", "randint", "randperm",
+        )
+    }
+)
+# Ways a program makes torch's factories build on a device without `device=`.
+_DEFAULT_DEVICE_CHANGES = ("set_default_device", "set_default_tensor_type", "with torch.device(")
+# torch functions whose result may be on a device even without `device=`:
+# `torch.load` restores tensors where they were saved unless `map_location=`
+# says otherwise.
+_MAYBE_DEVICE = frozenset({"torch.load", "torch.jit.load"})
+# Methods whose result lives where their receiver lives.
+_SAME_PLACE_METHODS = _CHEAP_METHODS | frozenset(
+    {"to_dense", "type_as", "numpy", "tolist", "item", "split", "chunk", "unbind", "expand", "repeat"}
+)
+_DATASET_KEYWORDS_SKIPPED = frozenset({"root", "download", "train", "split"})
+_MAX_PLACEMENT_DEPTH = 6
+
+
+def _combine(kinds) -> str:
+    """DEVICE if any part is on a device, HOST if all are on the host, else UNKNOWN."""
+    kinds = list(kinds)
+    if DEVICE in kinds:
+        return DEVICE
+    if all(kind == HOST for kind in kinds):
+        return HOST
+    return UNKNOWN
+
+
+def moves_data(node: cst.CSTNode, ctx: Context) -> bool:
+    """Whether code visibly puts tensors on a device: `.cuda(...)`,
+    `.to(<device>)` (`device`, `self.device`, `"cuda"`; not `"cpu"` or a
+    dtype), or a call given `device=` anything but a visible CPU
+    (`torch.tensor(x, device=self.device)`, `collate(b, device=device)`)."""
+    from torchlint.walker import walk_nodes
+
+    for sub in walk_nodes(node):
+        if not isinstance(sub, cst.Call):
+            continue
+        if moves_to_device(sub, ctx) is not None:
+            return True
+        dev = keyword(sub, "device")
+        if dev is not None and not _is_none(dev.value) and device_kind(dev.value, ctx) != "cpu":
+            return True
+    return False
+
+
+def placement(ctx: Context) -> "Placement":
+    """The module's :class:`Placement`, built once per file for every rule."""
+    found = ctx.shared.get("loader-placement")
+    if found is None:
+        assert ctx.module is not None
+        found = ctx.shared["loader-placement"] = Placement(ctx.module, ctx)
+    return found
+
+
+class Placement:
+    """Where the tensors of a dataset (or a collate function's batch) live:
+    :data:`HOST`, :data:`DEVICE` (visibly moved to or created on a device,
+    which pinning and worker processes cannot handle) or :data:`UNKNOWN`.
+
+    Built from one walk of the module, asked only for files that build a
+    `DataLoader`.  It follows names assigned in the same function or at the
+    top level; a parameter, an attribute, an import or anything computed by
+    code it cannot see is UNKNOWN.
+    """
+
+    def __init__(self, module: cst.Module, ctx: Context) -> None:
+        self.ctx = ctx
+        self.classes: Dict[str, List[cst.ClassDef]] = {}
+        self.functions: Dict[str, List[cst.FunctionDef]] = {}
+        # (id(function) or 0, name) -> values assigned (None: bound another way)
+        self.values: Dict[Tuple[int, str], List[Optional[cst.BaseExpression]]] = {}
+        self._cache: Dict[int, str] = {}
+        # id(DataLoader call) -> the function it is in (None: the top level)
+        self._loaders: Dict[int, Optional[cst.FunctionDef]] = {}
+        self._moving: Dict[int, bool] = {}
+        self._collect(module, 0)
+
+    def moves(self, node: cst.CSTNode, depth: int = 0) -> bool:
+        """:func:`moves_data`, also through the functions of this module that
+        ``node`` calls (`yield from rollout(self.env)` where `rollout` moves),
+        and counting a device handed to another call (`rollout(self.env,
+        self.device)`, `make_batch(samples, device)`): data is then made for
+        that device."""
+        from torchlint.walker import walk_nodes
+
+        key = id(node)
+        known = self._moving.get(key)
+        if known is not None:
+            return known
+        self._moving[key] = False  # a function that calls itself
+        found = moves_data(node, self.ctx)
+        if not found:
+            for sub in walk_nodes(node):
+                if not isinstance(sub, cst.Call) or _only_reports(sub):
+                    continue
+                if any(arg.keyword is None and _names_device(arg.value) for arg in sub.args):
+                    found = True
+                    break
+                func = sub.func
+                if (
+                    depth < _MAX_PLACEMENT_DEPTH
+                    and isinstance(func, cst.Name)
+                    and self.ctx.qualname(func) is None
+                    and any(self.moves(f, depth + 1) for f in self.functions.get(func.value, ()))
+                ):
+                    found = True
+                    break
+        self._moving[key] = found
+        return found
+
+    def loader(self, call: cst.Call) -> Tuple[str, str]:
+        """For a `DataLoader(...)` call of this module: where its dataset's
+        items and its `collate_fn`'s batches live."""
+        function = self._loaders.get(id(call))
+        collate = keyword(call, "collate_fn")
+        return (
+            self.dataset(dataset_argument(call), function),
+            self.collate(collate.value if collate is not None else None, function),
+        )
+
+    # -- collecting --------------------------------------------------------------
+    def _collect(self, module: cst.Module, top: int) -> None:
+        """One walk of the module (iterative: a long `a + b + ...` chain nests
+        deeper than Python's recursion limit)."""
+        from torchlint.walker import iter_children
+
+        todo: List[Tuple[cst.CSTNode, int, Optional[cst.FunctionDef]]] = [(module, top, None)]
+        while todo:
+            node, scope, function = todo.pop()
+            if isinstance(node, cst.Call) and is_dataloader(node, self.ctx):
+                self._loaders[id(node)] = function
+            if isinstance(node, cst.FunctionDef):
+                self.functions.setdefault(node.name.value, []).append(node)
+                self._bind(scope, node.name.value, None)
+                inner = id(node)
+                params = node.params
+                for param in (*params.posonly_params, *params.params, *params.kwonly_params):
+                    self._bind(inner, param.name.value, None)
+                for star in (params.star_arg, params.star_kwarg):
+                    if isinstance(star, cst.Param):
+                        self._bind(inner, star.name.value, None)
+                todo.extend((child, inner, node) for child in reversed(iter_children(node)))
+                continue
+            if isinstance(node, cst.ClassDef):
+                self.classes.setdefault(node.name.value, []).append(node)
+                self._bind(scope, node.name.value, None)
+            elif isinstance(node, cst.Assign):
+                for target in node.targets:
+                    self._target(scope, target.target, node.value)
+            elif isinstance(node, cst.AnnAssign):
+                self._target(scope, node.target, node.value)
+            elif isinstance(node, cst.AugAssign):
+                self._target(scope, node.target, None)
+            elif isinstance(node, (cst.For, cst.CompFor)):
+                self._target(scope, node.target, None)
+            elif isinstance(node, cst.WithItem) and node.asname is not None:
+                self._target(scope, node.asname.name, None)
+            elif isinstance(node, cst.NamedExpr):
+                self._target(scope, node.target, None)
+            elif isinstance(node, (cst.Import, cst.ImportFrom)) and not isinstance(node.names, cst.ImportStar):
+                for alias in node.names:
+                    name = alias.asname.name if alias.asname is not None else alias.name
+                    while isinstance(name, cst.Attribute):
+                        name = name.value
+                    if isinstance(name, cst.Name):
+                        self._bind(scope, name.value, None)
+            elif isinstance(node, (cst.Global, cst.Nonlocal)):
+                for item in node.names:
+                    self._bind(scope, item.name.value, None)
+                    self._bind(0, item.name.value, None)
+            todo.extend((child, scope, function) for child in reversed(iter_children(node)))
+
+    def _bind(self, scope: int, name: str, value: Optional[cst.BaseExpression]) -> None:
+        self.values.setdefault((scope, name), []).append(value)
+
+    def _target(self, scope: int, target: cst.BaseExpression, value: Optional[cst.BaseExpression]) -> None:
+        if isinstance(target, cst.Name):
+            self._bind(scope, target.value, value)
+        elif isinstance(target, (cst.Tuple, cst.List)):
+            for element in target.elements:
+                self._target(scope, element.value, None)
+        elif isinstance(target, cst.StarredElement):
+            self._target(scope, target.value, None)
+
+    def values_of(self, name: str, function: Optional[cst.FunctionDef]) -> Optional[List[Optional[cst.BaseExpression]]]:
+        """What ``name`` is assigned, seen from ``function`` (its own bindings,
+        else the module's); None stands for a binding of another kind (a
+        parameter, a def, an import, a loop variable)."""
+        return self._lookup(name, function)
+
+    def _lookup(self, name: str, function: Optional[cst.FunctionDef]) -> Optional[List[Optional[cst.BaseExpression]]]:
+        if function is not None:
+            found = self.values.get((id(function), name))
+            if found is not None:
+                return found
+        return self.values.get((0, name))
+
+    def _defined_function(self, name: str, function: Optional[cst.FunctionDef]) -> Optional[cst.FunctionDef]:
+        """The one `def name` of this module a name refers to, if bound no other way."""
+        values = self._lookup(name, function)
+        defs = self.functions.get(name, [])
+        if values is not None and len(values) == 1 and values[0] is None and len(defs) == 1:
+            return defs[0]
+        return None
+
+    def _defined_class(self, name: str, function: Optional[cst.FunctionDef]) -> Optional[cst.ClassDef]:
+        values = self._lookup(name, function)
+        classes = self.classes.get(name, [])
+        if values is not None and len(values) == 1 and values[0] is None and len(classes) == 1:
+            return classes[0]
+        return None
+
+    # -- datasets ------------------------------------------------------------------
+    def dataset(self, expr: Optional[cst.BaseExpression], function: Optional[cst.FunctionDef], depth: int = 0) -> str:
+        """Where the items of the dataset ``expr`` (seen from ``function``) live."""
+        if expr is None or depth > _MAX_PLACEMENT_DEPTH:
+            return UNKNOWN
+        ctx = self.ctx
+        if isinstance(expr, cst.Call):
+            if any(arg.star for arg in expr.args):
+                return UNKNOWN
+            qualified = ctx.qualname(expr.func)
+            if qualified in SUBSETS:
+                first = positional(expr)
+                inner = keyword(expr, "dataset") or (first[0] if first else None)
+                return self.dataset(inner.value if inner else None, function, depth + 1)
+            if qualified in _CONCATS:
+                parts = positional(expr)
+                if len(parts) == 1 and isinstance(parts[0].value, (cst.List, cst.Tuple)):
+                    elements = parts[0].value.elements
+                    if elements and not any(isinstance(e, cst.StarredElement) for e in elements):
+                        return _combine(self.dataset(e.value, function, depth + 1) for e in elements)
+                return UNKNOWN
+            if qualified in IN_MEMORY_DATASETS:
+                return _combine(self.tensor(arg.value, function, depth + 1) for arg in expr.args)
+            if qualified is not None and qualified.startswith("torchvision.datasets."):
+                # Files are read and decoded on the host; only what the call is
+                # given (a transform) could move them.
+                return _combine(
+                    self.tensor(arg.value, function, depth + 1)
+                    for i, arg in enumerate(expr.args)
+                    if not (i == 0 and arg.keyword is None)
+                    and not (arg.keyword is not None and arg.keyword.value in _DATASET_KEYWORDS_SKIPPED)
+                )
+            if qualified is None and isinstance(expr.func, cst.Name):
+                klass = self._defined_class(expr.func.value, function)
+                if klass is not None:
+                    kind = self.dataset_class(klass, depth + 1)
+                    if kind == DEVICE:
+                        return DEVICE
+                    arguments = _combine(self.tensor(arg.value, function, depth + 1) for arg in expr.args)
+                    return _combine([kind, arguments])
+            if self.moves(expr):
+                return DEVICE  # `MyData(x.cuda())`, `Imported(device=device)`, `make(device)`
+            return UNKNOWN
+        if isinstance(expr, (cst.List, cst.Tuple)):
+            return self.tensor(expr, function, depth + 1)
+        if isinstance(expr, cst.Name):
+            values = self._lookup(expr.value, function)
+            if not values or any(v is None for v in values):
+                return UNKNOWN
+            return _combine(self.dataset(v, function, depth + 1) for v in values)
+        return UNKNOWN
+
+    def dataset_class(self, klass: cst.ClassDef, depth: int = 0) -> str:
+        """A dataset class of this module: DEVICE when any of its code moves
+        data to a device (in `__init__`, `__getitem__`, `__iter__`, a helper
+        method), HOST when none does and its bases are torch's `Dataset`/
+        `IterableDataset` or such classes of this module, else UNKNOWN."""
+        cached = self._cache.get(id(klass))
+        if cached is not None:
+            return cached
+        self._cache[id(klass)] = UNKNOWN  # a class deriving from itself
+        if self.moves(klass.body):
+            kind = DEVICE
+        else:
+            kinds = []
+            for base in klass.bases:
+                if base.keyword is not None or base.star:
+                    kinds.append(UNKNOWN)
+                    continue
+                qualified = self.ctx.qualname(base.value)
+                if qualified in _DATASET_BASES or (isinstance(base.value, cst.Name) and base.value.value == "object"):
+                    kinds.append(HOST)
+                elif qualified is None and isinstance(base.value, cst.Name) and base.value.value in self.classes:
+                    parents = self.classes[base.value.value]
+                    kinds.append(self.dataset_class(parents[0], depth + 1) if len(parents) == 1 else UNKNOWN)
+                else:
+                    kinds.append(UNKNOWN)
+            kind = _combine(kinds)
+        self._cache[id(klass)] = kind
+        return kind
+
+    # -- values handed to a dataset --------------------------------------------------
+    def tensor(self, expr: Optional[cst.BaseExpression], function: Optional[cst.FunctionDef], depth: int = 0) -> str:
+        """Where a value (a tensor, a container of them, a transform) puts its
+        data: HOST for literals, host factories (`torch.randn(3)`,
+        `torch.from_numpy(a)`, `x.cpu()`), torchvision calls and functions
+        that move nothing; DEVICE for `.cuda()`, `.to(device)`, `device=`;
+        UNKNOWN for parameters, attributes and calls it cannot see into."""
+        if expr is None:
+            return HOST
+        if depth > _MAX_PLACEMENT_DEPTH:
+            return UNKNOWN
+        ctx = self.ctx
+        if isinstance(expr, (cst.Integer, cst.Float, cst.Imaginary, cst.SimpleString, cst.ConcatenatedString,
+                             cst.FormattedString)):
+            return HOST
+        if isinstance(expr, (cst.Tuple, cst.List, cst.Set)):
+            return _combine(
+                UNKNOWN if isinstance(e, cst.StarredElement) else self.tensor(e.value, function, depth + 1)
+                for e in expr.elements
+            )
+        if isinstance(expr, cst.Dict):
+            return _combine(
+                _combine([self.tensor(e.key, function, depth + 1), self.tensor(e.value, function, depth + 1)])
+                if isinstance(e, cst.DictElement) else UNKNOWN
+                for e in expr.elements
+            )
+        if isinstance(expr, cst.Lambda):
+            return DEVICE if self.moves(expr.body) else HOST
+        if isinstance(expr, (cst.BinaryOperation,)):
+            return _combine([self.tensor(expr.left, function, depth + 1), self.tensor(expr.right, function, depth + 1)])
+        if isinstance(expr, cst.UnaryOperation):
+            return self.tensor(expr.expression, function, depth + 1)
+        if isinstance(expr, cst.Subscript):
+            return self.tensor(expr.value, function, depth + 1)
+        if isinstance(expr, cst.Name):
+            if expr.value in ("None", "True", "False"):
+                return HOST
+            defined = self._defined_function(expr.value, function)
+            if defined is not None:
+                return DEVICE if self.moves(defined) else HOST  # a function used as a transform
+            values = self._lookup(expr.value, function)
+            if not values or any(v is None for v in values):
+                return UNKNOWN
+            return _combine(self.tensor(v, function, depth + 1) for v in values)
+        if isinstance(expr, cst.Call):
+            if moves_to_device(expr, ctx) is not None:
+                return DEVICE
+            if any(arg.star for arg in expr.args):
+                return UNKNOWN
+            dev = keyword(expr, "device")
+            if dev is not None and not _is_none(dev.value):
+                return HOST if device_kind(dev.value, ctx) == "cpu" else DEVICE
+            name = method_name(expr)
+            if name == "cpu" or (name == "to" and _to_cpu(expr, ctx)):
+                return HOST
+            qualified = ctx.qualname(expr.func)
+            arguments = [self.tensor(arg.value, function, depth + 1) for arg in expr.args]
+            if qualified is not None:
+                if qualified in _ALWAYS_HOST and qualified not in ("torch.from_numpy", "torch.frombuffer"):
+                    if any(change in ctx.source for change in _DEFAULT_DEVICE_CHANGES):
+                        return UNKNOWN  # the default device may not be the CPU
+                    return HOST
+                if qualified in _ALWAYS_HOST:
+                    return HOST
+                if qualified in _MAYBE_DEVICE:
+                    where = keyword(expr, "map_location")
+                    return HOST if where is not None and device_kind(where.value, ctx) == "cpu" else UNKNOWN
+                root = qualified.split(".", 1)[0]
+                if root in ("torch", "torchvision", "numpy", "math"):
+                    # No `device=`: torch builds on the host or where its
+                    # tensor arguments are; numpy and torchvision transforms
+                    # stay on the host unless given device tensors.
+                    return _combine(arguments)
+                return UNKNOWN
+            if name is not None and name in _SAME_PLACE_METHODS:
+                return _combine([self.tensor(receiver(expr), function, depth + 1), *arguments])
+            if isinstance(expr.func, cst.Name) and expr.func.value in _CHEAP_BUILTINS and expr.func.value not in ctx.imports.defined:
+                return _combine(arguments)
+            if self.moves(expr):
+                return DEVICE
+            return UNKNOWN
+        return UNKNOWN
+
+    # -- collate functions ---------------------------------------------------------
+    def collate(self, expr: Optional[cst.BaseExpression], function: Optional[cst.FunctionDef], depth: int = 0) -> str:
+        """Where a `collate_fn` puts the batch: DEVICE when it takes a device
+        (`partial(collate, device=device)`, a lambda passing one, a function
+        of this module with a `device` parameter) or visibly moves data; HOST
+        for torch's `default_collate`, or a function or lambda of this module
+        that moves nothing and returns a tuple, list or dict display or a
+        torch call (standard containers that pinning walks into); else
+        UNKNOWN (a batch of a class of its own is pinned only through its
+        `pin_memory()` method, and an imported function may do anything)."""
+        if expr is None:
+            return HOST
+        if depth > _MAX_PLACEMENT_DEPTH:
+            return UNKNOWN
+        ctx = self.ctx
+        if isinstance(expr, cst.Lambda):
+            body = expr.body
+            if self.moves(body):
+                return DEVICE
+            if isinstance(body, cst.Call) and any(
+                arg.keyword is None and _names_device(arg.value) for arg in body.args
+            ):
+                return DEVICE  # `lambda b: collate(b, device)`
+            if isinstance(body, cst.Call) and not (ctx.qualname(body.func) or "").startswith("torch."):
+                inner = self.collate(body.func, function, depth + 1)
+                return inner if inner == DEVICE else (HOST if inner == HOST else UNKNOWN)
+            return HOST if _standard_batch(body, ctx) else UNKNOWN
+        if isinstance(expr, cst.Call):
+            if keyword(expr, "device") is not None:
+                return DEVICE  # partial(collate, device=device)
+            if ctx.qualname(expr.func) in ("functools.partial",):
+                first = positional(expr)
+                if first and not expr.args[0].star:
+                    return self.collate(first[0].value, function, depth + 1)
+            return UNKNOWN
+        qualified = ctx.qualname(expr)
+        if qualified in _DEFAULT_COLLATES:
+            return HOST
+        if isinstance(expr, cst.Name):
+            defined = self._defined_function(expr.value, function)
+            if defined is not None:
+                return self._collate_function(defined)
+            if self._takes_device(expr.value):
+                return DEVICE
+            values = self._lookup(expr.value, function)
+            if not values or any(v is None for v in values):
+                return UNKNOWN
+            return _combine(self.collate(v, function, depth + 1) for v in values)
+        return UNKNOWN
+
+    def _takes_device(self, name: str) -> bool:
+        return any(_has_device_param(f) for f in self.functions.get(name, ()))
+
+    def _collate_function(self, function: cst.FunctionDef) -> str:
+        from torchlint.walker import walk_nodes
+
+        if _has_device_param(function) or self.moves(function):
+            return DEVICE
+        returns = [n for n in walk_nodes(function.body) if isinstance(n, cst.Return)]
+        if not returns or any(isinstance(n, (cst.Yield, cst.FunctionDef, cst.ClassDef)) for n in walk_nodes(function.body)):
+            return UNKNOWN
+        if all(r.value is not None and _standard_batch(r.value, self.ctx) for r in returns):
+            return HOST
+        return UNKNOWN
+
+
+_REPORTING_FUNCTIONS = frozenset({"print", "str", "repr", "format", "isinstance", "getattr", "setattr", "hasattr"})
+_REPORTING_METHODS = frozenset({"info", "debug", "warning", "warn", "error", "log", "format", "write"})
+
+
+def _only_reports(call: cst.Call) -> bool:
+    """``print(device)``, ``logger.info(...)``: naming a device there makes no data."""
+    func = call.func
+    if isinstance(func, cst.Name):
+        return func.value in _REPORTING_FUNCTIONS
+    return method_name(call) in _REPORTING_METHODS
+
+
+def _standard_batch(expr: cst.BaseExpression, ctx: Context) -> bool:
+    """A tuple, list or dict display, or a call of torch (`torch.stack(...)`,
+    `default_collate(...)`): a batch that pinning walks into."""
+    if isinstance(expr, (cst.Tuple, cst.List, cst.Dict)):
+        return True
+    if isinstance(expr, cst.Call):
+        qualified = ctx.qualname(expr.func)
+        return qualified is not None and qualified.startswith("torch.")
+    return False
+
+
+def _has_device_param(function: cst.FunctionDef) -> bool:
+    params = function.params
+    return any(p.name.value == "device" for p in (*params.posonly_params, *params.params, *params.kwonly_params))
+
+
+def _names_device(expr: cst.BaseExpression) -> bool:
+    """``device``, ``self.device``, ``args.device``."""
+    name = expr.value if isinstance(expr, cst.Name) else expr.attr.value if isinstance(expr, cst.Attribute) else ""
+    return name == "device"
+
+
+def _to_cpu(call: cst.Call, ctx: Context) -> bool:
+    dev = keyword(call, "device")
+    if dev is None:
+        pos = positional(call)
+        dev = pos[0] if pos else None
+    return dev is not None and device_kind(dev.value, ctx) == "cpu"

@@ -130,16 +130,34 @@ class CreateThenMove(Rule):
     becomes `device="cuda:1"`.
 
     The fix is safe for the deterministic factories (`zeros`, `ones`, `empty`,
-    `full`, `eye`, `tensor`, `arange` with integer arguments, the `*_like`
-    variants): the values are the same on every device.
+    `full`, `eye`, `tensor`, the `*_like` variants, and `arange` when its
+    values are exact: only `end` given, every argument visibly an integer
+    such as `len(x)` or `x.size(0)`, or an integer `dtype=`). For every
+    program the rule reports, the fixed expression evaluates to a tensor
+    with the same device, dtype, shape, values, layout and memory format as
+    the original: the original's result is the output of `.to(device)`/
+    `.cuda()`, so it lives on that device in both versions, and whatever
+    later code does with it (use it on the host after `.cpu()`, index it
+    with a permutation drawn from a generator, compare it) sees the same
+    tensor. A device that turns out to be the CPU gives the factory's own
+    tensor in both versions (`.to("cpu")` of a CPU tensor returns it); a
+    device that is not available raises the same exception in both (checked
+    with torch 2.13 on a CPU-only build: `AssertionError: Torch not compiled
+    with CUDA enabled` from `torch.ones(3).to("cuda")` and from
+    `torch.ones(3, device="cuda")`); `torch.tensor(data)` builds on the host
+    and copies either way; and `.cuda()` and `device="cuda"` both mean the
+    current CUDA device. The contents of `torch.empty` are unspecified in
+    both versions.
 
     It is unsafe when:
     - the factory is random (`rand`, `randn`, `randint`, `randperm`,
       `rand_like`, `randn_like`): the device has its own random number
       generator, so under the same seed the tensor gets other values;
     - the factory computes floating-point values (`linspace`, `logspace`,
-      `arange` with a float argument): the device's arithmetic may round some
-      elements differently;
+      `arange` with a float argument, or with a `start`/`step` that may be a
+      float, `torch.arange(lo, hi, step)`): the device computes
+      `start + i * step` with its own arithmetic and may round some elements
+      differently;
     - a dtype given to `.to` is moved into a factory whose values are not all
       0 or 1 (`full`, `tensor`, `arange`, ...): the values are then built in
       that dtype instead of being rounded through the default dtype
@@ -425,6 +443,8 @@ class CreateThenMove(Rule):
             unsafe.append("random values differ on the device")
         if kind in _COMPUTED_ON_DEVICE or (kind == "arange" and _has_float(factory)):
             unsafe.append("float values are computed on the device")
+        elif kind == "arange" and not _arange_exact(factory):
+            unsafe.append("`start`/`step` may be floats, computed with the device's arithmetic")
         if parts.dtype is not None and kind not in _EXACT_IN_ANY_DTYPE:
             unsafe.append("values are built in the new dtype")
         requires_grad = keyword(factory, "requires_grad")
@@ -467,6 +487,51 @@ def _moves_next_to(move: cst.Call, source: cst.BaseExpression) -> bool:
         and isinstance(source, cst.Name)
         and value.value.value == source.value
     )
+
+
+_INTEGER_DTYPES = frozenset(
+    {"long", "int64", "int", "int32", "short", "int16", "int8", "uint8", "uint16", "uint32", "uint64", "bool"}
+)
+
+
+def _arange_exact(call: cst.Call) -> bool:
+    """Whether ``torch.arange(...)`` gives the same values on every device:
+    only ``end`` given (the values are the indices ``0, 1, 2, ...``, each
+    rounded once to the dtype), an integer ``dtype=``, or every argument
+    visibly an integer (an int64 result, computed exactly)."""
+    if any(arg.star for arg in call.args):
+        return False
+    dtype = keyword(call, "dtype")
+    if dtype is not None:
+        value = dtype.value
+        name = value.attr.value if isinstance(value, cst.Attribute) else None
+        return name in _INTEGER_DTYPES
+    pos = positional(call)
+    named = {arg.keyword.value for arg in call.args if arg.keyword is not None}
+    if not named & {"start", "step"} and (len(pos) == 1 or (not pos and "end" in named)):
+        return True
+    values = [arg.value for arg in call.args if arg.keyword is None or arg.keyword.value in ("start", "end", "step")]
+    return all(_visibly_integer(v) for v in values)
+
+
+def _visibly_integer(expr: cst.BaseExpression) -> bool:
+    """``3``, ``len(x)``, ``int(t)``, ``x.size(0)``, ``x.shape[1]``, ``x.numel()``
+    and sums, differences, products, floor divisions of those."""
+    if isinstance(expr, cst.Integer):
+        return True
+    if isinstance(expr, cst.UnaryOperation) and isinstance(expr.operator, (cst.Minus, cst.Plus)):
+        return _visibly_integer(expr.expression)
+    if isinstance(expr, cst.BinaryOperation) and isinstance(
+        expr.operator, (cst.Add, cst.Subtract, cst.Multiply, cst.FloorDivide, cst.Modulo)
+    ):
+        return _visibly_integer(expr.left) and _visibly_integer(expr.right)
+    if isinstance(expr, cst.Call):
+        if isinstance(expr.func, cst.Name) and expr.func.value in ("len", "int"):
+            return True
+        return method_name(expr) in ("size", "numel", "dim") and bool(expr.args) == (method_name(expr) == "size")
+    if isinstance(expr, cst.Subscript) and isinstance(expr.value, cst.Attribute):
+        return expr.value.attr.value == "shape"
+    return False
 
 
 def _has_float(call: cst.Call) -> bool:

@@ -1,6 +1,6 @@
 from __future__ import annotations
 
-from typing import Dict, List, Optional, Set, Tuple
+from typing import List, Optional, Set, Tuple
 
 import libcst as cst
 
@@ -18,9 +18,8 @@ from torchlint.rules._helpers import (
     moves_to_device,
     positional,
 )
+from torchlint.rules._loaders import DATALOADERS, DEVICE, HOST, dataset_argument, placement
 from torchlint.rules._one_batch import loader_fetches_one_batch
-
-DATALOADERS = frozenset({"torch.utils.data.DataLoader", "torch.utils.data.dataloader.DataLoader"})
 
 # Device types for which pinned host memory does not help (MPS shares memory
 # with the host and does not support pinning; meta tensors hold no data).
@@ -62,24 +61,84 @@ class DataLoaderPinMemory(Rule):
     ```
 
     ## Fix safety
-    Adding `pin_memory=True` where the keyword is absent is safe: the batches
-    hold the same values, only in page-locked memory (on a machine without
-    CUDA the loader warns once and does not pin).
+    `pin_memory=True` makes the loader pass every batch through
+    `torch.utils.data._utils.pin_memory.pin_memory`, which calls
+    `Tensor.pin_memory()` on each tensor it finds (inside dicts, lists,
+    tuples and namedtuples, or through an object's own `pin_memory()` method).
+    For a tensor that is already on a device this raises `RuntimeError:
+    cannot pin 'torch.cuda.FloatTensor' only dense CPU tensors can be pinned`
+    on the first batch. So the rule stays silent where the dataset visibly
+    yields device tensors (see below), and its fix is safe only where the
+    dataset is known to yield host tensors. Then the batches hold the same
+    values, only in page-locked memory. On a machine without an accelerator,
+    or on MPS, the loader does not pin and warns ("'pin_memory' argument is
+    set as true but no accelerator is found") each time iteration starts
+    (`torch/utils/data/dataloader.py`); the fix counts that as no change in
+    behaviour, like Ruff's safe fixes, but a program that turns warnings
+    into errors (`python -W error`, pytest's `filterwarnings = error`) on
+    such a machine would stop there.
 
-    Changing an explicit `pin_memory=False` to `True` is unsafe: the author may
-    have turned pinning off on purpose, for instance because page-locked
-    memory is scarce on the host (every worker's prefetched batches stay
-    pinned) or because a custom batch type cannot be pinned.
+    Adding `pin_memory=True` where the keyword is absent is safe when:
+    - the dataset is a `torchvision.datasets` dataset (it reads and decodes
+      files on the host) whose other arguments, such as `transform=`, are
+      visibly on the host (`transforms.Compose([...])`, a function of this
+      file that moves nothing);
+    - or a `TensorDataset` of tensors visibly created on the host (a factory
+      such as `torch.randn(n, 3)` without `device=`, `torch.from_numpy(...)`,
+      `x.cpu()`, names assigned such values), in a file that does not change
+      the default device (`torch.set_default_device`, `with torch.device(...)`);
+    - or an instance of a dataset class of this file whose code (every
+      method: `__init__`, `__getitem__`, `__iter__`, helpers) never moves data
+      to a device, whose bases are torch's `Dataset`/`IterableDataset` (or
+      such classes of this file), and whose constructor arguments are
+      visibly on the host (literals, host tensors as above);
+    - or a `random_split`/`Subset`/`ConcatDataset` of such datasets;
+    - and there is no `collate_fn=`, or it is torch's `default_collate`, or a
+      function or lambda of this file that moves nothing and returns a tuple,
+      list or dict display or a torch call (`torch.stack(...)`). Without a
+      `collate_fn`, `default_collate` builds the batch from tensors, numbers,
+      strings, dicts, lists, tuples and namedtuples (it raises for anything
+      else), and pinning walks into exactly those containers the same way.
+
+    It is unsafe otherwise, because the rule cannot see what the batches
+    hold:
+    - a dataset it cannot see into (a function parameter, `self.train_set`,
+      a class imported from another module, a `TensorDataset` of tensors from
+      a parameter or `torch.load` without `map_location="cpu"`) may yield
+      CUDA tensors, and pinning them raises;
+    - a `collate_fn` it cannot see into (imported, or returning an object of
+      a class of its own) may build the batch on a device; a batch of a class
+      of its own is pinned only through its `pin_memory()` method, which the
+      fix would start calling;
+    - a `pin_memory_device=` names a device of its own (deprecated and
+      ignored since PyTorch 2.6, where the current accelerator is used);
+    - an explicit `pin_memory=False`: the author may have turned pinning off
+      on purpose, for instance because page-locked memory is scarce on the
+      host (every worker's prefetched batches stay pinned) or because a
+      custom batch type cannot be pinned.
 
     A `DataLoader` given `**kwargs` or `*args` that may set `pin_memory`, or a
     `pin_memory=` whose value is not a literal, is not reported. Neither is a
     module that never moves data to an accelerator, or that only names `"mps"`.
 
     Also not reported, because pinning would not help or would break:
+    - a dataset that visibly yields device tensors: a dataset class of this
+      file whose code calls `.cuda()`, `.to(<device>)` (`self.device`,
+      `"cuda"`, not `"cpu"` or a dtype) or creates tensors with `device=`
+      something other than the CPU (in `__getitem__`, in an
+      `IterableDataset`'s `__iter__` generator, in `__init__`, or in a helper
+      method or base class), or that calls a function of this file that does
+      (a generator `rollout(env)` that yields `obs.cuda()`), or that hands a
+      device to another call (`rollout(self.env, self.device)`; printing or
+      logging it does not count); a dataset built by a function of this file
+      that moves data; a `TensorDataset` of moved tensors; a torchvision
+      dataset whose transform moves to a device; or a subset of one:
+      pinning such a batch raises;
     - a `collate_fn` that takes a device (`partial(collate, device=device)`, a
       lambda passing one, or a function of this file with a `device`
-      parameter): it builds the batch on the accelerator already, and the
-      loader cannot pin tensors that are not on the host (it raises an error);
+      parameter) or visibly moves the batch (`torch.stack(b).cuda()`): it
+      builds the batch on the accelerator already, and the loader cannot pin
+      tensors that are not on the host (it raises an error);
     - a dataset whose items hold no data to copy: `range(...)`, or an instance
       of a class of this file whose `__getitem__` returns only the index and
       attributes of the dataset itself (a dataset that repeats a prompt N
@@ -100,6 +159,10 @@ class DataLoaderPinMemory(Rule):
     ## References
     - PyTorch Performance Tuning Guide, "Use pinned memory for faster host to device transfers"
     - `torch.utils.data.DataLoader` documentation, "Memory Pinning"
+    - PyTorch source, `torch/utils/data/_utils/pin_memory.py` (`pin_memory()`
+      calls `Tensor.pin_memory()` on every tensor of a batch) and
+      `torch/utils/data/dataloader.py` (pinning happens only when an
+      accelerator is available)
     """
 
     code = "TL202"
@@ -110,12 +173,17 @@ class DataLoaderPinMemory(Rule):
 
     VALID = [
         "import torch\nloader = torch.utils.data.DataLoader(ds, pin_memory=True)\nmodel.cuda()\n",
+        "import torch\nclass Samples(torch.utils.data.Dataset):\n"
+        "    def __getitem__(self, i):\n        return self.x[i].to(self.device)\n"
+        "loader = torch.utils.data.DataLoader(Samples())\nmodel.cuda()\n",
         "import torch\nloader = torch.utils.data.DataLoader(ds)\n",
         "import torch\nloader = torch.utils.data.DataLoader(ds, **kw)\nmodel.cuda()\n",
         "import torch\nclass DataLoader: ...\nloader = DataLoader(ds)\nmodel.cuda()\n",
     ]
     INVALID = [
         "import torch\nloader = torch.utils.data.DataLoader(ds)\nmodel.cuda()\n",
+        "import torch\nx = torch.randn(64, 3)\n"
+        "loader = torch.utils.data.DataLoader(torch.utils.data.TensorDataset(x))\nmodel.cuda()\n",
         "from torch.utils.data import DataLoader\nloader = DataLoader(ds, pin_memory=False)\nx.to('cuda')\n",
     ]
 
@@ -129,19 +197,11 @@ class DataLoaderPinMemory(Rule):
         super().__init__(context)
         # Test files are skipped; so is a file that never says `DataLoader`.
         self._off = context.is_test_file or "DataLoader" not in context.source
-        self._candidates: List[Tuple[cst.Call, Optional[cst.Arg], int]] = []
+        # (call, its `pin_memory` argument if given, the function it is in);
+        # names, classes and collate functions are looked up afterwards in the
+        # module's shared `Placement` (rules/_loaders.py).
+        self._candidates: List[Tuple[cst.Call, Optional[cst.Arg], Optional[cst.FunctionDef]]] = []
         self._moves = False
-        # (function, name) -> the values assigned to the name there (None: bound
-        # some other way), to follow `collate_fn=name` and `DataLoader(name)`.
-        self._values: Dict[Tuple[int, str], List[Optional[cst.BaseExpression]]] = {}
-        # Functions of this module that take a `device` parameter.
-        self._device_functions: Set[str] = set()
-        # Dataset classes of this module: whether their items hold no data.
-        self._classes: Dict[str, List[bool]] = {}
-
-    def _scope(self) -> int:
-        function = self.context.enclosing_function()
-        return id(function) if function is not None else 0
 
     def visit_Call(self, node: cst.Call) -> None:
         if self._off:
@@ -154,7 +214,7 @@ class DataLoaderPinMemory(Rule):
                 return
             if loader_fetches_one_batch(node, self.context):
                 return  # `next(iter(loader))`: one batch, nothing to overlap
-            self._candidates.append((node, arg, self._scope()))
+            self._candidates.append((node, arg, self.context.enclosing_function()))
             return
         if not self._moves and self._is_move(node):
             self._moves = True
@@ -165,69 +225,7 @@ class DataLoaderPinMemory(Rule):
         if _accelerator(node.value, self.context):
             self._moves = True
 
-    # -- where a collate function or a dataset comes from ------------------------
-    def visit_Assign(self, node: cst.Assign) -> None:
-        if self._off:
-            return
-        for target in node.targets:
-            self._bind(target.target, node.value)
-
-    def _bind(self, target: cst.BaseExpression, value: Optional[cst.BaseExpression]) -> None:
-        if isinstance(target, cst.Name):
-            self._values.setdefault((self._scope(), target.value), []).append(value)
-        elif isinstance(target, (cst.Tuple, cst.List)):
-            for element in target.elements:
-                self._bind(element.value, None)
-
-    def visit_FunctionDef(self, node: cst.FunctionDef) -> None:
-        if self._off:
-            return
-        params = node.params
-        if any(p.name.value == "device" for p in (*params.posonly_params, *params.params, *params.kwonly_params)):
-            self._device_functions.add(node.name.value)
-
-    def visit_ClassDef(self, node: cst.ClassDef) -> None:
-        if self._off or not isinstance(node.body, cst.IndentedBlock):
-            return
-        itemless = False
-        for stmt in node.body.body:
-            if isinstance(stmt, cst.FunctionDef) and stmt.name.value == "__getitem__":
-                itemless = _items_hold_no_data(stmt)
-        self._classes.setdefault(node.name.value, []).append(itemless)
-
-    def _lookup(self, name: str, scope: int) -> Optional[List[Optional[cst.BaseExpression]]]:
-        values = self._values.get((scope, name))
-        if values is None and scope != 0:
-            values = self._values.get((0, name))
-        return values
-
-    def _collates_on_device(self, expr: cst.BaseExpression, scope: int, depth: int = 0) -> bool:
-        """A `collate_fn` that takes a device and so builds batches on it."""
-        if depth > 4:
-            return False
-        if isinstance(expr, cst.Lambda):
-            expr = expr.body
-            if isinstance(expr, cst.Call) and any(
-                arg.keyword is None and _names_device(arg.value) for arg in expr.args
-            ):
-                return True
-        if isinstance(expr, cst.Call):
-            if keyword(expr, "device") is not None:
-                return True  # partial(collate, device=device)
-            return isinstance(expr.func, cst.Name) and expr.func.value in self._device_functions or any(
-                arg.keyword is None and isinstance(arg.value, cst.Name) and arg.value.value in self._device_functions
-                for arg in expr.args
-            )  # collate(batch, ...) in a lambda, partial(collate, ...)
-        if isinstance(expr, cst.Name):
-            if expr.value in self._device_functions:
-                return True
-            values = self._lookup(expr.value, scope)
-            return bool(values) and any(
-                v is not None and self._collates_on_device(v, scope, depth + 1) for v in values
-            )
-        return False
-
-    def _holds_no_data(self, expr: Optional[cst.BaseExpression], scope: int, depth: int = 0) -> bool:
+    def _holds_no_data(self, expr: Optional[cst.BaseExpression], function, where, depth: int = 0) -> bool:
         """A dataset whose items hold no tensors worth pinning."""
         if expr is None or depth > 4:
             return False
@@ -237,28 +235,42 @@ class DataLoaderPinMemory(Rule):
                 if name == "range":
                     return True
                 args = positional(expr)
-                return len(args) == 1 and self._holds_no_data(args[0].value, scope, depth + 1)
-            kinds = self._classes.get(name)
-            return bool(kinds) and all(kinds)
+                return len(args) == 1 and self._holds_no_data(args[0].value, function, where, depth + 1)
+            classes = where.classes.get(name)
+            return bool(classes) and all(_itemless(klass) for klass in classes)
         if isinstance(expr, cst.Name):
-            values = self._lookup(expr.value, scope)
-            return bool(values) and all(v is not None and self._holds_no_data(v, scope, depth + 1) for v in values)
+            values = where.values_of(expr.value, function)
+            return bool(values) and all(
+                v is not None and self._holds_no_data(v, function, where, depth + 1) for v in values
+            )
         return False
 
     def leave_Module(self, node: cst.Module) -> None:
-        if self._off or not self._moves or "torch_xla" in self.context.source:
+        if self._off or not self._moves or not self._candidates or "torch_xla" in self.context.source:
             return
-        for call, arg, scope in self._candidates:
+        where = placement(self.context)
+        for call, arg, function in self._candidates:
+            dataset = dataset_argument(call)
+            if self._holds_no_data(dataset, function, where):
+                continue
+            # A dataset or collate function that visibly puts tensors on a
+            # device: `Tensor.pin_memory()` would raise on the first batch.
+            items = where.dataset(dataset, function)
             collate = keyword(call, "collate_fn")
-            if collate is not None and self._collates_on_device(collate.value, scope):
+            batch = where.collate(collate.value if collate is not None else None, function)
+            if DEVICE in (items, batch):
                 continue
-            if self._holds_no_data(dataset_argument(call), scope):
-                continue
+            safe = (
+                arg is None
+                and items == HOST
+                and batch == HOST
+                and keyword(call, "pin_memory_device") is None
+            )
             self.report(
                 call,
                 self._MESSAGE,
                 fix=Fix(
-                    Applicability.SAFE if arg is None else Applicability.UNSAFE,
+                    Applicability.SAFE if safe else Applicability.UNSAFE,
                     "Pass `pin_memory=True`",
                     lambda call=call, arg=arg: codemod.pin_memory_true(call, arg),
                 ),
@@ -275,21 +287,14 @@ class DataLoaderPinMemory(Rule):
         return not _names_unpinnable(value, self.context)
 
 
-def dataset_argument(call: cst.Call) -> Optional[cst.BaseExpression]:
-    """The `dataset` given to a `DataLoader(...)` call, if visible."""
-    arg = keyword(call, "dataset")
-    if arg is not None:
-        return arg.value
-    pos = positional(call)
-    if pos and not (call.args and call.args[0].star):
-        return pos[0].value
-    return None
-
-
-def _names_device(expr: cst.BaseExpression) -> bool:
-    """``device``, ``self.device``, ``args.device``."""
-    name = expr.value if isinstance(expr, cst.Name) else expr.attr.value if isinstance(expr, cst.Attribute) else ""
-    return name == "device"
+def _itemless(klass: cst.ClassDef) -> bool:
+    """A dataset class whose `__getitem__` returns no data (see below)."""
+    itemless = False
+    if isinstance(klass.body, cst.IndentedBlock):
+        for stmt in klass.body.body:
+            if isinstance(stmt, cst.FunctionDef) and stmt.name.value == "__getitem__":
+                itemless = _items_hold_no_data(stmt)
+    return itemless
 
 
 def _items_hold_no_data(getitem: cst.FunctionDef) -> bool:

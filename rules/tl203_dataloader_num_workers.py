@@ -10,11 +10,13 @@ from torchlint.rule import Rule
 from torchlint.rules._helpers import argument, keyword, literal_number, positional
 from torchlint.rules._loaders import (
     DATALOADERS,
+    DEVICE,
     IN_MEMORY_DATASETS,
     ITERABLE_DATASETS,
     SUBSETS,
     dataset_argument,
     indexes_memory_only,
+    placement,
 )
 from torchlint.rules._one_batch import loader_fetches_one_batch
 
@@ -93,9 +95,16 @@ class DataLoaderNumWorkers(Rule):
     - an iterable-style dataset (a class of this file deriving from
       `IterableDataset`, or a name like `train_iter`), where workers duplicate
       the data unless it shards itself;
-    - a `collate_fn` that takes a device (`partial(collate, device=device)`, or
-      a function of this file with a `device` parameter): it builds batches on
-      the accelerator, which worker processes cannot do;
+    - a dataset or `collate_fn` that visibly puts tensors on a device: a
+      dataset class of this file whose code calls `.cuda()`, `.to(<device>)`
+      or creates tensors with a non-CPU `device=` (in `__getitem__`, an
+      `IterableDataset`'s `__iter__`, `__init__` or a helper), a torchvision
+      dataset whose transform moves to a device, or a `collate_fn` that takes
+      a device (`partial(collate, device=device)`, a function of this file
+      with a `device` parameter) or moves the batch: worker processes cannot
+      make CUDA tensors (with the default `fork` start method CUDA cannot be
+      re-initialised in a worker). This is the same question TL202 asks
+      before adding `pin_memory=True`, answered by the same code;
     - a loader only used to fetch a batch or two outside any loop:
       `next(iter(DataLoader(...)))`, `loader = DataLoader(...)` then
       `next(iter(loader))`, or `it = iter(loader)` then `next(it)` /
@@ -156,8 +165,6 @@ class DataLoaderNumWorkers(Rule):
         self._values: Dict[Tuple[object, str], List[_Value]] = {}
         # class defined in this module -> "memory" / "iterable" / None, per definition
         self._classes: Dict[str, List[Optional[str]]] = {}
-        # functions defined in this module -> their parameter names, per definition
-        self._functions: Dict[str, List[Tuple[str, ...]]] = {}
 
     # -- collecting ------------------------------------------------------------
     def visit_Call(self, node: cst.Call) -> None:
@@ -195,10 +202,6 @@ class DataLoaderNumWorkers(Rule):
                 if isinstance(stmt, cst.FunctionDef) and stmt.name.value == "__getitem__":
                     kind = "memory" if indexes_memory_only(stmt, self.context) else "work"
         self._classes.setdefault(node.name.value, []).append(kind)
-
-    def visit_FunctionDef(self, node: cst.FunctionDef) -> None:
-        if self._active:
-            self._functions.setdefault(node.name.value, []).append(_parameters(node))
 
     def _record(self, target: cst.BaseExpression, value: cst.BaseExpression, part: bool) -> None:
         """Remember what a name or `self.attr` is assigned (`part`: one element
@@ -245,11 +248,20 @@ class DataLoaderNumWorkers(Rule):
 
     # -- deciding ----------------------------------------------------------------
     def leave_Module(self, node: cst.Module) -> None:
+        if not self._candidates:
+            return
+        where = placement(self.context)
         for call, function, klass, explicit in self._candidates:
-            if not self._works_per_item(dataset_argument(call), function, klass, 0):
+            dataset = dataset_argument(call)
+            if not self._works_per_item(dataset, function, klass, 0):
                 continue
+            # Items or batches put on a device (the same question TL202 asks):
+            # worker processes cannot make CUDA tensors.
             collate = keyword(call, "collate_fn")
-            if collate is not None and self._collates_on_device(collate.value, function, klass, 0):
+            if DEVICE in (
+                where.dataset(dataset, function),
+                where.collate(collate.value if collate is not None else None, function),
+            ):
                 continue
             what = "`DataLoader(num_workers=0)`" if explicit else "`DataLoader` without `num_workers`"
             self.report(call, f"{what} loads every batch in the main process, {self._ADVICE}")
@@ -319,26 +331,6 @@ class DataLoaderNumWorkers(Rule):
             if not ok:
                 return False
         return True
-
-    def _collates_on_device(
-        self, expr: cst.BaseExpression, function: Optional[cst.FunctionDef], klass: Optional[cst.ClassDef], depth: int
-    ) -> bool:
-        """Whether a `collate_fn` takes a device (`partial(collate, device=device)`,
-        or a function of this module with a `device` parameter): it builds the
-        batch on the accelerator, which worker processes cannot do."""
-        if depth > _MAX_DEPTH:
-            return False
-        if isinstance(expr, cst.Call):
-            return keyword(expr, "device") is not None
-        if isinstance(expr, cst.Name):
-            if any("device" in params for params in self._functions.get(expr.value, ())):
-                return True
-            values = self._bindings(expr, function, klass)
-            return bool(values) and any(
-                not part and self._collates_on_device(value, where, owner, depth + 1)
-                for value, part, where, owner in values
-            )
-        return False
 
 
 # Dataset families that read and decode files for every item.

@@ -18,7 +18,7 @@ from torchlint.rules._helpers import (
     positional,
     receiver,
 )
-from torchlint.rules._loaders import LoaderIndex
+from torchlint.rules._loaders import DEVICE, HOST, LoaderIndex, placement
 
 _COMPREHENSIONS = (cst.ListComp, cst.SetComp, cst.DictComp, cst.GeneratorExp)
 _STATEMENTS = (cst.BaseSmallStatement, cst.BaseCompoundStatement)
@@ -28,6 +28,32 @@ _UNPINNABLE = ("mps", "meta", "cpu")
 _METADATA_ONLY = frozenset({"requires_grad_", "share_memory_", "record_stream"})
 
 _Event = Tuple
+
+# Methods whose result shares memory with the receiver: writing into the
+# result writes into the batch.
+_ALIASING_METHODS = frozenset(
+    {
+        "view", "view_as", "reshape", "flatten", "squeeze", "unsqueeze", "permute", "transpose", "t",
+        "narrow", "select", "expand", "expand_as", "unfold", "split", "chunk", "unbind", "numpy",
+        "detach", "as_strided", "contiguous", "movedim", "swapaxes", "diagonal", "values", "items",
+        "get", "pin_memory",
+    }
+)
+# Builtins whose result holds the argument's tensors themselves.
+_ALIASING_BUILTINS = frozenset(
+    {"list", "tuple", "dict", "sorted", "reversed", "zip", "enumerate", "iter", "next", "min", "max", "getattr"}
+)
+# Builtins that neither write into their arguments nor return them.
+_PURE_BUILTINS = frozenset(
+    {
+        "len", "print", "isinstance", "type", "id", "repr", "str", "format", "hash", "bool", "int",
+        "float", "hasattr", "any", "all", "sum", "callable",
+    }
+)
+# Attributes that only describe a tensor (reading them cannot write data).
+_METADATA = frozenset(
+    {"shape", "dtype", "device", "ndim", "is_cuda", "layout", "requires_grad", "is_sparse", "names"}
+)
 
 
 class _Loop:
@@ -99,23 +125,49 @@ class CopyWithoutNonBlocking(Rule):
     ```
 
     ## Fix safety
-    Adding `non_blocking=True` is safe. The copy is queued on the current CUDA
-    stream, so every kernel queued after it on that stream (the forward pass)
-    sees the copied data; the source is a pinned batch that the loader does
-    not reuse, and PyTorch's pinned-memory allocator does not hand its memory
-    out again until the copy has finished, even if the batch is freed. The
-    only way to observe the difference would be to read the destination from
-    the host before the copy has finished, which a device tensor does not
-    allow without synchronizing (`.item()`, `.cpu()` and printing wait for the
-    stream). On a machine without CUDA the device is the CPU and the flag does
-    nothing.
+    Adding `non_blocking=True` to a host-to-CUDA copy of a pinned batch is
+    safe. The copy is queued on the current CUDA stream, so every kernel
+    queued after it on that stream (the forward pass) sees the copied data;
+    the source is a pinned batch that the loader does not reuse, and
+    PyTorch's pinned-memory allocator does not hand its memory out again
+    until the copy has finished, even if the batch is freed. The only way to
+    observe the difference would be to read the destination from the host
+    before the copy has finished, which a device tensor does not allow
+    without synchronizing (`.item()`, `.cpu()` and printing wait for the
+    stream). When the destination turns out to be the CPU (no GPU), a copy of
+    a host tensor to the CPU is no copy and the flag does nothing.
 
-    The fix is unsafe when:
+    The batch is known to hold host tensors: with `pin_memory=True` the
+    loader calls `Tensor.pin_memory()` on every tensor of the batch, which
+    raises for a tensor already on a device (`torch/utils/data/_utils/
+    pin_memory.py`), so a loader whose dataset or `collate_fn` visibly makes
+    device tensors is not reported at all (TL202 asks the same question).
+
+    The fix is therefore safe only when the destination is visibly CUDA or
+    the CPU: `.cuda(...)`, `"cuda:0"`, `torch.device("cuda", i)`, or a name
+    assigned only such devices in the module (`device =
+    torch.device("cuda" if torch.cuda.is_available() else "cpu")`). It is
+    unsafe when:
+    - the device comes from elsewhere (a parameter, `self.device`,
+      `args.device`, a call) or may be MPS: the loader does not pin on MPS,
+      and a non-blocking copy from pageable memory to MPS can read the batch
+      after it has been freed and silently copy other data
+      (pytorch/pytorch#139550, #189690);
+    - the destination may be the CPU and the loader has a `collate_fn` whose
+      batches the rule cannot see: an object of a class of its own is not
+      pinned (`pin_memory()` returns it unchanged) and may hold CUDA tensors,
+      and a non-blocking device-to-host copy gives a tensor the host may read
+      before the data has arrived;
     - `non_blocking=False` is written explicitly: the author may have chosen
       it on purpose;
-    - the loop later writes into the batch in place on the host (`x += 1`,
-      `x.mul_(2)`, `x[mask] = 0`): an asynchronous copy may read the source
-      after that write.
+    - after the copy, the loop writes into the batch on the host, directly
+      (`x += 1`, `x.mul_(2)`, `x[mask] = 0`), through a view or alias of it
+      (`v = x.view(-1); v.zero_()`, `a = x.numpy(); a[:] = 0`, `list(x)`), or
+      possibly through a call that is given it (`augment(x)`,
+      `F.relu(x, inplace=True)`, `torch.add(x, 1, out=x)`; torch functions
+      without `out=`/`inplace=` and builtins such as `len` or `print` are
+      known not to write): an asynchronous copy may read the source after
+      that write.
 
     Not reported: a copy inside `with torch.cuda.stream(...)` (a prefetcher
     manages its own streams and events), a `non_blocking=` whose value is not
@@ -323,6 +375,37 @@ class CopyWithoutNonBlocking(Rule):
         elif name is not None and name.endswith("_") and not name.startswith("__") and name not in _METADATA_ONLY:
             self._event(("mutate", receiver(node)))
 
+    def leave_Call(self, original_node: cst.Call) -> None:
+        """A call that takes the loop's data as an argument and may write into
+        it (`augment(x)`, `F.relu(x, inplace=True)`, `torch.add(x, 1, out=x)`),
+        recorded after its arguments (a copy among them runs first)."""
+        if not self._active or not self._frames[-1] or not original_node.args:
+            return
+        if self._leaves_arguments_alone(original_node):
+            return
+        for arg in original_node.args:
+            value = arg.value
+            if isinstance(value, cst.Attribute) and value.attr.value in _METADATA:
+                continue
+            if isinstance(value, (cst.Name, cst.Attribute, cst.Subscript)):
+                self._event(("mutate", value))
+
+    def _leaves_arguments_alone(self, call: cst.Call) -> bool:
+        func = call.func
+        if isinstance(func, cst.Name) and _builtin(func.value, self.context):
+            return func.value in _PURE_BUILTINS or func.value in _ALIASING_BUILTINS
+        qualified = self.context.qualname(func)
+        if qualified is None or not qualified.startswith("torch.") or qualified.endswith("_"):
+            return False
+        if keyword(call, "out") is not None:
+            return False
+        inplace = keyword(call, "inplace")
+        if inplace is not None and literal_bool(inplace.value) is not False:
+            return False
+        if qualified.startswith("torch.nn.functional.") and len(positional(call)) > 1:
+            return False  # `F.relu(x, True)`: `inplace` given by position
+        return True
+
     def _event(self, event: _Event) -> None:
         for loop in self._frames[-1]:
             loop.events.append(event)
@@ -401,12 +484,79 @@ class CopyWithoutNonBlocking(Rule):
             loaders = self._index.pinned(loop.loader, loop.scope)
             if not loaders:
                 continue
+            where = placement(self.context)  # built once per file, on first need
+            kinds = [where.loader(l) for l in loaders]
+            if any(DEVICE in pair for pair in kinds):
+                continue  # pinning a batch of device tensors raises before any copy
+            host_batches = all(batch == HOST for _, batch in kinds)
             whole_batch_ok = all(keyword(l, "collate_fn") is None and not has_star(l) for l in loaders)
             for call, arg, safe in self._copies(loop, whole_batch_ok):
                 if id(call) in reported:
                     continue
                 reported.add(id(call))
+                safe = safe and self._destination(call, loop.scope, host_batches)
                 self._report(call, arg, safe)
+
+    # -- where the copy goes ---------------------------------------------------------
+    def _destination(self, call: cst.Call, scope, host_batches: bool) -> bool:
+        """Whether `non_blocking=True` is safe for where this copy goes: a
+        CUDA device (`.cuda()`, `"cuda:0"`), or a name assigned only CUDA or
+        CPU devices in this module (`torch.device("cuda" if ... else "cpu")`).
+        A device from elsewhere may be MPS, where a non-blocking copy from
+        pageable memory (the loader does not pin on MPS) can read the batch
+        after it is freed. A CPU destination is safe only for host batches:
+        a batch object of its own is not pinned and may hold CUDA tensors, and
+        a non-blocking device-to-host copy is read before it has arrived."""
+        if method_name(call) == "cuda":
+            return True
+        device = keyword(call, "device")
+        if device is None:
+            pos = positional(call)
+            device = pos[0] if pos else None
+        if device is None:
+            return False
+        kinds = self._device_kinds(device.value, scope, 0)
+        if kinds is None:
+            return False
+        return "cpu" not in kinds or host_batches
+
+    def _device_kinds(self, expr: cst.BaseExpression, scope, depth: int) -> Optional[set]:
+        """The device types ``expr`` may be, when only "cuda" and "cpu"."""
+        if depth > 6:
+            return None
+        if isinstance(expr, cst.Integer):
+            return {"cuda"}
+        if isinstance(expr, cst.FormattedString):
+            first = expr.parts[0] if expr.parts else None
+            if isinstance(first, cst.FormattedStringText) and first.value.startswith("cuda"):
+                return {"cuda"}
+            return None
+        kind = device_type(expr, self.context)
+        if kind is not None:
+            return {kind} if kind in ("cuda", "cpu") else None
+        if isinstance(expr, cst.IfExp):
+            body = self._device_kinds(expr.body, scope, depth + 1)
+            orelse = self._device_kinds(expr.orelse, scope, depth + 1)
+            return body | orelse if body is not None and orelse is not None else None
+        if isinstance(expr, cst.Call) and self.context.qualname(expr.func) == "torch.device":
+            pos = positional(expr)
+            if pos and not expr.args[0].star:
+                return self._device_kinds(pos[0].value, scope, depth + 1)
+            return None
+        if isinstance(expr, cst.Name):
+            bindings = self._index.lookup(expr.value, scope)
+            if not bindings:
+                return None
+            kinds: set = set()
+            for binding in bindings:
+                if binding.kind != "assign" or binding.index is not None:
+                    return None
+                found = self._device_kinds(binding.value, binding.scope, depth + 1)
+                if found is None:
+                    return None
+                kinds |= found
+            return kinds
+        return None
 
     def _copies(self, loop: _Loop, whole_batch_ok: bool) -> List[list]:
         """Replay the loop body: which copies take the loop's data, and whether
@@ -453,7 +603,7 @@ class CopyWithoutNonBlocking(Rule):
         if recv is None:
             return None
         root = _root(recv)
-        if root is None or root not in data:
+        if root is None or root not in data or data[root] == "alias":
             return None
         if isinstance(recv, cst.Name) and data[root] == "whole" and not whole_batch_ok:
             return None
@@ -502,12 +652,33 @@ def _root(expr: cst.BaseExpression) -> Optional[str]:
 
 def _kind(expr: cst.BaseExpression, data: Dict[str, str]) -> Optional[str]:
     """``"whole"`` for a name holding a whole batch, ``"part"`` for anything
-    taken from the loop's data, None otherwise."""
+    taken from the loop's data, ``"alias"`` for a value that shares memory
+    with it without being a batch of the loader (``x.view(-1)``,
+    ``x.numpy()``, ``list(batch)``: writing into it writes into the batch,
+    but it is not reported as a copy), None otherwise."""
     if isinstance(expr, cst.Name):
         return data.get(expr.value)
     if isinstance(expr, (cst.Attribute, cst.Subscript)):
-        return "part" if _root(expr) in data else None
+        root = _root(expr)
+        if root not in data:
+            return None
+        return "alias" if data[root] == "alias" else "part"
+    if isinstance(expr, cst.Call):
+        name = method_name(expr)
+        if name in _ALIASING_METHODS:
+            source = receiver(expr)
+            return "alias" if source is not None and _kind(source, data) else None
+        if isinstance(expr.func, cst.Name) and expr.func.value in _ALIASING_BUILTINS:
+            if any(_kind(arg.value, data) for arg in expr.args):
+                return "alias"
     return None
+
+
+def _derived(kind: Optional[str]) -> Optional[str]:
+    """The kind of a part of a value of kind ``kind``."""
+    if kind is None:
+        return None
+    return "alias" if kind == "alias" else "part"
 
 
 def _bind_names(data: Dict[str, str], target: cst.BaseExpression, kind: Optional[str]) -> None:
@@ -534,7 +705,7 @@ def _bind(data: Dict[str, str], target: cst.BaseExpression, value: cst.BaseExpre
             for t, v in zip(target.elements, value.elements):
                 _bind(data, t.value, v.value)
             return
-        _bind_names(data, target, "part" if _kind(value, data) else None)
+        _bind_names(data, target, _derived(_kind(value, data)))
     elif isinstance(target, (cst.Name, cst.StarredElement)):
         _bind_names(data, target, _kind(value, data))
 
@@ -543,15 +714,16 @@ def _bind_iteration(data: Dict[str, str], target: cst.BaseExpression, iterable: 
     """``for target in iterable`` (a statement or a comprehension clause)."""
     if isinstance(iterable, cst.Call) and not iterable.args and method_name(iterable) in ("items", "values"):
         source = receiver(iterable)
-        if source is not None and _kind(source, data):
+        kind = _kind(source, data) if source is not None else None
+        if kind:
             if method_name(iterable) == "values":
-                _bind_names(data, target, "part")
+                _bind_names(data, target, _derived(kind))
                 return
             if isinstance(target, (cst.Tuple, cst.List)) and len(target.elements) == 2:
                 _bind_names(data, target.elements[0].value, None)
-                _bind_names(data, target.elements[1].value, "part")
+                _bind_names(data, target.elements[1].value, _derived(kind))
                 return
-    _bind_names(data, target, "part" if _kind(iterable, data) else None)
+    _bind_names(data, target, _derived(_kind(iterable, data)))
 
 
 def _string_key(target: cst.Subscript) -> bool:

@@ -23,9 +23,14 @@ _ARITHMETIC = (cst.Add, cst.Subtract, cst.Multiply, cst.Divide, cst.FloorDivide,
 class _Scope:
     """What one function (or the module's top level) does, for the decision at its end."""
 
-    __slots__ = ("losses", "backpropagated", "assignments", "accumulations")
+    __slots__ = ("losses", "backpropagated", "assignments", "accumulations", "retained", "bindings")
 
     def __init__(self) -> None:
+        # loops whose backward call keeps the graph (`retain_graph=`, `create_graph=`)
+        self.retained: Set[int] = set()
+        # (name, whether the new value is arithmetic on the old one) for every
+        # binding of a name in the function: `loss = f(x)`, `loss /= n`, `for loss in ...`
+        self.bindings: List[Tuple[str, bool]] = []
         # loop -> the loss expressions (dotted names) backpropagated in it
         self.losses: Dict[int, Set[str]] = {}
         # expressions handed to backward()/autograd.grad(), in full
@@ -109,12 +114,43 @@ class LossGraphRetained(Rule):
     ```
 
     ## Fix safety
-    The fix replaces the accumulated loss by `loss.detach()` and is safe: the
-    accumulated values are the same numbers on the same device, only without
-    autograd history. The rule has checked that the accumulator is never
-    backpropagated in the function, which is the only thing the history could
-    be used for. (`detach()` is preferred to `.item()`/`float()`, which would
-    block the host until the device has finished, every iteration.)
+    The fix replaces the accumulated loss by `loss.detach()`. It is safe when
+    the rule can show that the accumulated name holds the very tensor that
+    was backpropagated, and that its graph is not kept for later use:
+    - `detach()` returns a tensor with the same values, dtype, device and
+      storage, only without autograd history, so every number read from the
+      accumulator (`.item()`, `float()`, printing, dividing by the step count)
+      is the same;
+    - the history could only be used by a backward pass through the
+      accumulator; the rule checks that none happens in the function (it is
+      then not reported), and the loop's own `backward()` call, given no
+      `retain_graph=`/`create_graph=`, frees the saved tensors of each
+      step's graph, so a later backward through the accumulator elsewhere
+      (after it is returned, or from an attribute) would already have
+      raised "Trying to backward through the graph a second time" (checked
+      with torch 2.13 for `m(x).pow(2).mean()` and even `(w * 2).sum()`).
+      The one exception is a graph that saves no tensor at all, such as
+      `(w + 1).sum()`, a loss with a constant gradient, which no training
+      loop minimises; for it a second backward through the accumulator
+      outside the function would find no gradient after the fix. What
+      still changes is the accumulator's autograd metadata
+      (`requires_grad` is False, `grad_fn` is None), and code that raised
+      because of it (`.numpy()` on a tensor that requires grad) now works;
+    - `detach()` is preferred to `.item()`/`float()`, which would block the
+      host until the device has finished, every iteration.
+
+    The fix is unsafe when:
+    - the loop's backward call keeps the graph (`retain_graph=` or
+      `create_graph=` anything but `False`, given by position, or hidden in
+      `**kwargs`): a second backward through the accumulator may be the
+      point, and it would then miss those steps' gradients;
+    - the loss name (or the object it is an attribute of, `outputs` in
+      `outputs.loss`) is bound more than once in the function other than by
+      arithmetic on itself (`loss = loss / n`, `loss /= n` keep a tensor a
+      tensor): at the accumulation it may hold something else, such as a
+      number from a meter, which has no `.detach()` (the fixed code would
+      raise `AttributeError`); a parameter of the same name counts as a
+      binding.
 
     ## References
     - PyTorch documentation, "Frequently Asked Questions", section "My model
@@ -128,7 +164,7 @@ class LossGraphRetained(Rule):
     code = "TL303"
     name = "loss-graph-retained"
     summary = "A backpropagated loss accumulated with its autograd graph keeps every step's graph alive"
-    fix = FixAvailability.SAFE
+    fix = FixAvailability.SOMETIMES_SAFE
 
     VALID = [
         "import torch\ntotal = 0.0\nfor x in loader:\n    loss = model(x)\n    loss.backward()\n    total += loss.item()\n",
@@ -155,7 +191,32 @@ class LossGraphRetained(Rule):
 
     # -- scopes ------------------------------------------------------------------
     def visit_FunctionDef(self, node: cst.FunctionDef) -> None:
-        self._scopes.append(_Scope())
+        scope = _Scope()
+        params = node.params
+        for param in (*params.posonly_params, *params.params, *params.kwonly_params):
+            scope.bindings.append((param.name.value, False))
+        self._scopes.append(scope)
+
+    def visit_For(self, node: cst.For) -> None:
+        self._rebind(node.target, None)
+
+    def visit_CompFor(self, node: cst.CompFor) -> None:
+        self._rebind(node.target, None)
+
+    def visit_WithItem(self, node: cst.WithItem) -> None:
+        if node.asname is not None:
+            self._rebind(node.asname.name, None)
+
+    def visit_NamedExpr(self, node: cst.NamedExpr) -> None:
+        self._rebind(node.target, None)
+
+    def _rebind(self, target: cst.BaseExpression, value: Optional[cst.BaseExpression]) -> None:
+        """Record a binding of every name in ``target`` (``value``: what is assigned)."""
+        for key in _target_keys(target):
+            arithmetic = isinstance(value, (cst.BinaryOperation, cst.UnaryOperation)) and (
+                _find_loss(value, {key}) is not None
+            )
+            self._scopes[-1].bindings.append((key, arithmetic))
 
     def leave_FunctionDef(self, node: cst.FunctionDef) -> None:
         self._decide(self._scopes.pop())
@@ -180,6 +241,8 @@ class LossGraphRetained(Rule):
             loop = self._loop()
             if key is not None and loop is not None:
                 scope.losses.setdefault(id(loop), set()).add(key)
+                if _keeps_graph(node):
+                    scope.retained.add(id(loop))
             return
         name = method_name(node)
         if name == "append":
@@ -202,6 +265,8 @@ class LossGraphRetained(Rule):
                     scope.backpropagated.append(outputs.value)
 
     def visit_AugAssign(self, node: cst.AugAssign) -> None:
+        for key in _target_keys(node.target):
+            self._scopes[-1].bindings.append((key, True))  # `loss /= n` keeps a tensor a tensor
         if not isinstance(node.operator, cst.AddAssign):
             return
         acc = _accumulator_key(node.target)
@@ -215,6 +280,7 @@ class LossGraphRetained(Rule):
         scope = self._scopes[-1]
         for target in node.targets:
             scope.assignments.append((target.target, node.value))
+            self._rebind(target.target, node.value)
         value = node.value
         if len(node.targets) != 1 or not (
             isinstance(value, cst.BinaryOperation) and isinstance(value.operator, cst.Add)
@@ -236,6 +302,7 @@ class LossGraphRetained(Rule):
     def visit_AnnAssign(self, node: cst.AnnAssign) -> None:
         if node.value is not None:
             self._scopes[-1].assignments.append((node.target, node.value))
+            self._rebind(node.target, node.value)
 
     def _under_no_grad(self) -> bool:
         ctx = self.context
@@ -258,12 +325,12 @@ class LossGraphRetained(Rule):
                 continue
             occurrence = _find_loss(added, keys)
             if occurrence is not None:
-                candidates.append((acc, written, occurrence))
+                candidates.append((loop, acc, written, occurrence))
         if not candidates:
             return
         detached = _detached_names(scope.assignments)
         backpropagated = _backpropagated_names(scope)
-        for acc, written, occurrence in candidates:
+        for loop, acc, written, occurrence in candidates:
             loss = dotted_name(occurrence)
             assert loss is not None
             if loss in detached or acc in backpropagated:
@@ -271,11 +338,18 @@ class LossGraphRetained(Rule):
             text = cst.Module([]).code_for_node(written)
             if len(text) > 40 or "\n" in text:
                 text = acc
+            # Safe only when the accumulated name surely holds the tensor that
+            # was backpropagated and its graph is not kept for later use.
+            rebound = sum(
+                1 for key, arithmetic in scope.bindings
+                if not arithmetic and (key == loss or loss.startswith(key + "."))
+            )
+            safe = id(loop) not in scope.retained and rebound <= 1
             self.report(
                 occurrence,
                 self._MESSAGE.format(loss=loss, acc=text),
                 fix=Fix(
-                    Applicability.SAFE,
+                    Applicability.SAFE if safe else Applicability.UNSAFE,
                     f"Accumulate `{loss}.detach()`",
                     lambda occurrence=occurrence: codemod.detach(occurrence),
                 ),
@@ -283,6 +357,18 @@ class LossGraphRetained(Rule):
 
 
 # -- helpers -------------------------------------------------------------------------
+
+
+def _keeps_graph(call: cst.Call) -> bool:
+    """A backward call given `retain_graph=`/`create_graph=` (anything but a
+    literal False), or those by position (`loss.backward(grad, True)`)."""
+    for name in ("retain_graph", "create_graph"):
+        arg = keyword(call, name)
+        if arg is not None and not (isinstance(arg.value, cst.Name) and arg.value.value in ("False", "None")):
+            return True
+    return any(arg.star for arg in call.args) or len(positional(call)) > 2 or (
+        method_name(call) == "backward" and len(positional(call)) > 1
+    )
 
 
 def _accumulator_key(expr: Optional[cst.BaseExpression]) -> Optional[str]:

@@ -165,13 +165,13 @@ def test_codemod_exception_is_an_internal_error(runner, project, monkeypatch):
 
 LOADER = '''\
 import torch
-from torch.utils.data import DataLoader
+from torch.utils.data import DataLoader, TensorDataset
 
 device = torch.device("cuda")
 
 
 def run(dataset, model, optimizer):
-    loader = DataLoader(dataset, batch_size=16)
+    loader = DataLoader(TensorDataset(torch.randn(64, 3)), batch_size=16)
     for x in loader:
         x = x.to(device)
         optimizer.zero_grad(set_to_none=False)

@@ -324,3 +324,28 @@ def test_torch_tensor_message_says_what_the_fix_buys():
     assert "separate `.cuda(...)`" in d.message and "still copied from host memory" in d.message
     (z,) = _lint("import torch\nx = torch.zeros(3).cuda()\n")
     assert "create it there directly" in z.message
+
+
+@pytest.mark.parametrize(
+    "factory, applicability",
+    [
+        # only `end`: the values are the indices 0, 1, 2, ... on every device
+        ("torch.arange(n)", Applicability.SAFE),
+        ("torch.arange(end=n)", Applicability.SAFE),
+        # every argument visibly an integer: an int64 result, computed exactly
+        ("torch.arange(0, len(tokens), 2)", Applicability.SAFE),
+        ("torch.arange(x.size(1) - 1, -1, -1)", Applicability.SAFE),
+        ("torch.arange(1, x.shape[0] + 1)", Applicability.SAFE),
+        ("torch.arange(start, stop, dtype=torch.long)", Applicability.SAFE),
+        # `start`/`step` that may be floats: `start + i * step` is computed with
+        # the device's float arithmetic, which may round differently
+        ("torch.arange(start, stop)", Applicability.UNSAFE),
+        ("torch.arange(0, n, step)", Applicability.UNSAFE),
+        ("torch.arange(0, n, step=delta)", Applicability.UNSAFE),
+        ("torch.arange(lo, hi, dtype=torch.float32)", Applicability.UNSAFE),
+        ("torch.arange(*bounds)", Applicability.UNSAFE),
+    ],
+)
+def test_arange_is_safe_only_when_its_values_are_exact(factory, applicability):
+    code = f"import torch\nx = {factory}.to(device)\n"
+    assert _applicability(code) is applicability

@@ -89,11 +89,12 @@ def test_evidence_before_or_after_the_loader_and_in_other_functions():
         def step(model, x):
             return model(x.cuda())
 
-        def loaders(ds):
+        def loaders(n):
+            ds = torch.utils.data.TensorDataset(torch.randn(n, 3))
             return DataLoader(ds), DataLoader(ds, pin_memory=False)
     """
     diagnostics = _lint(code)
-    assert [(d.line, d.column) for d in diagnostics] == [(9, 12), (9, 28)]
+    assert [(d.line, d.column) for d in diagnostics] == [(10, 12), (10, 28)]
     assert [d.fix.applicability for d in diagnostics] == [Applicability.SAFE, Applicability.UNSAFE]
     assert "pin_memory=True" in diagnostics[0].message
 
@@ -183,6 +184,7 @@ def test_fix_adds_or_sets_pin_memory():
         """\
         import torch
         from torch.utils.data import DataLoader
+        ds = torch.utils.data.TensorDataset(torch.zeros(8, 3))
         a = DataLoader(ds, batch_size=8)
         b = DataLoader(ds, pin_memory=False)
         c = DataLoader(ds, 8, True, None, None, 2, None, False)
@@ -204,6 +206,7 @@ def test_fix_keeps_comments_and_layout():
     code = textwrap.dedent(
         """\
         import torch
+        ds = torch.utils.data.TensorDataset(torch.zeros(8, 3))
         loader = torch.utils.data.DataLoader(
             ds,  # training split
             batch_size=8,  # per device
@@ -218,6 +221,7 @@ def test_fix_keeps_comments_and_layout():
     assert _fixed(code) == textwrap.dedent(
         """\
         import torch
+        ds = torch.utils.data.TensorDataset(torch.zeros(8, 3))
         loader = torch.utils.data.DataLoader(
             ds,  # training split
             batch_size=8,  # per device
@@ -235,7 +239,8 @@ def test_fix_keeps_comments_and_layout():
 
 def test_single_argument_multiline_call():
     code = "import torch\nloader = torch.utils.data.DataLoader(\n    ds,\n)\nmodel.cuda()\n"
-    assert _fixed(code) == (
+    assert _fixed(code) == code  # `ds` is unknown: the fix is unsafe
+    assert _fixed(code, unsafe=True) == (
         "import torch\nloader = torch.utils.data.DataLoader(\n    ds,\n    pin_memory=True,\n)\nmodel.cuda()\n"
     )
 
@@ -359,3 +364,326 @@ def test_tpu_programs_are_silent():
         model.to(device)
     """
     assert _lint(code) == []
+
+
+# -- datasets that yield device tensors, and which fixes are safe ---------------------
+#
+# `pin_memory=True` calls `Tensor.pin_memory()` on every tensor of every batch
+# (torch/utils/data/_utils/pin_memory.py), which raises "cannot pin
+# 'torch.cuda.FloatTensor' only dense CPU tensors can be pinned" for a tensor on
+# a device: the rule must stay silent there, and its fix may be safe only where
+# the dataset is known to yield host tensors.
+
+
+def _one(code: str):
+    diagnostics = _lint(code)
+    assert codes(diagnostics) == ["TL202"], diagnostics
+    return diagnostics[0].fix.applicability
+
+
+DEVICE_DATASETS = {
+    "iterable dataset yielding x.to(device)": """
+        class Rollouts(IterableDataset):
+            def __init__(self, buffer, device):
+                self.buffer, self.device = buffer, device
+
+            def __iter__(self):
+                for obs, act in self.buffer:
+                    yield obs.to(self.device), act.to(self.device)
+
+        def make(buffer, device):
+            return DataLoader(Rollouts(buffer, device), batch_size=64)
+    """,
+    "getitem moving to self.device": """
+        class Samples(Dataset):
+            def __init__(self, x, device):
+                self.x, self.device = x, device
+
+            def __getitem__(self, i):
+                return self.x[i].to(self.device)
+
+        loader = DataLoader(Samples(torch.randn(10, 3), "cuda"), batch_size=4)
+    """,
+    "getitem calling .cuda()": """
+        class Samples(Dataset):
+            def __getitem__(self, i):
+                return torch.tensor([i]).float().cuda()
+
+        loader = DataLoader(Samples(), batch_size=4)
+    """,
+    "getitem creating tensors with device=": """
+        class Noise(Dataset):
+            def __init__(self, device):
+                self.device = device
+
+            def __getitem__(self, i):
+                return torch.randn(3, device=self.device)
+
+        loader = DataLoader(Noise(device), batch_size=4)
+    """,
+    "data moved to the GPU in __init__": """
+        class OnGpu(Dataset):
+            def __init__(self, x):
+                self.x = x.cuda()
+
+            def __getitem__(self, i):
+                return self.x[i]
+
+        loader = DataLoader(OnGpu(torch.randn(10, 3)), batch_size=4)
+    """,
+    "a helper method that moves": """
+        class Samples(Dataset):
+            def load(self, i):
+                return torch.load(self.paths[i]).to(device)
+
+            def __getitem__(self, i):
+                return self.load(i)
+
+        loader = DataLoader(Samples(), batch_size=4)
+    """,
+    "subclass of a dataset class that moves": """
+        class Base(Dataset):
+            def __getitem__(self, i):
+                return self.x[i].cuda()
+
+        class Child(Base):
+            pass
+
+        loader = DataLoader(Child(), batch_size=4)
+    """,
+    "TensorDataset of moved tensors": """
+        x = torch.randn(100, 3).to(device)
+        loader = DataLoader(TensorDataset(x, torch.zeros(100).cuda()), batch_size=4)
+    """,
+    "TensorDataset of tensors created on the device": """
+        loader = DataLoader(TensorDataset(torch.randn(100, 3, device="cuda")), batch_size=4)
+    """,
+    "a random_split of such a dataset": """
+        full = TensorDataset(torch.randn(100, 3).cuda())
+        train, val = random_split(full, [80, 20])
+        loader = DataLoader(Subset(full, range(10)), batch_size=4)
+    """,
+    "iterable dataset delegating to a generator given the device": """
+        def rollout(env, device):
+            for obs in env:
+                yield torch.as_tensor(obs, device=device)
+
+        class Buffer(IterableDataset):
+            def __init__(self, env, device):
+                self.env, self.device = env, device
+
+            def __iter__(self):
+                return rollout(self.env, self.device)
+
+        loader = DataLoader(Buffer(env, device), batch_size=64)
+    """,
+    "iterable dataset yielding from a generator of this file that moves": """
+        def frames(paths):
+            for path in paths:
+                yield load(path).cuda()
+
+        class Clips(IterableDataset):
+            def __iter__(self):
+                yield from frames(self.paths)
+
+        loader = DataLoader(Clips(), batch_size=4)
+    """,
+    "a dataset built by a function of this file that moves": """
+        def make_dataset(x):
+            return TensorDataset(x.cuda())
+
+        loader = DataLoader(make_dataset(features), batch_size=4)
+    """,
+    "a collate function that moves the batch in a helper": """
+        def to_gpu(t):
+            return t.cuda(non_blocking=True)
+
+        def collate(samples):
+            return [to_gpu(s) for s in samples]
+
+        loader = DataLoader(TensorDataset(torch.randn(10, 3)), batch_size=4, collate_fn=collate)
+    """,
+    "a collate function that moves the batch": """
+        def collate(samples):
+            return torch.stack(samples).to(device)
+
+        loader = DataLoader(TensorDataset(torch.randn(100, 3)), batch_size=4, collate_fn=collate)
+    """,
+    "a lambda collate that moves the batch": """
+        loader = DataLoader(ds, batch_size=4, collate_fn=lambda b: torch.stack(b).cuda())
+    """,
+    "a torchvision dataset whose transform moves to the GPU": """
+        to_gpu = transforms.Lambda(lambda x: x.cuda())
+        loader = DataLoader(datasets.MNIST("data", transform=to_gpu), batch_size=4)
+    """,
+}
+
+_PRELUDE = """
+    import torch
+    from torch.utils.data import DataLoader, Dataset, IterableDataset, TensorDataset, Subset, random_split
+    from torchvision import datasets, transforms
+"""
+
+
+@pytest.mark.parametrize("body", DEVICE_DATASETS.values(), ids=DEVICE_DATASETS.keys())
+def test_dataset_that_yields_device_tensors_is_silent(body):
+    code = textwrap.dedent(_PRELUDE) + textwrap.dedent(body) + "model.cuda()\n"
+    assert _lint(code) == []
+
+
+SAFE_DATASETS = {
+    "getitem on the host": """
+        class Shapes(Dataset):
+            def __getitem__(self, i):
+                image = torch.zeros(3, 8, 8)
+                image[:, i % 8] = 1.0
+                return image, i % 10
+
+        loader = DataLoader(Shapes(), batch_size=4)
+    """,
+    "getitem that casts with .to(dtype) and .to('cpu')": """
+        class Samples(Dataset):
+            def __getitem__(self, i):
+                return torch.arange(4).to(torch.float32), torch.ones(2).to("cpu")
+
+        loader = DataLoader(Samples(), batch_size=4)
+    """,
+    "a dataset that only reports its device": """
+        class Samples(Dataset):
+            def __init__(self):
+                print("device", device)
+                logger.info("device %s", device)
+
+            def __getitem__(self, i):
+                return torch.full((3,), i)
+
+        loader = DataLoader(Samples(), batch_size=4)
+    """,
+    "iterable dataset yielding host tensors": """
+        class Stream(IterableDataset):
+            def __iter__(self):
+                for i in range(100):
+                    yield torch.full((3,), i)
+
+        loader = DataLoader(Stream(), batch_size=4)
+    """,
+    "torchvision dataset": """
+        tf = transforms.Compose([transforms.ToTensor(), transforms.Normalize((0.5,), (0.5,))])
+        loader = DataLoader(datasets.CIFAR10(args.data, train=True, download=True, transform=tf), batch_size=4)
+    """,
+    "TensorDataset of host tensors": """
+        x = torch.randn(100, 3)
+        y = torch.from_numpy(labels).long()
+        loader = DataLoader(TensorDataset(x, y), batch_size=4)
+    """,
+    "random_split of a host dataset": """
+        full = TensorDataset(torch.randn(100, 3))
+        train, val = random_split(full, [80, 20])
+        loader = DataLoader(Subset(full, range(10)), batch_size=4)
+    """,
+    "a collate function of this file returning tensors": """
+        def collate(samples):
+            xs, ys = zip(*samples)
+            return torch.stack(xs), torch.tensor(ys)
+
+        loader = DataLoader(TensorDataset(torch.randn(10, 3)), batch_size=4, collate_fn=collate)
+    """,
+}
+
+
+@pytest.mark.parametrize("body", SAFE_DATASETS.values(), ids=SAFE_DATASETS.keys())
+def test_dataset_known_to_yield_host_tensors_gets_a_safe_fix(body):
+    code = textwrap.dedent(_PRELUDE) + textwrap.dedent(body) + "model.cuda()\n"
+    assert _one(code) is Applicability.SAFE
+
+
+UNSAFE_DATASETS = {
+    "a function parameter": """
+        def make(dataset):
+            return DataLoader(dataset, batch_size=4)
+    """,
+    "an imported class": """
+        from mypkg.data import Replay
+        loader = DataLoader(Replay(capacity=1000), batch_size=4)
+    """,
+    "an attribute": """
+        class Trainer:
+            def loader(self):
+                return DataLoader(self.train_set, batch_size=4)
+    """,
+    "a TensorDataset of unknown tensors": """
+        def make(x, y):
+            return DataLoader(TensorDataset(x, y), batch_size=4)
+    """,
+    "a dataset class of this file given unknown tensors": """
+        class Pairs(Dataset):
+            def __init__(self, x):
+                self.x = x
+
+            def __getitem__(self, i):
+                return self.x[i]
+
+        def make(x):
+            return DataLoader(Pairs(x), batch_size=4)
+    """,
+    "a dataset class with a base from elsewhere": """
+        from mypkg.data import BaseDataset
+
+        class Mine(BaseDataset):
+            def __getitem__(self, i):
+                return torch.zeros(3)
+
+        loader = DataLoader(Mine(), batch_size=4)
+    """,
+    "a torchvision dataset with a transform from a parameter": """
+        def make(tf):
+            return DataLoader(datasets.MNIST("data", transform=tf), batch_size=4)
+    """,
+    "a collate function imported from elsewhere": """
+        from mypkg.data import collate
+        loader = DataLoader(TensorDataset(torch.randn(10, 3)), batch_size=4, collate_fn=collate)
+    """,
+    "a collate function returning a batch object": """
+        class Batch:
+            def __init__(self, x):
+                self.x = x
+
+        def collate(samples):
+            return Batch(torch.stack(samples))
+
+        loader = DataLoader(TensorDataset(torch.randn(10, 3)), batch_size=4, collate_fn=collate)
+    """,
+    "a custom pin_memory_device": """
+        loader = DataLoader(TensorDataset(torch.randn(10, 3)), batch_size=4, pin_memory_device="cuda:1")
+    """,
+    "a torch.load without map_location": """
+        loader = DataLoader(TensorDataset(torch.load("x.pt")), batch_size=4)
+    """,
+    "factories under a changed default device": """
+        torch.set_default_device("cuda")
+        loader = DataLoader(TensorDataset(torch.randn(10, 3)), batch_size=4)
+    """,
+}
+
+
+@pytest.mark.parametrize("body", UNSAFE_DATASETS.values(), ids=UNSAFE_DATASETS.keys())
+def test_dataset_that_may_yield_device_tensors_gets_an_unsafe_fix(body):
+    code = textwrap.dedent(_PRELUDE) + textwrap.dedent(body) + "model.cuda()\n"
+    assert _one(code) is Applicability.UNSAFE
+
+
+def test_only_the_safe_fix_is_applied_by_default():
+    code = textwrap.dedent(_PRELUDE) + textwrap.dedent(
+        """
+        def make(dataset, n):
+            known = DataLoader(TensorDataset(torch.randn(n, 3)), batch_size=4)
+            unknown = DataLoader(dataset, batch_size=4)
+            return known, unknown
+
+        model.cuda()
+        """
+    )
+    safe = _fixed(code)
+    assert "known = DataLoader(TensorDataset(torch.randn(n, 3)), batch_size=4, pin_memory=True)" in safe
+    assert "unknown = DataLoader(dataset, batch_size=4)\n" in safe
+    assert "unknown = DataLoader(dataset, batch_size=4, pin_memory=True)" in _fixed(code, unsafe=True)

@@ -323,3 +323,55 @@ def test_no_fix_is_offered():
     result = fix(code, select=["TL203"], unsafe=True)
     assert result.text == code
     assert result.applied == {}
+
+
+def test_datasets_that_yield_device_tensors_are_silent():
+    """Worker processes cannot make CUDA tensors (with the default `fork` start
+    method CUDA cannot be re-initialised in a worker), and pinning them would
+    raise: TL203 asks the same question as TL202 (`rules/_loaders.py`)."""
+    code = HEADER + """
+class Rollouts(torch.utils.data.IterableDataset):
+    def __init__(self, env, device):
+        self.env, self.device = env, device
+
+    def __iter__(self):
+        for obs in self.env.rollout():
+            yield decode(obs).to(self.device)
+
+class OnGpu(torch.utils.data.Dataset):
+    def __getitem__(self, i):
+        return load(self.paths[i]).cuda()
+
+class Noise(torch.utils.data.Dataset):
+    def __getitem__(self, i):
+        return augment(torch.randn(3, device=self.device))
+
+class OnHost(torch.utils.data.Dataset):
+    def __getitem__(self, i):
+        return load(self.paths[i]).to("cpu")
+
+to_gpu = transforms.Lambda(lambda x: x.cuda())
+a = DataLoader(Rollouts(env, device), batch_size=8)
+b = DataLoader(OnGpu(), batch_size=8)
+c = DataLoader(Noise(), batch_size=8)
+d = DataLoader(ImageFolder("data", transform=to_gpu), batch_size=8)
+e = DataLoader(OnHost(), batch_size=8)
+f = DataLoader(ImageFolder("data", transform=tf), batch_size=8)
+"""
+    assert [line for line, _ in _positions(code)] == [30, 31]  # e and f
+
+
+def test_collate_fn_that_moves_the_batch_is_silent():
+    code = HEADER + """
+def to_gpu(batch):
+    return torch.stack(batch).cuda()
+
+def stack(batch):
+    return torch.stack(batch)
+
+train_set = ImageFolder("data", transform=tf)
+a = DataLoader(train_set, batch_size=8, collate_fn=to_gpu)
+b = DataLoader(train_set, batch_size=8, collate_fn=lambda b: torch.stack(b).to(device))
+c = DataLoader(train_set, batch_size=8, collate_fn=stack)
+"""
+    assert _positions(code) == [(14, 5)]  # c

@@ -49,29 +49,34 @@ def test_invalid_examples(example):
     assert set(codes(_lint(example))) == {"TL204"}
 
 
+SAFE, UNSAFE = Applicability.SAFE, Applicability.UNSAFE
+
+
 @pytest.mark.parametrize(
-    "move",
+    "move, applicability",
     [
-        "x.to(device)",
-        "x.to(self.device)",
-        "x.to(args.device)",
-        'x.to("cuda")',
-        'x.to("cuda:1")',
-        'x.to(torch.device("cuda", 0))',
-        "x.to(device=device)",
-        "x.to(device, torch.float16)",
-        "x.to(device, dtype=torch.float16)",
-        "x.cuda()",
-        "x.cuda(0)",
-        "x.cuda(device=rank)",
-        "x.cuda(rank)",
-        "x.data.cuda()",
+        # a device from elsewhere may be MPS (see test_destination_decides_the_fix_safety)
+        ("x.to(device)", UNSAFE),
+        ("x.to(self.device)", UNSAFE),
+        ("x.to(args.device)", UNSAFE),
+        ('x.to("cuda")', SAFE),
+        ('x.to("cuda:1")', SAFE),
+        ('x.to(torch.device("cuda", 0))', SAFE),
+        ("x.to(device=device)", UNSAFE),
+        ("x.to(device, torch.float16)", UNSAFE),
+        ("x.to(device, dtype=torch.float16)", UNSAFE),
+        ('x.to("cuda", torch.float16)', SAFE),
+        ("x.cuda()", SAFE),
+        ("x.cuda(0)", SAFE),
+        ("x.cuda(device=rank)", SAFE),
+        ("x.cuda(rank)", SAFE),
+        ("x.data.cuda()", SAFE),
     ],
 )
-def test_copies_without_non_blocking(move):
+def test_copies_without_non_blocking(move, applicability):
     (d,) = _lint(_in_loop(f"x = {move}\n"))
     assert (d.line, d.column) == (5, 9)
-    assert d.fix is not None and d.fix.applicability is Applicability.SAFE
+    assert d.fix is not None and d.fix.applicability is applicability
     assert "non_blocking=True" in d.message and "pin_memory=True" in d.message
 
 
@@ -399,13 +404,13 @@ for batch in loader:
 
 
 def test_host_write_after_the_copy_makes_the_fix_unsafe():
-    code = _in_loop("xg = x.to(device)\nx[x < 0] = 0\nyg = y.cuda()\n")
+    code = _in_loop("xg = x.to('cuda')\nx[x < 0] = 0\nyg = y.cuda()\n")
     assert [d.fix.applicability for d in _lint(code)] == [Applicability.UNSAFE, Applicability.SAFE]
     for later in ("x += 1\n", "y.clamp_(0, 1)\n", "x.copy_(noise)\n"):
-        (d,) = _lint(_in_loop("xg = x.to(device)\n" + later))
+        (d,) = _lint(_in_loop("xg = x.to('cuda')\n" + later))
         assert d.fix.applicability is Applicability.UNSAFE, later
     for harmless in ("x.requires_grad_()\n", "batch = {}\n", "xg.add_(1)\n"):
-        (d,) = _lint(_in_loop("xg = x.to(device)\n" + harmless))
+        (d,) = _lint(_in_loop("xg = x.to('cuda')\n" + harmless))
         assert d.fix.applicability is Applicability.SAFE, harmless
 
 
@@ -441,7 +446,8 @@ def test_fix_keeps_layout_and_comments():
         )
         """
     )
-    fixed = _fixed(code)
+    fixed = _fixed(code, unsafe=True)  # `device` is unknown: those two fixes are unsafe
+    assert _fixed(code).count("non_blocking=True") == 1
     assert fixed == _in_loop(
         """\
         z = x.cuda(
@@ -466,3 +472,135 @@ for epoch in range(3):
             x.cuda()
 """
     assert _positions(code) == [(8, 13)]
+
+
+# -- where the copy goes, and what may write into the batch after it -------------------
+
+
+@pytest.mark.parametrize(
+    "choice, applicability",
+    [
+        ('device = torch.device("cuda" if torch.cuda.is_available() else "cpu")', SAFE),
+        ('device = "cuda:0" if torch.cuda.is_available() else "cpu"', SAFE),
+        ('device = torch.device(f"cuda:{rank}")', SAFE),
+        ('device = torch.device("cuda", local_rank)', SAFE),
+        # MPS: the loader does not pin there, and a non-blocking copy from pageable
+        # memory can read the batch after it is freed (pytorch/pytorch#189690)
+        ('device = "cuda" if torch.cuda.is_available() else "mps" if torch.backends.mps.is_available() else "cpu"', UNSAFE),
+        ("device = get_device()", UNSAFE),
+        ("device = accelerator.device", UNSAFE),
+        ('device = torch.device("cuda")\nif args.cpu:\n    device = pick()', UNSAFE),
+    ],
+)
+def test_destination_decides_the_fix_safety(choice, applicability):
+    code = HEADER + choice + "\n" + PINNED + "for x, y in loader:\n    x = x.to(device)\n"
+    (d,) = _lint(code)
+    assert d.fix.applicability is applicability
+
+
+def test_device_parameter_makes_the_fix_unsafe():
+    code = HEADER + PINNED + "def train(model, device):\n    for x, y in loader:\n        x = x.to(device)\n        y = y.cuda()\n"
+    assert [d.fix.applicability for d in _lint(code)] == [UNSAFE, SAFE]
+
+
+@pytest.mark.parametrize(
+    "collate, applicability",
+    [
+        ("collate_fn=imported_collate", UNSAFE),
+        ("collate_fn=make_batch", UNSAFE),  # returns a `Batch` object: not pinned, may hold CUDA tensors
+        ("collate_fn=stack_pairs", SAFE),
+        ("", SAFE),
+    ],
+)
+def test_a_destination_that_may_be_the_cpu_needs_host_batches(collate, applicability):
+    code = HEADER + textwrap.dedent(
+        f"""\
+        from mypkg import imported_collate
+
+        device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
+
+        def stack_pairs(samples):
+            xs, ys = zip(*samples)
+            return torch.stack(xs), torch.stack(ys)
+
+        def make_batch(samples):
+            return Batch(samples)
+
+        loader = DataLoader(train_set, batch_size=32, pin_memory=True, {collate})
+        for x, y in loader:
+            x = x.to(device)
+            y = y.cuda()
+        """
+    )
+    assert [d.fix.applicability for d in _lint(code)] == [applicability, SAFE]
+
+
+def test_loader_of_device_tensors_is_silent():
+    """Pinning a batch of CUDA tensors raises before any copy (TL202's question)."""
+    code = HEADER + textwrap.dedent(
+        """\
+        from torch.utils.data import TensorDataset
+
+        class OnGpu(torch.utils.data.Dataset):
+            def __getitem__(self, i):
+                return self.x[i].cuda(), self.y[i]
+
+        a = DataLoader(TensorDataset(torch.randn(8, 3).cuda()), pin_memory=True)
+        b = DataLoader(OnGpu(), pin_memory=True)
+        c = DataLoader(TensorDataset(torch.randn(8, 3)), pin_memory=True)
+        for loader in (a, b, c):
+            pass
+        for x, in a:
+            x = x.cuda()
+        for x, y in b:
+            y = y.cuda()
+        for x, in c:
+            x = x.cuda()
+        """
+    )
+    assert [d.line for d in _lint(code)] == [19]
+
+
+@pytest.mark.parametrize(
+    "later",
+    [
+        "v = x.view(-1)\nv.zero_()\n",
+        "a = x.numpy()\na[:] = 0\n",
+        "parts = list(x)\nparts[0].mul_(2)\n",
+        "augment(x)\n",
+        "normalize_(batch_stats, x)\n",
+        "torch.nn.functional.relu(x, inplace=True)\n",
+        "torch.nn.functional.relu(x, True)\n",
+        "torch.add(x, 1, out=x)\n",
+        "torch.clamp_(x, 0, 1)\n",
+        "self.transform(x[0])\n",
+    ],
+)
+def test_write_through_an_alias_or_a_call_after_the_copy_makes_the_fix_unsafe(later):
+    (d,) = _lint(_in_loop("xg = x.cuda()\n" + later))
+    assert d.fix.applicability is UNSAFE
+
+
+@pytest.mark.parametrize(
+    "other",
+    [
+        "print(x.shape, len(x))\n",
+        "s = torch.sum(x)\n",
+        "out = model(xg)\n",
+        "n = x.size(0)\n",
+        "v = x.view(-1)\nw = v.float()\n",
+        "logger.info(x.dtype)\n",
+    ],
+)
+def test_reads_after_the_copy_keep_the_fix_safe(other):
+    (d,) = _lint(_in_loop("xg = x.cuda()\n" + other))
+    assert d.fix.applicability is SAFE
+
+
+def test_a_call_before_the_copy_does_not_matter():
+    (d,) = _lint(_in_loop("augment(x)\nxg = x.cuda()\nout = model(xg)\n"))
+    assert d.fix.applicability is SAFE
+
+
+def test_an_alias_is_not_reported_as_a_copy():
+    assert _lint(_in_loop("v = x.view(-1)\nvg = v.cuda()\n")) == []

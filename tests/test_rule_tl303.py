@@ -268,3 +268,71 @@ def test_fix_on_attribute_loss() -> None:
 def test_noqa() -> None:
     code = loop("loss.backward()\nacc += loss  # noqa: TL303\n")
     assert tl303(code) == []
+
+
+# -- when `.detach()` could change what the program does -------------------------------
+
+
+def _applicability(code: str):
+    (d,) = tl303(code)
+    assert d.fix is not None
+    return d.fix.applicability
+
+
+@pytest.mark.parametrize(
+    "backward, applicability",
+    [
+        ("loss.backward()", Applicability.SAFE),
+        ("loss.backward(retain_graph=False)", Applicability.SAFE),
+        # the graph is kept on purpose: another backward may go through the accumulator
+        ("loss.backward(retain_graph=True)", Applicability.UNSAFE),
+        ("loss.backward(create_graph=True)", Applicability.UNSAFE),
+        ("loss.backward(retain_graph=keep)", Applicability.UNSAFE),
+        ("loss.backward(None, True)", Applicability.UNSAFE),
+        ("torch.autograd.backward(loss, None, True)", Applicability.UNSAFE),
+        ("accelerator.backward(loss, **backward_kwargs)", Applicability.UNSAFE),
+    ],
+)
+def test_a_graph_kept_for_later_makes_the_fix_unsafe(backward: str, applicability) -> None:
+    assert _applicability(loop(f"{backward}\nacc += loss\n")) is applicability
+
+
+@pytest.mark.parametrize(
+    "rebinding, applicability",
+    [
+        ("", Applicability.SAFE),
+        ("loss = loss / accumulation_steps\n", Applicability.SAFE),
+        ("loss /= accumulation_steps\n", Applicability.SAFE),
+        ("loss = -loss\n", Applicability.SAFE),
+        # the name may hold something without `.detach()` (a number from a meter):
+        # the fixed code would raise AttributeError
+        ("loss = meter.avg\n", Applicability.UNSAFE),
+        ("loss, parts = reduce(loss)\n", Applicability.UNSAFE),
+        ("for loss in extra:\n    pass\n", Applicability.UNSAFE),
+    ],
+)
+def test_a_rebound_loss_name_makes_the_fix_unsafe(rebinding: str, applicability) -> None:
+    code = loop(f"loss.backward()\n{rebinding}acc += loss\n")
+    assert _applicability(code) is applicability
+
+
+def test_a_rebound_owner_of_an_attribute_loss_makes_the_fix_unsafe() -> None:
+    safe = loop("out = model(x)\nout.loss.backward()\nacc += out.loss\n")
+    assert _applicability(safe) is Applicability.SAFE
+    unsafe = loop("out = model(x)\nout.loss.backward()\nout = postprocess(out)\nacc += out.loss\n")
+    assert _applicability(unsafe) is Applicability.UNSAFE
+
+
+def test_a_parameter_named_like_the_loss_counts_as_a_binding() -> None:
+    code = textwrap.dedent(
+        """\
+        import torch
+
+        def train(model, loader, loss, acc):
+            for x in loader:
+                loss = model(x).sum()
+                loss.backward()
+                acc += loss
+        """
+    )
+    assert _applicability(code) is Applicability.UNSAFE

@@ -145,13 +145,13 @@ def test_fixes_that_appear_after_other_fixes_are_listed():
 
     code = textwrap.dedent("""\
         import torch
-        from torch.utils.data import DataLoader
+        from torch.utils.data import DataLoader, TensorDataset
 
         device = torch.device("cuda")
 
 
         def run(dataset):
-            loader = DataLoader(dataset, batch_size=16)
+            loader = DataLoader(TensorDataset(torch.randn(64, 3)), batch_size=16)
             for x in loader:
                 x = x.to(device)
         """)
