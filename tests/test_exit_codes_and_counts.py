@@ -99,11 +99,11 @@ import torch
 from torch.utils.data import DataLoader, TensorDataset
 
 
-def train(model, optimizer, device):
+def train(model, optimizer):
     data = TensorDataset(torch.randn(64, 3), torch.randn(64))
     loader = DataLoader(data, batch_size=8, shuffle=True)
     for x, y in loader:
-        x, y = x.to(device), y.to(device)
+        x, y = x.cuda(), y.cuda()
         loss = model(x, y)
         optimizer.zero_grad()
         loss.backward()
