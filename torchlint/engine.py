@@ -347,6 +347,9 @@ class AppliedFix:
 
     round: int
     diagnostic: Diagnostic
+    # The diagnostic's first line in the text ``fix_text`` was given (for a
+    # later round's fix, mapped back through the earlier rounds' edits).
+    original_line: int = 0
 
     @property
     def code(self) -> str:
@@ -395,6 +398,7 @@ def _fix_text(
     (its diagnostic remains) and its rule is not fixed again in this file.
     """
     allowed = _allowed(unsafe)
+    original = text
     applied: Counter = Counter()
     edits_made: List[AppliedFix] = []
     errors: List[Diagnostic] = []
@@ -444,16 +448,39 @@ def _fix_text(
             if not chosen:
                 continue
             break
+        to_original = _line_map(text, original)
         text = new_text
         applied.update(f.code for f in chosen)
         rewrite = len({e.round for e in edits_made})
         edits_made.extend(
-            AppliedFix(rewrite, f.diagnostic)
+            AppliedFix(rewrite, f.diagnostic, to_original(f.diagnostic.line))
             for f in sorted(chosen, key=lambda f: f.diagnostic.sort_key())
             if f.diagnostic is not None
         )
         result = _lint_text(text, path, settings, codes)
     return FixResult(text, applied, result.diagnostics, errors, edits_made, result.warnings)
+
+
+def _line_map(current: str, original: str) -> Callable[[int], int]:
+    """Maps a line of ``current`` (a partly fixed text) to the line of ``original``
+    it comes from: lines the fixes left alone map exactly, a line a fix wrote
+    maps to the first line of what that fix replaced."""
+    if current == original:
+        return lambda line: line
+    import difflib
+
+    opcodes = difflib.SequenceMatcher(
+        None, current.splitlines(), original.splitlines(), autojunk=False
+    ).get_opcodes()
+
+    def to_original(line: int) -> int:
+        index = line - 1
+        for tag, i1, i2, j1, _ in opcodes:
+            if i1 <= index < i2:
+                return j1 + (index - i1 if tag == "equal" else 0) + 1
+        return line
+
+    return to_original
 
 
 def _allowed(unsafe: bool) -> set:

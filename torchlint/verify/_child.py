@@ -152,7 +152,61 @@ class _GlobalState:
                 pass
 
 
+# -- which lines a call runs ------------------------------------------------------
+
+
+class _LineTrace:
+    """Records the lines of one file that run while the block runs (``sys.settrace``;
+    frames of other files are not traced line by line, so the cost stays small)."""
+
+    def __init__(self, filename: str, lines: set) -> None:
+        self.filename = filename
+        self.lines = lines
+        self.previous: Any = None
+
+    def _global(self, frame, event, arg):
+        if frame.f_code.co_filename != self.filename:
+            return None
+        self.lines.add(frame.f_lineno)
+        return self._local
+
+    def _local(self, frame, event, arg):
+        if event == "line":
+            self.lines.add(frame.f_lineno)
+        return self._local
+
+    def __enter__(self) -> "_LineTrace":
+        self.previous = sys.gettrace()
+        sys.settrace(self._global)
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        sys.settrace(self.previous)
+
+
 # -- loading ------------------------------------------------------------------
+
+
+_SPAWN_DIR: Optional[str] = None
+
+
+def _importable(name: str, source: str) -> None:
+    """Write a top-level variant module (``__torchlint_fixed__train``) to a file in a
+    private directory on ``sys.path``, so that a process started with the "spawn"
+    method (a ``DataLoader`` worker with ``multiprocessing_context="spawn"``, the
+    default on macOS and Windows), which unpickles the dataset by its module's
+    name, can import the same code. Spawned processes get the parent's
+    ``sys.path``. The directory is removed when the verification ends."""
+    global _SPAWN_DIR
+    if "." in name:
+        return  # a module of a package: its name cannot be served from another directory
+    if _SPAWN_DIR is None:
+        import tempfile
+
+        _SPAWN_DIR = tempfile.mkdtemp(prefix="torchlint-verify-modules-")
+        sys.path.insert(0, _SPAWN_DIR)
+    with open(os.path.join(_SPAWN_DIR, f"{name}.py"), "w", encoding="utf-8") as f:
+        f.write(source)
 
 
 class Variant:
@@ -174,6 +228,7 @@ class Variant:
             # lines available to tracebacks and inspect.getsource.
             lines = source.splitlines(keepends=True)
             linecache.cache[filename] = (len(source), None, lines, filename)
+        _importable(name, source)
         module_spec = importlib.util.spec_from_loader(name, loader=None, origin=spec.get("file"))
         module = importlib.util.module_from_spec(module_spec)
         if spec.get("file"):
@@ -444,14 +499,22 @@ class Case:
         self.report(key)
         return False
 
-    def call(self, key: str) -> tuple:
-        """(ok, value) of one seeded call."""
+    def call(self, key: str, trace: bool = False) -> tuple:
+        """(ok, value) of one seeded call; with ``trace``, the lines of the
+        variant's module that the call ran go to its result as ``lines``."""
         variant = self.variants[key]
         self.step(f"calling the {self.label(key)} function", key)
         self.globals_state.restore(variant.state)
         _seed(self.spec["seed"])
+        lines: set = set()
         try:
-            value = snapshot(variant.function())
+            if trace:
+                with _LineTrace(variant.spec["filename"], lines):
+                    result = variant.function()
+                variant.result["lines"] = sorted(lines)
+            else:
+                result = variant.function()
+            value = snapshot(result)
         except BaseException as exc:  # noqa: BLE001
             if isinstance(exc, KeyboardInterrupt):
                 raise
@@ -520,7 +583,7 @@ class Case:
         original = spec["original"]
         fixed = spec["fixed"]
         if self.load(original):
-            ok, value = self.call(original)
+            ok, value = self.call(original, trace=bool(spec.get("trace")))
             if ok:
                 self.expected = value
                 self.check(fixed)
@@ -538,6 +601,10 @@ class Case:
 
 def load_torch() -> Any:
     global torch
+    import warnings
+
+    # torch without NumPy warns at import; that is the environment, not the user's code.
+    warnings.filterwarnings("ignore", message="Failed to initialize NumPy")
     import torch as _torch
     import torch.testing  # noqa: F401 - loaded now rather than during the first comparison
     import torch.utils.benchmark  # noqa: F401
@@ -573,7 +640,13 @@ def main(argv: List[str]) -> int:
 
 
 if __name__ == "__main__":
-    status = main(sys.argv)
+    try:
+        status = main(sys.argv)
+    finally:
+        if _SPAWN_DIR is not None:
+            import shutil
+
+            shutil.rmtree(_SPAWN_DIR, ignore_errors=True)
     # Skip the interpreter's teardown, which takes seconds once torch._dynamo
     # is loaded (creating an optimizer loads it); every result has been sent.
     for stream in (sys.stdout, sys.stderr):

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import ast
 import os
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 
@@ -45,11 +45,14 @@ class _Fix:
     applicability: str
     message: str
     text: Optional[str]  # the module with only this fix applied
+    end_line: int = 0  # the last line of what the fix changes, in the original module
+    after: List[str] = field(default_factory=list)  # the fixes it needs first, when it has no text
+    executed: Optional[bool] = None  # whether calling the function ran its line (None: not known)
 
     def as_json(self) -> Dict[str, Any]:
         return {
             "code": self.code, "name": self.name, "line": self.line, "column": self.column,
-            "applicability": self.applicability, "message": self.message,
+            "applicability": self.applicability, "message": self.message, "executed": self.executed,
         }
 
 
@@ -179,11 +182,14 @@ def _package_of(path: Path) -> Tuple[List[str], str]:
 def _fixes(text: str, display: str, settings: Settings, codes: Sequence[str], unsafe: bool) -> Tuple[str, List[_Fix], List[str], int]:
     """(fixed text, the fixes, the engine's errors, diagnostics left with an unsafe fix).
 
-    The fixes are those ``fix_text`` applied, in its order: first the ones
-    found on the original text, each with the module with only that fix
-    applied (for ``--each``); then the ones that appeared only once other
-    fixes were in (TL204 after TL202's ``pin_memory=True``), with their line in
-    that intermediate text and no single-fix variant.
+    The fixes are those ``fix_text`` applied, in its order, each at its line in
+    the original module (a later round's fix is mapped back through the
+    earlier rounds' edits). Each carries the module with only that fix applied
+    (for ``--each`` and for finding which fix changes results) when the fix
+    exists on the original text, which includes a fix that only waited a round
+    because its edit overlapped another's; a fix that exists only once another
+    is in (TL204's `non_blocking=True` after TL202's `pin_memory=True`) has no
+    such variant, and ``after`` names the fixes it waited for.
     """
     from torchlint.engine import fix_text, single_fixes
 
@@ -195,23 +201,30 @@ def _fixes(text: str, display: str, settings: Settings, codes: Sequence[str], un
     )
     if result.text == text:
         return text, [], errors, hidden
-    variants: Dict[Tuple[Any, ...], Optional[str]] = {}
-    if any(edit.round == 0 for edit in result.edits):
-        variants = {_key(d): single for d, single in single_fixes(text, display, settings, codes, unsafe)}
-    fixes = [
-        _as_fix(edit.diagnostic, variants.get(_key(edit.diagnostic)) if edit.round == 0 else None)
-        for edit in result.edits
-    ]
+    singles: Dict[Tuple[Any, ...], List[Tuple[Any, Optional[str]]]] = {}
+    for d, single in single_fixes(text, display, settings, codes, unsafe):
+        singles.setdefault((d.code, d.line, d.message), []).append((d, single))
+    fixes: List[_Fix] = []
+    for edit in result.edits:
+        d = edit.diagnostic
+        line = edit.original_line or d.line
+        found = singles.get((d.code, line, d.message), [])
+        if edit.round == 0:
+            found = [pair for pair in found if pair[0].column == d.column] or found
+        single = found.pop(0)[1] if found else None
+        fix = _as_fix(d, single, line)
+        if single is None and edit.round > 0:
+            fix.after = [f"{e.code} (line {e.original_line or e.diagnostic.line})"
+                         for e in result.edits if e.round < edit.round]
+        fixes.append(fix)
     return result.text, fixes, errors, hidden
 
 
-def _key(d) -> Tuple[Any, ...]:
-    return (d.code, d.line, d.column, d.message)
-
-
-def _as_fix(d, single: Optional[str]) -> _Fix:
+def _as_fix(d, single: Optional[str], line: Optional[int] = None) -> _Fix:
     assert d.fix is not None
-    return _Fix(d.code or "", d.name or "", d.line, d.column, d.fix.applicability.value, d.fix.message, single)
+    first = line or d.line
+    return _Fix(d.code or "", d.name or "", first, d.column, d.fix.applicability.value, d.fix.message, single,
+                end_line=first + max(0, d.end_line - d.line))
 
 
 # -- running ------------------------------------------------------------------
@@ -276,8 +289,10 @@ def verify_entry(
     for i, fix in enumerate(fixes):
         if fix.text is None:
             if options.each:
+                needs = ", ".join(fix.after) if fix.after else "another fix"
                 report["notes"].append(
-                    f"{fix.code} (line {fix.line}) applies only once another fix is in: "
+                    f"{fix.code} (line {fix.line}) exists only once {needs} "
+                    f"{'is' if len(fix.after) <= 1 else 'are'} in (that fix makes it possible): "
                     "it is measured as part of the fixed version, not on its own"
                 )
             continue
@@ -302,6 +317,7 @@ def verify_entry(
         "blame": singles if len(fixes) > 1 else [],
         "each": singles if options.each else [],
         "time": ["original", "fixed"] + (singles if options.each else []),
+        "trace": True,  # which fixes' lines the function runs
     }
     outcome = run_job([case], min_run_time=options.min_run_time, timeout=options.timeout,
                       sys_path=sys_path, argv0=str(absolute), progress=progress)
@@ -330,6 +346,21 @@ def _settle(report: Dict[str, Any], fixes: List[_Fix], singles: List[str], resul
             variant.update(error=message, stopped=True)
     original = results.get("original", {})
     fixed = results.get("fixed", {})
+    if "lines" in original:
+        ran = set(original["lines"])
+        for fix, shown in zip(fixes, report["fixes"]):
+            fix.executed = any(line in ran for line in range(fix.line, fix.end_line + 1))
+            shown["executed"] = fix.executed
+        idle = [f"{f.code} (line {f.line})" for f in fixes if not f.executed]
+        if idle and len(idle) == len(fixes):
+            report["notes"].append(
+                "the function ran none of the fixed lines: the fixes cannot change its time, "
+                "and any difference measured is noise"
+            )
+        elif idle:
+            report["notes"].append(
+                f"not executed by the function: {', '.join(idle)}; the change is due to the other fixes"
+            )
     report["before"] = _timing(original.get("time"))
     report["after"] = _timing(fixed.get("time"))
     report["speedup"], report["speedup_range"] = speedup_of(original.get("time"), fixed.get("time"))

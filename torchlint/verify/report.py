@@ -125,7 +125,9 @@ def format_entry(report: Dict[str, Any], fmt: str = "table") -> str:
     out.append(f"  device: {_device(report)}")
     out.append(f"  fixes applied ({len(fixes)}):")
     for fix in fixes:
-        out.append(f"    line {fix['line']}: {fix['code']} {fix['name']} ({fix['applicability']}): {fix['message']}")
+        ran = {True: "", False: " [not executed]", None: ""}[fix.get("executed")]
+        out.append(f"    line {fix['line']}: {fix['code']} {fix['name']} ({fix['applicability']}): "
+                   f"{fix['message']}{ran}")
     out.append("")
 
     rows = [["", "median ± iqr", "speedup", "match"]]

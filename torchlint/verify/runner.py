@@ -184,9 +184,29 @@ def _died(returncode: Optional[int], step: str, stderr_tail: str) -> str:
         how = f"was killed by {name}"
     else:
         how = f"exited with status {returncode}"
-    last = [line for line in stderr_tail.strip().splitlines() if line.strip()][-15:]
+    last = [line for line in _without_noise(stderr_tail.strip().splitlines()) if line.strip()][-15:]
     detail = ("; the last lines it wrote to standard error:\n" + "\n".join(last)) if last else ""
     return f"the verification process {how} while {step}{detail}"
+
+
+# Warnings the environment makes, not the user's code: torch without NumPy warns
+# "Failed to initialize NumPy" (with the source line that triggered it) on import.
+_NOISE = ("Failed to initialize NumPy",)
+
+
+def _without_noise(lines: List[str]) -> List[str]:
+    out: List[str] = []
+    skip_next = False
+    for line in lines:
+        if skip_next and line.startswith("  "):
+            skip_next = False  # the source line Python's warning printer adds
+            continue
+        skip_next = False
+        if any(noise in line for noise in _NOISE):
+            skip_next = True
+            continue
+        out.append(line)
+    return out
 
 
 def _read_lines(stream, lines: "queue.Queue[Optional[bytes]]") -> None:
