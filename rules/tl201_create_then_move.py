@@ -9,6 +9,7 @@ import libcst as cst
 from torchlint.codemods import create_on_device as codemod
 from torchlint.model import Applicability, Fix, FixAvailability
 from torchlint.rule import Rule
+from torchlint.rules._frequency import frequency_here
 from torchlint.rules._helpers import (
     device_kind,
     has_star,
@@ -320,6 +321,8 @@ class CreateThenMove(Rule):
                 return  # created on a device already (or on one we cannot know)
             if kind in RANDOM_FACTORIES:
                 return  # the CPU random stream, asked for by name
+        if not frequency_here(self.context).per_step:
+            return  # created once (setup, export, a demo) or once per epoch: nothing to win
         like = kind.endswith("_like")
         pending_key: Optional[Tuple[int, str]] = None
         if like:
