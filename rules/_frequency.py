@@ -7,11 +7,17 @@ and costs microseconds.  This module answers "how often does the node being
 visited run?" for the rules that need it, from the module alone:
 
 * **Statements in a loop** run every iteration of it.  An iteration is a
-  *step* unless the loop is an *outer* loop (its body holds another loop, or
-  calls a function of the module that holds one, or its variable names an
-  epoch): then the code directly in it runs once per epoch.  A loop over a
+  *step* unless the loop is an *outer* loop (its variable names an epoch, or
+  its body holds a loop over data, a loader, batches or steps, or calls a
+  function of the module that runs one): then the code directly in it runs
+  once per epoch.  A loop over a
   few literal values, a mapping's items or a model's parameters, in code that
-  does not itself run per step, runs a handful of times.  Code under a
+  does not itself run per step, runs a handful of times; so does any loop in
+  code known to run once or once per epoch, unless it looks like a training,
+  evaluation or inference loop (it goes over a loader, a dataset, batches,
+  steps, iterations or episodes, or its body runs a model, a backward pass,
+  an optimizer step or a generation).  A loop in a function of unknown frequency counts as
+  a step loop, as it always did.  Code under a
   periodic guard (``if step % 100 == 0:``) runs every N steps, which counts
   as per epoch.
 * **Functions** run as often as their most frequent caller in the module: a
@@ -21,7 +27,8 @@ visited run?" for the rules that need it, from the module alone:
   ``*_step`` (``training_step``, ``train_step``), collate functions (passed
   as ``collate_fn=``) and hooks (passed to ``register_*hook``).  Some run once
   by their role unless a step calls them: ``__init__``, ``main``, and names
-  that build, set up, load, save, export or convert.
+  that build, set up, load, save, export or convert, log, plot, visualise,
+  print or report.
 * **Module top-level code** (``if __name__ == "__main__":`` blocks included)
   runs once, apart from its loops.
 
@@ -58,7 +65,7 @@ _STEP_ROLES = re.compile(
 )
 _ONCE_ROLES = re.compile(
     r"^(__init__|__post_init__|main|_?(build|setup|set_up|init|initialize|create|load|save|export|"
-    r"convert|prepare|configure|make|get_args|parse)\w*)$"
+    r"convert|prepare|configure|make|get_args|parse|log|plot|visuali[sz]e|show|dump|summar|print|report)\w*)$"
 )
 _OUTER_LOOP_VARIABLE = re.compile(r"epoch", re.IGNORECASE)
 _PARAMETER_WALKS = frozenset(
@@ -90,6 +97,7 @@ class _Function:
     cls: Optional[cst.ClassDef]  # the class it is a method of
     outer: Optional[cst.FunctionDef]  # the function it is nested in
     has_loop: bool = False
+    data_loop: Optional[bool] = None  # see FrequencyModel._has_data_loop
     role: int = UNKNOWN
     level: int = UNKNOWN
     via: Optional[cst.Call] = None
@@ -242,6 +250,8 @@ class FrequencyModel:
                 continue  # a handful of times per run of what is around it
             elif self._is_outer_loop(loop):
                 level = max(level, PER_EPOCH)
+            elif level in (ONCE, PER_EPOCH) and not _steps(loop):
+                continue  # a loop in code known to run rarely, over something else than the data
             else:
                 level = PER_STEP
         return level
@@ -254,21 +264,29 @@ class FrequencyModel:
             return known
         outer = False
         if isinstance(loop, cst.For) and any(_OUTER_LOOP_VARIABLE.search(n) for n in _target_names(loop.target)):
-            outer = True
+            # ... unless the "epoch" is itself a step: full-batch training calls
+            # backward() in the loop's own body
+            outer = not _backward_directly(loop.body)
         elif isinstance(loop, (cst.For, cst.While)):
-            todo = list(iter_children(loop.body))
-            while todo and not outer:
-                node = todo.pop()
+            for node in _walk_shallow(loop.body):
                 kind = type(node)
-                if kind in (cst.FunctionDef, cst.ClassDef, cst.Lambda):
-                    continue
-                if kind in (cst.For, cst.While) and not _few_values(node):
+                if kind in (cst.For, cst.While) and _over_data(node):
                     outer = True
                 elif kind is cst.Call and isinstance(node.func, cst.Name):
-                    outer = any(self.functions[f].has_loop for f in self._named(node.func.value, None))
-                todo.extend(iter_children(node))
+                    outer = any(self._has_data_loop(f) for f in self._named(node.func.value, None))
+                if outer:
+                    break
         self._outer_loops[id(loop)] = outer
         return outer
+
+    def _has_data_loop(self, fn: cst.FunctionDef) -> bool:
+        """Whether a function runs a loop over data (a loader, batches, steps) in its own body."""
+        info = self.functions[fn]
+        if info.data_loop is None:
+            info.data_loop = info.has_loop and any(
+                type(node) in (cst.For, cst.While) and _over_data(node) for node in _walk_shallow(fn.body)
+            )
+        return info.data_loop
 
     # -- questions -----------------------------------------------------------------------
     def here(self, ctx: Context) -> Frequency:
@@ -323,6 +341,81 @@ def _loop_marker(node: cst.CSTNode, child: cst.CSTNode) -> Optional[object]:
     return None
 
 
+_STEP_WORDS = ("loader", "dataset", "batch", "step", "iter", "episode")
+_STEP_CALLS = frozenset({"backward", "step", "generate", "forward", "predict", "inference", "infer"})
+_MODEL_WORDS = ("model", "net", "module", "encoder", "decoder", "generator", "discriminator", "policy")
+
+
+_DATA_WORDS = ("loader", "dataset", "batch", "step", "iter")
+
+
+def _backward_directly(body: cst.CSTNode) -> bool:
+    """Whether a loop body calls ``.backward()`` itself, outside inner loops."""
+    todo: List[cst.CSTNode] = [body]
+    while todo:
+        node = todo.pop()
+        if type(node) in (cst.FunctionDef, cst.ClassDef, cst.Lambda) or (node is not body and type(node) in _LOOPS):
+            continue
+        if isinstance(node, cst.Call) and isinstance(node.func, cst.Attribute) and node.func.attr.value == "backward":
+            return True
+        todo.extend(iter_children(node))
+    return False
+
+
+def _over_data(loop: cst.CSTNode) -> bool:
+    """A ``for`` over a loader, a dataset, batches or steps (its iterable or
+    variable says so), or a ``while`` whose test counts steps or iterations."""
+    headers = [loop.iter, loop.target] if isinstance(loop, cst.For) else [loop.test]
+    for header in headers:
+        for node in _walk_shallow(header):
+            if isinstance(node, (cst.Name, cst.Attribute)):
+                name = (node.value if isinstance(node, cst.Name) else node.attr.value).lower()
+                if any(word in name for word in _DATA_WORDS):
+                    return True
+    return False
+
+
+def _steps(loop: object) -> bool:
+    """Whether a loop looks like a training, evaluation or inference loop: it goes
+    over data (a loader, a dataset, batches, steps, iterations, episodes), or
+    its body runs a model, a backward pass, an optimizer step or a generation."""
+    if isinstance(loop, cst.For):
+        headers: List[cst.CSTNode] = [loop.iter, loop.target]
+        body: List[cst.CSTNode] = [loop.body]
+    elif isinstance(loop, cst.While):
+        headers, body = [loop.test], [loop.body]
+    elif isinstance(loop, cst.DictComp):
+        headers, body = [loop.for_in], [loop.key, loop.value]
+    elif isinstance(loop, (cst.ListComp, cst.SetComp, cst.GeneratorExp)):
+        headers, body = [loop.for_in], [loop.elt]
+    else:
+        return True
+    for header in headers:
+        for node in _walk_shallow(header):
+            if isinstance(node, (cst.Name, cst.Attribute)):
+                name = (node.value if isinstance(node, cst.Name) else node.attr.value).lower()
+                if any(word in name for word in _STEP_WORDS):
+                    return True
+    for node in _walk_shallow(*body):
+        if isinstance(node, cst.Call):
+            func = node.func
+            name = func.attr.value if isinstance(func, cst.Attribute) else func.value if isinstance(func, cst.Name) else ""
+            if name in _STEP_CALLS or any(word in name.lower() for word in _MODEL_WORDS):
+                return True
+    return False
+
+
+def _walk_shallow(*roots: cst.CSTNode):
+    """The nodes under ``roots``, not entering function or class definitions."""
+    todo = list(roots)
+    while todo:
+        node = todo.pop()
+        if type(node) in (cst.FunctionDef, cst.ClassDef, cst.Lambda):
+            continue
+        yield node
+        todo.extend(iter_children(node))
+
+
 def _few_values(loop: object) -> bool:
     """A loop over a few literal values, a mapping, or a model's parameters."""
     if isinstance(loop, cst.For):
@@ -345,8 +438,19 @@ def _few_values_expression(expr: cst.BaseExpression) -> bool:
     if isinstance(expr, (cst.List, cst.Tuple, cst.Set)):
         return True
     if isinstance(expr, cst.Call) and isinstance(expr.func, cst.Attribute):
-        return expr.func.attr.value in _PARAMETER_WALKS
+        method = expr.func.attr.value
+        if method in ("items", "keys", "values"):
+            # a mapping of settings or metrics is short; one of parameters or gradients is not
+            return not any(
+                isinstance(n, (cst.Name, cst.Attribute))
+                and any(w in (n.value if isinstance(n, cst.Name) else n.attr.value).lower() for w in _WEIGHT_WORDS)
+                for n in _walk_shallow(expr.func.value)
+            )
+        return method in _PARAMETER_WALKS
     return False
+
+
+_WEIGHT_WORDS = ("param", "grad", "weight", "buffer")
 
 
 def _function_reference(expr: cst.BaseExpression) -> Optional[Tuple[str, bool]]:

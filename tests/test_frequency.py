@@ -214,3 +214,56 @@ def test_deep_nesting(depth):
         body = f"if c{i}:\n" + textwrap.indent(body, "    ")
     source = "def forward(self):\n" + textwrap.indent(body.replace("x = 1", 'probe("deep")'), "    ")
     assert frequencies(source) == {"deep": PER_STEP}
+
+
+def test_loops_in_code_that_runs_rarely_count_only_over_data():
+    found = frequencies(
+        """
+        def setup(model, loader, settings):
+            for key in sorted(settings):
+                probe("settings loop")
+            for x in loader:
+                probe("data loop in setup code")
+            for i in range(3):
+                model(i)
+                probe("loop that runs a model")
+            names = [probe("comprehension in setup") for n in settings]
+
+        def grads(model):
+            return {n: probe("mapping of gradients") for n, g in model.grads.items()}
+
+        def fit(model, x, y, epochs):
+            for epoch in range(epochs):
+                loss = model(x, y)
+                loss.backward()
+                probe("full-batch epoch")
+        """
+    )
+    assert found == {
+        "settings loop": ONCE,
+        "data loop in setup code": PER_STEP,
+        "loop that runs a model": PER_STEP,
+        "comprehension in setup": ONCE,
+        "mapping of gradients": PER_STEP,
+        "full-batch epoch": PER_STEP,
+    }
+
+
+def test_a_batch_loop_with_a_loop_over_its_images_is_still_per_step():
+    found = frequencies(
+        """
+        def process(detections, labels):
+            for i in range(10):
+                probe("per image, per threshold")
+
+        def run(model, loader):
+            for batch_i, (im, targets) in enumerate(pbar):
+                preds = model(im)
+                for si, pred in enumerate(preds):
+                    process(pred, targets)
+
+        if __name__ == "__main__":
+            run(model, loader)
+        """
+    )
+    assert found == {"per image, per threshold": PER_STEP}
