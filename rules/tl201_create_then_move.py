@@ -9,7 +9,6 @@ import libcst as cst
 from torchlint.codemods import create_on_device as codemod
 from torchlint.model import Applicability, Fix, FixAvailability
 from torchlint.rule import Rule
-from torchlint.rules._frequency import frequency_here
 from torchlint.rules._helpers import (
     device_kind,
     has_star,
@@ -67,16 +66,6 @@ class CreateThenMove(Rule):
     factories `torch.rand`, `torch.randn`, `torch.randint`, `torch.randperm`)
     whose result is immediately moved to a device with `.cuda(...)`,
     `.to(<device>)` or `.to(device=...)`.
-
-    It reports only code that runs every step (see "How often code runs" in
-    `docs/precision.md`): in a training, evaluation or inference loop, or in a
-    function that runs per step by its role (`forward`, `__getitem__`,
-    `*_step`, a collate function, a hook) or because such code in the same
-    module calls it. A tensor made once (module set-up, `__init__`, an
-    `if __name__ == "__main__":` demo, an export script's dummy input) or once
-    per epoch costs microseconds once, and is not reported; nor is one in a
-    function whose callers the module does not show (another module's code
-    may call it once).
 
     A `.to(<dtype>)` cast is not a move and is not reported, nor is a `.to(x)`
     whose argument may be a device or a dtype (a tensor, `*args`), nor
@@ -197,28 +186,20 @@ class CreateThenMove(Rule):
     fix = FixAvailability.SOMETIMES_SAFE
 
     VALID = [
-        "import torch\nfor x in loader:\n    m = torch.zeros(3, device='cuda')\n",
-        "import torch\nfor x in loader:\n    m = torch.zeros(3).to(torch.float16)\n",
-        "import torch\nfor x in loader:\n    m = torch.zeros(3).to(other)\n",
-        "import torch\nfor x in loader:\n    m = torch.zeros(3).to('cpu')\n",
-        "import torch\nfor x in loader:\n    m = torch.from_numpy(a).cuda()\n",
-        "import torch\nfor x in loader:\n    m = torch.zeros(3).float().cuda()\n",
-        "def zeros(n): ...\nimport torch\nfor x in loader:\n    m = zeros(3).cuda()\n",
-        "import torch\nfor x in loader:\n    m = torch.randn(3, generator=g).to(device)\n",
-        "import torch\nfor x in loader:\n    m = torch.zeros_like(y).to(device)\n",
-        # Runs once: module set-up, a constructor, an export script's dummy input.
-        "import torch\nmask = torch.zeros(3).cuda()\n",
-        "import torch\nclass Net(torch.nn.Module):\n    def __init__(self):\n        self.w = torch.ones(3).cuda()\n",
-        "import torch\ndef export(model):\n    dummy = torch.zeros(1, 3, 224, 224).to(device)\n    torch.onnx.export(model, dummy, 'm.onnx')\n",
-        # Once per epoch.
-        "import torch\nfor epoch in range(9):\n    w = torch.ones(3).cuda()\n    for x in loader:\n        step(x, w)\n",
+        "import torch\nx = torch.zeros(3, device='cuda')\n",
+        "import torch\nx = torch.zeros(3).to(torch.float16)\n",
+        "import torch\nx = torch.zeros(3).to(other)\n",
+        "import torch\nx = torch.zeros(3).to('cpu')\n",
+        "import torch\nx = torch.from_numpy(a).cuda()\n",
+        "import torch\nx = torch.zeros(3).float().cuda()\n",
+        "def zeros(n): ...\nimport torch\nx = zeros(3).cuda()\n",
+        "import torch\nx = torch.randn(3, generator=g).to(device)\n",
+        "import torch\nx = torch.zeros_like(y).to(device)\n",
     ]
     INVALID = [
-        "import torch\nfor x in loader:\n    m = torch.zeros(3).cuda()\n",
-        "import torch\nfor x in loader:\n    noise = torch.randn(3).to(device)\n",
-        "import torch\nclass Net(torch.nn.Module):\n    def forward(self, x):\n        return x + torch.arange(10).to(device=x.device)\n",
-        "import torch\nclass Net(torch.nn.Module):\n    def forward(self, x):\n        return x * self.mask(x)\n"
-        "    def mask(self, x):\n        return torch.ones(x.shape[-1]).to(x.device)\n",
+        "import torch\nx = torch.zeros(3).cuda()\n",
+        "import torch\nx = torch.randn(3).to(device)\n",
+        "import torch\nx = torch.arange(10).to(device=x.device)\n",
     ]
 
     def __init__(self, context) -> None:
@@ -339,8 +320,6 @@ class CreateThenMove(Rule):
                 return  # created on a device already (or on one we cannot know)
             if kind in RANDOM_FACTORIES:
                 return  # the CPU random stream, asked for by name
-        if not frequency_here(self.context).per_step:
-            return  # created once (setup, export, a demo) or once per epoch: nothing to win
         like = kind.endswith("_like")
         pending_key: Optional[Tuple[int, str]] = None
         if like:
