@@ -478,6 +478,11 @@ class LoopFacts:
     steps_directly: bool = False
     """Calls ``.backward()`` in its own body, outside any inner loop or
     comprehension: each iteration is a training step."""
+    exits_on_value: bool = False
+    """Ends the loop (``break``/``return``, not an error exit) on a device value
+    read in its own body (``if token.item() in stop_tokens: break``):
+    token-by-token decoding and the like, which wait for the device every
+    iteration by design."""
 
 
 def _is_oom_handler(ctx: Context, handler: cst.CSTNode) -> bool:
@@ -529,6 +534,8 @@ def _scan(ctx: Context, roots: List[cst.CSTNode]) -> LoopFacts:
                 facts.generates = True
             elif isinstance(func, cst.Name) and func.value == "input" and q is None:
                 facts.prompts_user = True
+        elif isinstance(node, cst.If) and direct and _ends_loop(node.body) and _reads_value(node.test):
+            facts.exits_on_value = True
         elif isinstance(node, cst.Del):
             target = node.target
             targets = [e.value for e in target.elements] if isinstance(target, (cst.Tuple, cst.List)) else [target]
@@ -541,6 +548,38 @@ def _scan(ctx: Context, roots: List[cst.CSTNode]) -> LoopFacts:
         plain = always and inner and not isinstance(node, _CONDITIONS)
         todo.extend((child, inner, plain) for child in iter_children(node))
     return facts
+
+
+_READS = frozenset({"item", "tolist", "cpu", "numpy", "any", "all", "equal"})
+
+
+def _ends_loop(block: cst.CSTNode) -> bool:
+    """A block whose last statement is ``break`` or ``return``: the loop ends
+    normally there (a ``raise`` or ``sys.exit`` is an error guard, such as a
+    check for a NaN loss, which could be made less often)."""
+    body = getattr(block, "body", ())
+    if not body:
+        return False
+    last = body[-1]
+    if isinstance(block, cst.SimpleStatementSuite):
+        small = last
+    elif isinstance(last, cst.SimpleStatementLine):
+        small = last.body[-1]
+    else:
+        return False
+    return isinstance(small, (cst.Break, cst.Return))
+
+
+def _reads_value(test: cst.BaseExpression) -> bool:
+    """Whether a test reads a tensor's value on the host (``x.item()``, ``(x == y).all()``)."""
+    todo: List[cst.CSTNode] = [test]
+    while todo:
+        node = todo.pop()
+        if isinstance(node, cst.Call) and isinstance(node.func, cst.Attribute) and node.func.attr.value in _READS:
+            return True
+        if not isinstance(node, _SCOPES):
+            todo.extend(iter_children(node))
+    return False
 
 
 def loop_facts(ctx: Context, loop: cst.CSTNode, cache: Dict[int, LoopFacts]) -> LoopFacts:
@@ -558,6 +597,70 @@ def loop_facts(ctx: Context, loop: cst.CSTNode, cache: Dict[int, LoopFacts]) -> 
         facts = _scan(ctx, roots)
         cache[id(loop)] = facts
     return facts
+
+
+# -- host copies that are the point -----------------------------------------------------
+
+# Calls that take host data to write, draw, decode or tabulate it: a copy made for
+# them is the work itself (an image or audio file, a plot, text for a reward).
+_SINK_WORDS = ("decode", "plot", "save", "write", "fromarray", "figure", "image", "draw", "dataframe",
+               "dump", "savetxt", "imshow", "wav")
+_STATEMENTS = (cst.SimpleStatementLine, cst.SimpleStatementSuite, cst.For, cst.While, cst.If, cst.With,
+               cst.Try, cst.FunctionDef, cst.ClassDef)
+
+
+def _is_sink(call: cst.Call) -> bool:
+    func = call.func
+    name = func.attr.value if isinstance(func, cst.Attribute) else func.value if isinstance(func, cst.Name) else ""
+    lowered = name.lower()
+    return any(word in lowered for word in _SINK_WORDS)
+
+
+def feeds_host_sink(ctx: Context, top_index: int, loop: cst.CSTNode) -> bool:
+    """Whether the host copy whose chain ends at ``ctx.stack[top_index]`` goes
+    to a call that writes, draws, decodes or tabulates host data, in the same
+    statement (``tokenizer.decode(ids.tolist())``) or through a name assigned
+    there and handed to such a call later in ``loop``'s body
+    (``img = x.cpu().numpy()`` then ``Image.fromarray(img).save(path)``)."""
+    stack = ctx.stack
+    names: List[str] = []
+    for i in range(top_index - 1, -1, -1):
+        node = stack[i]
+        if isinstance(node, cst.Call) and _is_sink(node):
+            return True
+        if isinstance(node, cst.Assign):
+            names = [n for t in node.targets for n in target_names(t.target)]
+        elif isinstance(node, (cst.AnnAssign, cst.AugAssign)):
+            names = target_names(node.target)
+        if isinstance(node, _STATEMENTS):
+            break
+    if not names:
+        return False
+    body = loop.body if isinstance(loop, (cst.For, cst.While)) else loop
+    todo: List[cst.CSTNode] = [body]
+    while todo:
+        node = todo.pop()
+        if isinstance(node, _SCOPES):
+            continue
+        if isinstance(node, cst.Call) and _is_sink(node):
+            for arg in node.args:
+                if mentions_name(arg.value, names):
+                    return True
+            if isinstance(node.func, cst.Attribute) and mentions_name(node.func.value, names):
+                return True
+        todo.extend(iter_children(node))
+    return False
+
+
+def mentions_name(expr: cst.CSTNode, names: List[str]) -> bool:
+    todo: List[cst.CSTNode] = [expr]
+    while todo:
+        node = todo.pop()
+        if isinstance(node, cst.Name) and node.value in names:
+            return True
+        if not isinstance(node, _SCOPES):
+            todo.extend(iter_children(node))
+    return False
 
 
 # -- the statement a call makes up ------------------------------------------------------

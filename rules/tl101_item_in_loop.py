@@ -18,10 +18,13 @@ from torchlint.rules._helpers import (
     positional,
     receiver,
 )
+from torchlint.rules._frequency import frequency_here
 from torchlint.rules._sync import (
     LoopFacts,
+    loop_facts,
     converts_any_value,
     enclosing_function_is_one_off,
+    feeds_host_sink,
     in_data_pipeline,
     is_constant_display,
     isinstance_tensor_subject,
@@ -161,7 +164,7 @@ class ItemInLoop(Rule):
     INVALID = [
         "import torch\ntotal = 0.0\nfor x in loader:\n    total += model(x).item()\n",
         "import torch\nfor x in loader:\n    print(model(x).tolist())\n",
-        "import torch\nvalues = [t.item() for t in tensors]\n",
+        "import torch\ndef training_step(tensors):\n    values = [t.item() for t in tensors]\n",
     ]
 
     _MESSAGES = {
@@ -199,6 +202,10 @@ class ItemInLoop(Rule):
             return
         if runs_once(ctx, loop) or runs_once_per_pass(ctx, loop, self._facts):
             return
+        if loop_facts(ctx, loop, self._facts).exits_on_value:
+            return  # the loop waits for a device value every iteration anyway, to decide to stop
+        if not frequency_here(ctx).per_step:
+            return  # a loop in code that runs once or once per epoch (setup, logging, export)
         recv = receiver(node)
         assert recv is not None
         if in_data_pipeline(ctx) or enclosing_function_is_one_off(ctx) or self._reads_checkpoint(recv):
@@ -208,6 +215,8 @@ class ItemInLoop(Rule):
         scope = self._scope()
         if self._is_host(recv, scope, 0, set()):
             return
+        if feeds_host_sink(ctx, len(ctx.stack) - 1, loop):
+            return  # read to be written, drawn or decoded on the host (`tokenizer.decode(ids.tolist())`)
         self.report(node, self._MESSAGES[name], fix=self._accumulation_fix(node, recv, loop, scope))
 
     # -- which loop repeats the call -------------------------------------------

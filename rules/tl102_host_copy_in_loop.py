@@ -17,11 +17,14 @@ from torchlint.rules._helpers import (
     receiver,
     source_mentions,
 )
+from torchlint.rules._frequency import frequency_here
 from torchlint.rules._sync import (
     LoopFacts,
+    loop_facts,
     chain_top,
     converts_any_value,
     expression_statement,
+    feeds_host_sink,
     in_data_pipeline,
     is_constant_display,
     iterates_mapping,
@@ -152,7 +155,7 @@ class HostCopyInLoop(Rule):
     INVALID = [
         "import torch\nfor x in loader:\n    preds.append(model(x).argmax(-1).cpu())\n",
         "import torch\nfor x in loader:\n    probs = model(x).softmax(-1).detach().cpu().numpy()\n",
-        "import torch\narrays = [t.cpu().numpy() for t in outputs]\n",
+        "import torch\ndef training_step(outputs):\n    arrays = [t.cpu().numpy() for t in outputs]\n",
     ]
 
     _MESSAGE = (
@@ -178,6 +181,8 @@ class HostCopyInLoop(Rule):
         loop = self._step_loop()
         if loop is None or runs_once(ctx, loop) or runs_once_per_pass(ctx, loop, self._facts):
             return
+        if loop_facts(ctx, loop, self._facts).exits_on_value or not frequency_here(ctx).per_step:
+            return  # the loop waits for the device anyway, or runs once / once per epoch
         recv = receiver(node)
         assert recv is not None
         if names_a_module(recv) or self._iterates_modules(recv):
@@ -193,6 +198,8 @@ class HostCopyInLoop(Rule):
             return
         if in_data_pipeline(ctx) or converts_any_value(ctx, loop, self._facts) or self._host_consumer(index):
             return
+        if feeds_host_sink(ctx, index, loop):
+            return  # copied to be written, drawn or decoded on the host: the copy is the point
         if _serialised(ctx.stack, index):
             return  # `t.cpu().numpy().tobytes()`: bytes for pickling or storage
         self._reported.add(id(top))

@@ -23,7 +23,7 @@ _ARITHMETIC = (cst.Add, cst.Subtract, cst.Multiply, cst.Divide, cst.FloorDivide,
 class _Scope:
     """What one function (or the module's top level) does, for the decision at its end."""
 
-    __slots__ = ("losses", "backpropagated", "assignments", "accumulations", "retained", "bindings")
+    __slots__ = ("losses", "backpropagated", "assignments", "accumulations", "retained", "bindings", "resets")
 
     def __init__(self) -> None:
         # loops whose backward call keeps the graph (`retain_graph=`, `create_graph=`)
@@ -39,6 +39,9 @@ class _Scope:
         self.assignments: List[Tuple[cst.BaseExpression, cst.BaseExpression]] = []
         # (loop, accumulator key, accumulator as written, accumulated expression)
         self.accumulations: List[Tuple[cst.CSTNode, str, cst.BaseExpression, cst.BaseExpression]] = []
+        # accumulator key -> ids of the loops around a statement that starts it afresh
+        # (`running_loss = 0`, `losses = []`, `losses.clear()`)
+        self.resets: Dict[str, Set[int]] = {}
 
 
 class LossGraphRetained(Rule):
@@ -73,8 +76,12 @@ class LossGraphRetained(Rule):
     (`loss = loss.item()`), since the name may then hold a number; a different
     name (`acc += ce_loss` while `loss = ce_loss + aux` is backpropagated: it
     also holds the graph, but the rule only follows the backpropagated name);
-    and accumulations in a different loop than the backward call (e.g. an
-    epoch loop appending the last batch's loss).
+    accumulations in a different loop than the backward call (e.g. an
+    epoch loop appending the last batch's loss); and an accumulator that is
+    started afresh inside that loop (`running_loss = 0` after each optimizer
+    step of a gradient-accumulation loop, `losses = []`, `losses.clear()`):
+    it then holds the graphs of a few micro-batches at most, whose saved
+    tensors `backward()` has already freed, so nothing grows.
 
     ## Why is this bad?
     A loss tensor references the autograd graph that produced it. Adding it to
@@ -172,11 +179,18 @@ class LossGraphRetained(Rule):
         "import torch\nlosses = []\nfor x in loader:\n    loss = model(x)\n    loss.backward()\n    losses.append(float(loss))\n",
         "import torch\ntotal = 0.0\nfor x in loader:\n    loss = model(x)\n    total += loss\ntotal.backward()\n",
         "import torch\nfor x in loader:\n    loss = model(x)\n    loss.backward()\n    with torch.no_grad():\n        running += loss\n",
+        # Gradient accumulation whose running loss is started afresh at every optimizer step.
+        "import torch\nrunning = 0\nfor i, x in enumerate(loader):\n    loss = model(x)\n    running += loss\n"
+        "    loss.backward()\n    if (i + 1) % 4 == 0:\n        optimizer.step()\n        log(running)\n        running = 0\n",
+        "import torch\nlosses = []\nfor i, x in enumerate(loader):\n    loss = model(x)\n    loss.backward()\n"
+        "    losses.append(loss)\n    if len(losses) == 8:\n        report(losses)\n        losses.clear()\n",
     ]
     INVALID = [
         "import torch\ntotal = 0.0\nfor x in loader:\n    loss = model(x)\n    loss.backward()\n    total += loss\n",
         "import torch\nlosses = []\nfor x in loader:\n    loss = model(x)\n    (loss / 4).backward()\n    losses.append(loss)\n",
         "import torch\nepoch_loss = 0\nfor x, y in loader:\n    loss = model(x)\n    loss.backward()\n    epoch_loss = epoch_loss + loss * x.size(0)\n",
+        # Started afresh once per epoch only: every step of the epoch is kept.
+        "import torch\nfor epoch in range(9):\n    total = 0.0\n    for x in loader:\n        loss = model(x)\n        loss.backward()\n        total += loss\n",
     ]
 
     _MESSAGE = (
@@ -245,6 +259,9 @@ class LossGraphRetained(Rule):
                     scope.retained.add(id(loop))
             return
         name = method_name(node)
+        if name == "clear" and not node.args:
+            self._record_reset(_accumulator_key(receiver(node)))
+            return
         if name == "append":
             args = positional(node)
             if len(args) != 1 or len(node.args) != 1:
@@ -276,11 +293,20 @@ class LossGraphRetained(Rule):
         if loop is not None and not self._under_no_grad():
             self._scopes[-1].accumulations.append((loop, acc, node.target, node.value))
 
+    def _record_reset(self, acc: Optional[str]) -> None:
+        if acc is None:
+            return
+        loops = self.context.enclosing_loops(periodic_guard=False)
+        self._scopes[-1].resets.setdefault(acc, set()).update(id(loop) for loop in loops)
+
     def visit_Assign(self, node: cst.Assign) -> None:
         scope = self._scopes[-1]
         for target in node.targets:
             scope.assignments.append((target.target, node.value))
             self._rebind(target.target, node.value)
+            key = _accumulator_key(target.target)
+            if key is not None and not _mentions_key(node.value, key):
+                self._record_reset(key)
         value = node.value
         if len(node.targets) != 1 or not (
             isinstance(value, cst.BinaryOperation) and isinstance(value.operator, cst.Add)
@@ -323,6 +349,8 @@ class LossGraphRetained(Rule):
             keys = scope.losses.get(id(loop))
             if not keys:
                 continue
+            if id(loop) in scope.resets.get(acc, ()):
+                continue  # started afresh inside the loop: the history it keeps is bounded
             occurrence = _find_loss(added, keys)
             if occurrence is not None:
                 candidates.append((loop, acc, written, occurrence))
@@ -368,6 +396,14 @@ def _keeps_graph(call: cst.Call) -> bool:
             return True
     return any(arg.star for arg in call.args) or len(positional(call)) > 2 or (
         method_name(call) == "backward" and len(positional(call)) > 1
+    )
+
+
+def _mentions_key(expr: cst.BaseExpression, key: str) -> bool:
+    """Whether ``expr`` reads the accumulator ``key`` (``acc + loss`` does; ``0`` does not)."""
+    return any(
+        isinstance(node, (cst.Name, cst.Attribute, cst.Subscript)) and _accumulator_key(node) == key
+        for node in walk_nodes(expr)
     )
 
 

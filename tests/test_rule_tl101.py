@@ -45,13 +45,14 @@ def test_while_loop_body_and_test() -> None:
 def test_comprehensions_and_generators() -> None:
     code = """
     import torch
-    values = [t.item() for t in outputs]
-    nested = [[v for v in row.tolist()] for row in matrix]
-    total = sum(t.item() for t in outputs)
+    def training_step(outputs, matrix):
+        values = [t.item() for t in outputs]
+        nested = [[v for v in row.tolist()] for row in matrix]
+        total = sum(t.item() for t in outputs)
     """
     # the outermost iterable of a comprehension runs once: `row.tolist()` is
     # in the outer comprehension's element, so it runs per row.
-    assert positions(code) == [(3, 11), (4, 23), (5, 13)]
+    assert positions(code) == [(4, 15), (5, 27), (6, 17)]
 
 
 def test_outermost_comprehension_iterable_runs_once() -> None:
@@ -149,7 +150,7 @@ def test_default_device_changed_makes_factories_unknown() -> None:
     code = """
     import torch
     torch.set_default_device("cuda")
-    for _ in range(10):
+    for x in loader:
         print(torch.rand(3).tolist())
     """
     assert positions(code) == [(5, 11)]
@@ -550,3 +551,96 @@ def test_set_up_save_and_assert_functions() -> None:
         return [o.tolist() for o in outputs]
     """
     assert positions(code) == [(14, 13)]
+
+
+# -- how often the loop runs, loops that wait on purpose, host sinks (precision review) ----
+
+
+def test_decoding_loop_that_stops_on_a_device_value_is_silent():
+    # Token-by-token decoding reads the token every step to decide whether to stop;
+    # one more `.item()` in that loop costs nothing.
+    code = """
+        import torch
+
+        def generate(model, token, stop_tokens, max_new_tokens):
+            out = []
+            for _ in range(max_new_tokens):
+                if token.item() in stop_tokens:
+                    break
+                token = model(token).argmax(-1)
+                out.append(token.item())
+            return out
+    """
+    assert tl101(code) == []
+
+
+def test_loop_that_stops_on_a_host_counter_is_still_reported():
+    code = """
+        import torch
+
+        def train(model, loader, opt, patience):
+            seen = 0
+            for x, y in loader:
+                loss = model(x, y)
+                loss.backward()
+                opt.step()
+                print(loss.item())
+                seen += 1
+                if seen > patience:
+                    break
+    """
+    assert positions(code) == [(10, 15)]
+
+
+def test_debug_table_built_every_n_steps_is_silent():
+    # The caller's periodic guard makes the whole function run every N steps.
+    code = """
+        import torch
+
+        class Trainer:
+            def train_step(self, batch):
+                loss = self.model(batch)
+                loss.backward()
+                if self.steps % self.log_every == 0:
+                    self._debug_table(batch, loss)
+
+            def _debug_table(self, batch, loss):
+                rows = []
+                for idx in range(self.num_rows):
+                    rows.append((batch.lengths[idx].item(), loss[idx].item()))
+                return rows
+    """
+    assert tl101(code) == []
+
+
+def test_decoded_for_a_reward_is_silent():
+    code = """
+        import torch
+
+        def rewards(tokenizer, completions, answers):
+            scores = []
+            for i in range(completions.shape[0]):
+                text = tokenizer.decode(completions[i].tolist())
+                scores.append(float(text == answers[i]))
+            return scores
+    """
+    assert tl101(code) == []
+
+
+def test_setup_loop_over_non_data_is_silent_but_the_training_loop_is_not():
+    code = """
+        import torch
+
+        def main(model, loader, opt):
+            for name in sorted(model.config):
+                print(name, model.stats[name].item())
+            for x, y in loader:
+                loss = model(x, y)
+                loss.backward()
+                opt.step()
+                print(loss.item())
+
+        if __name__ == "__main__":
+            main(model, loader, opt)
+    """
+    assert positions(code) == [(11, 15)]

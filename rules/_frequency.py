@@ -1,0 +1,486 @@
+"""How often code runs: once, once per epoch (or every N steps), or every step.
+
+A cost paid per call (a host-to-device copy, a synchronization) matters only
+where the code runs on every step of a training, evaluation or inference loop;
+the same line in setup code, an export script or a ``__main__`` demo runs once
+and costs microseconds.  This module answers "how often does the node being
+visited run?" for the rules that need it, from the module alone:
+
+* **Statements in a loop** run every iteration of it.  An iteration is a
+  *step* unless the loop is an *outer* loop (its variable names an epoch, or
+  its body holds a loop over data, a loader, batches or steps, or calls a
+  function of the module that runs one): then the code directly in it runs
+  once per epoch.  A loop over a
+  few literal values, a mapping's items or a model's parameters, in code that
+  does not itself run per step, runs a handful of times; so does any loop in
+  code known to run once or once per epoch, unless it looks like a training,
+  evaluation or inference loop (it goes over a loader, a dataset, batches,
+  steps, iterations or episodes, or its body runs a model, a backward pass,
+  an optimizer step or a generation).  A loop in a function of unknown frequency counts as
+  a step loop, as it always did.  Code under a
+  periodic guard (``if step % 100 == 0:``) runs every N steps, which counts
+  as per epoch.
+* **Functions** run as often as their most frequent caller in the module: a
+  call in a step loop makes a function per step, and so does a call from a
+  per-step function.  Some functions run per step by their role, whoever
+  calls them: ``forward``, ``__call__``, ``__getitem__``/``__iter__``,
+  ``*_step`` (``training_step``, ``train_step``), collate functions (passed
+  as ``collate_fn=``) and hooks (passed to ``register_*hook``).  Some run once
+  by their role unless a step calls them: ``__init__``, ``main``, and names
+  that build, set up, load, save, export or convert, log, plot, visualise,
+  print or report.
+* **Module top-level code** (``if __name__ == "__main__":`` blocks included)
+  runs once, apart from its loops.
+
+A function that nothing in the module calls and whose role is unknown (a
+helper another module may call) has an *unknown* frequency: rules that need
+per-step code stay silent there (precision first).  Calls are resolved by
+name: ``f()`` to a function ``f`` of the module or of an enclosing function,
+``self.m()``/``cls.m()``/``super().m()`` to a method ``m`` of the module's
+classes, ``C()`` to ``C.__init__``.
+
+The model is built once per file, on the first question (most files never
+ask, so most files never pay for it).
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+from typing import Dict, List, Optional, Sequence, Tuple
+
+import libcst as cst
+
+from torchlint.rule import Context, contains_modulo
+from torchlint.walker import iter_children
+
+UNKNOWN, ONCE, PER_EPOCH, PER_STEP = 0, 1, 2, 3
+NAMES = {UNKNOWN: "unknown", ONCE: "once", PER_EPOCH: "per epoch", PER_STEP: "per step"}
+
+_PERIODIC = object()  # marks a periodic guard in a list of loops
+
+_STEP_ROLES = re.compile(
+    r"^(forward|__call__|__getitem__|__getitems__|__iter__|__next__|step|_?\w*_step|"
+    r"compute_loss|\w*collate\w*)$"
+)
+_ONCE_ROLES = re.compile(
+    r"^(__init__|__post_init__|main|_?(build|setup|set_up|init|initialize|create|load|save|export|"
+    r"convert|prepare|configure|make|get_args|parse|log|plot|visuali[sz]e|show|dump|summar|print|report)\w*)$"
+)
+_OUTER_LOOP_VARIABLE = re.compile(r"epoch", re.IGNORECASE)
+_PARAMETER_WALKS = frozenset(
+    {"parameters", "named_parameters", "modules", "named_modules", "children", "named_children",
+     "buffers", "named_buffers", "items", "keys", "values", "state_dict"}
+)
+_LOOPS = (cst.For, cst.While, cst.ListComp, cst.SetComp, cst.DictComp, cst.GeneratorExp)
+
+
+@dataclass(frozen=True)
+class Frequency:
+    level: int
+    # The call (in the module) that makes a function run this often, when the
+    # level was inferred through calls; None when it comes from the code's own
+    # place (a loop, the module's top level) or its role.
+    via: Optional[cst.Call] = None
+
+    @property
+    def per_step(self) -> bool:
+        return self.level == PER_STEP
+
+    def __str__(self) -> str:
+        return NAMES[self.level]
+
+
+@dataclass
+class _Function:
+    node: cst.FunctionDef
+    cls: Optional[cst.ClassDef]  # the class it is a method of
+    outer: Optional[cst.FunctionDef]  # the function it is nested in
+    has_loop: bool = False
+    data_loop: Optional[bool] = None  # see FrequencyModel._has_data_loop
+    role: int = UNKNOWN
+    level: int = UNKNOWN
+    via: Optional[cst.Call] = None
+
+
+@dataclass
+class _Site:
+    call: cst.Call
+    caller: Optional[cst.FunctionDef]
+    cls: Optional[cst.ClassDef]
+    loops: Tuple[object, ...]
+    callees: List[cst.FunctionDef] = field(default_factory=list)
+    per_step_reference: bool = False  # a collate function or a hook handed over here
+
+
+class FrequencyModel:
+    def __init__(self, module: cst.Module) -> None:
+        self.functions: Dict[cst.FunctionDef, _Function] = {}
+        self.by_name: Dict[str, List[cst.FunctionDef]] = {}
+        self.classes: Dict[str, List[cst.ClassDef]] = {}
+        self.sites: List[_Site] = []
+        self._outer_loops: Dict[int, bool] = {}
+        self._collect(module)
+        self._resolve()
+        self._propagate()
+
+    # -- collecting ------------------------------------------------------------------
+    def _collect(self, module: cst.Module) -> None:
+        # (node, enclosing function, enclosing class, loops) with an explicit stack:
+        # deeply nested code must not exhaust Python's recursion limit.
+        todo: List[Tuple[cst.CSTNode, Optional[cst.FunctionDef], Optional[cst.ClassDef], Tuple[object, ...]]]
+        todo = [(module, None, None, ())]
+        while todo:
+            node, fn, cls, loops = todo.pop()
+            kind = type(node)
+            if kind is cst.FunctionDef:
+                info = _Function(node, cls, fn)
+                name = node.name.value
+                if _STEP_ROLES.match(name) and (name not in ("step",) or cls is not None):
+                    info.role = PER_STEP
+                elif _ONCE_ROLES.match(name):
+                    info.role = ONCE
+                self.functions[node] = info
+                self.by_name.setdefault(name, []).append(node)
+                todo.append((node.body, node, None, ()))
+                continue
+            if kind is cst.ClassDef:
+                self.classes.setdefault(node.name.value, []).append(node)
+                todo.append((node.body, fn, node, loops))
+                continue
+            if kind is cst.Lambda:
+                continue  # runs whenever it is called: unknown
+            if kind is cst.Call:
+                self.sites.append(_Site(node, fn, cls if fn is None else self.functions[fn].cls, loops))
+            if kind in _LOOPS and fn is not None:
+                self.functions[fn].has_loop = True
+            for child in iter_children(node):
+                todo.append((child, fn, cls if kind is not cst.FunctionDef else None,
+                             _loops_for_child(node, child, loops)))
+
+    # -- resolving calls -------------------------------------------------------------
+    def _resolve(self) -> None:
+        for site in self.sites:
+            call = site.call
+            func = call.func
+            if isinstance(func, cst.Name):
+                site.callees = self._named(func.value, site.caller)
+                for cls in self.classes.get(func.value, ()):
+                    site.callees.extend(self._methods(cls, "__init__"))
+            elif isinstance(func, cst.Attribute):
+                owner = func.value
+                method = func.attr.value
+                if (isinstance(owner, cst.Name) and owner.value in ("self", "cls")) or (
+                    isinstance(owner, cst.Call) and isinstance(owner.func, cst.Name) and owner.func.value == "super"
+                ):
+                    own = self._methods(site.cls, method) if site.cls is not None else []
+                    site.callees = own or [
+                        f for f in self.by_name.get(method, ()) if self.functions[f].cls is not None
+                    ]
+                if "hook" in method.lower():
+                    site.per_step_reference = True
+            # Functions handed over: `collate_fn=collate`, `register_forward_hook(hook)`.
+            for arg in call.args:
+                target = _function_reference(arg.value)
+                if target is None:
+                    continue
+                referenced = self._referenced(target, site)
+                if arg.keyword is not None and "collate" in arg.keyword.value:
+                    for f in referenced:
+                        self._raise(f, PER_STEP, None)
+                elif site.per_step_reference:
+                    for f in referenced:
+                        self._raise(f, PER_STEP, None)
+                else:
+                    site.callees.extend(referenced)  # called from here, as far as we can tell
+
+    def _named(self, name: str, caller: Optional[cst.FunctionDef]) -> List[cst.FunctionDef]:
+        scopes = set()
+        while caller is not None:
+            scopes.add(caller)
+            caller = self.functions[caller].outer
+        return [
+            f for f in self.by_name.get(name, ())
+            if self.functions[f].cls is None and (self.functions[f].outer is None or self.functions[f].outer in scopes)
+        ]
+
+    def _methods(self, cls: cst.ClassDef, name: str) -> List[cst.FunctionDef]:
+        return [f for f in self.by_name.get(name, ()) if self.functions[f].cls is cls]
+
+    def _referenced(self, target: Tuple[str, bool], site: _Site) -> List[cst.FunctionDef]:
+        name, is_method = target
+        if is_method:
+            return self._methods(site.cls, name) if site.cls is not None else []
+        return self._named(name, site.caller)
+
+    # -- how often ----------------------------------------------------------------------
+    def _raise(self, fn: cst.FunctionDef, level: int, via: Optional[cst.Call]) -> bool:
+        info = self.functions[fn]
+        if level > info.level:
+            info.level, info.via = level, via
+            return True
+        return False
+
+    def _propagate(self) -> None:
+        for info in self.functions.values():
+            if info.role > info.level:
+                info.level = info.role
+        # Levels only grow and are bounded, so this ends; a few rounds suffice in practice.
+        for _ in range(len(self.functions) + 1):
+            changed = False
+            for site in self.sites:
+                if not site.callees:
+                    continue
+                level = self._site_level(site.caller, site.loops)
+                for callee in site.callees:
+                    if callee is site.caller:
+                        continue  # recursion adds nothing
+                    changed |= self._raise(callee, level, site.call)
+            if not changed:
+                break
+
+    def _site_level(self, fn: Optional[cst.FunctionDef], loops: Sequence[object]) -> int:
+        """How often code runs that sits in ``fn`` under ``loops`` (outermost first)."""
+        level = ONCE if fn is None else self.functions[fn].level
+        for loop in loops:
+            if loop is _PERIODIC:
+                if level == PER_STEP:
+                    level = PER_EPOCH  # every N steps
+            elif _few_values(loop):
+                continue  # a handful of times per run of what is around it
+            elif self._is_outer_loop(loop):
+                level = max(level, PER_EPOCH)
+            elif level in (ONCE, PER_EPOCH) and not _steps(loop):
+                continue  # a loop in code known to run rarely, over something else than the data
+            else:
+                level = PER_STEP
+        return level
+
+    def _is_outer_loop(self, loop: object) -> bool:
+        """A loop whose iteration is a whole pass: its variable names an epoch, or
+        its body runs another loop (directly, or in a function of the module it calls)."""
+        known = self._outer_loops.get(id(loop))
+        if known is not None:
+            return known
+        outer = False
+        if isinstance(loop, cst.For) and any(_OUTER_LOOP_VARIABLE.search(n) for n in _target_names(loop.target)):
+            # ... unless the "epoch" is itself a step: full-batch training calls
+            # backward() in the loop's own body
+            outer = not _backward_directly(loop.body)
+        elif isinstance(loop, (cst.For, cst.While)):
+            for node in _walk_shallow(loop.body):
+                kind = type(node)
+                if kind in (cst.For, cst.While) and _over_data(node):
+                    outer = True
+                elif kind is cst.Call and isinstance(node.func, cst.Name):
+                    outer = any(self._has_data_loop(f) for f in self._named(node.func.value, None))
+                if outer:
+                    break
+        self._outer_loops[id(loop)] = outer
+        return outer
+
+    def _has_data_loop(self, fn: cst.FunctionDef) -> bool:
+        """Whether a function runs a loop over data (a loader, batches, steps) in its own body."""
+        info = self.functions[fn]
+        if info.data_loop is None:
+            info.data_loop = info.has_loop and any(
+                type(node) in (cst.For, cst.While) and _over_data(node) for node in _walk_shallow(fn.body)
+            )
+        return info.data_loop
+
+    # -- questions -----------------------------------------------------------------------
+    def here(self, ctx: Context) -> Frequency:
+        """How often the node being visited runs."""
+        stack = ctx.stack
+        loops: List[object] = []
+        fn: Optional[cst.FunctionDef] = None
+        for i in range(len(stack) - 2, -1, -1):
+            node = stack[i]
+            child = stack[i + 1]
+            kind = type(node)
+            if kind is cst.FunctionDef:
+                fn = node
+                break
+            if kind is cst.Lambda:
+                return Frequency(UNKNOWN)
+            marker = _loop_marker(node, child)
+            if marker is not None:
+                loops.append(marker)
+        loops.reverse()
+        if fn is not None and fn not in self.functions:
+            return Frequency(UNKNOWN)
+        level = self._site_level(fn, loops)
+        via = None
+        if fn is not None and not loops:
+            via = self.functions[fn].via
+        return Frequency(level, via)
+
+    def of_function(self, fn: cst.FunctionDef) -> Frequency:
+        info = self.functions.get(fn)
+        if info is None:
+            return Frequency(UNKNOWN)
+        return Frequency(info.level, info.via)
+
+
+def _loops_for_child(node: cst.CSTNode, child: cst.CSTNode, loops: Tuple[object, ...]) -> Tuple[object, ...]:
+    marker = _loop_marker(node, child)
+    return loops if marker is None else (*loops, marker)
+
+
+def _loop_marker(node: cst.CSTNode, child: cst.CSTNode) -> Optional[object]:
+    """The loop (or periodic guard) that ``child`` of ``node`` runs under, if any."""
+    kind = type(node)
+    if kind is cst.For:
+        return node if child is node.body else None
+    if kind is cst.While:
+        return node if child is node.body or child is node.test else None
+    if kind in (cst.ListComp, cst.SetComp, cst.GeneratorExp, cst.DictComp):
+        return node if child is not node.for_in else None
+    if kind is cst.If and child is node.body and contains_modulo(node.test):
+        return _PERIODIC
+    return None
+
+
+_STEP_WORDS = ("loader", "dataset", "batch", "step", "iter", "episode")
+_STEP_CALLS = frozenset({"backward", "step", "generate", "forward", "predict", "inference", "infer"})
+_MODEL_WORDS = ("model", "net", "module", "encoder", "decoder", "generator", "discriminator", "policy")
+
+
+_DATA_WORDS = ("loader", "dataset", "batch", "step", "iter")
+
+
+def _backward_directly(body: cst.CSTNode) -> bool:
+    """Whether a loop body calls ``.backward()`` itself, outside inner loops."""
+    todo: List[cst.CSTNode] = [body]
+    while todo:
+        node = todo.pop()
+        if type(node) in (cst.FunctionDef, cst.ClassDef, cst.Lambda) or (node is not body and type(node) in _LOOPS):
+            continue
+        if isinstance(node, cst.Call) and isinstance(node.func, cst.Attribute) and node.func.attr.value == "backward":
+            return True
+        todo.extend(iter_children(node))
+    return False
+
+
+def _over_data(loop: cst.CSTNode) -> bool:
+    """A ``for`` over a loader, a dataset, batches or steps (its iterable or
+    variable says so), or a ``while`` whose test counts steps or iterations."""
+    headers = [loop.iter, loop.target] if isinstance(loop, cst.For) else [loop.test]
+    for header in headers:
+        for node in _walk_shallow(header):
+            if isinstance(node, (cst.Name, cst.Attribute)):
+                name = (node.value if isinstance(node, cst.Name) else node.attr.value).lower()
+                if any(word in name for word in _DATA_WORDS):
+                    return True
+    return False
+
+
+def _steps(loop: object) -> bool:
+    """Whether a loop looks like a training, evaluation or inference loop: it goes
+    over data (a loader, a dataset, batches, steps, iterations, episodes), or
+    its body runs a model, a backward pass, an optimizer step or a generation."""
+    if isinstance(loop, cst.For):
+        headers: List[cst.CSTNode] = [loop.iter, loop.target]
+        body: List[cst.CSTNode] = [loop.body]
+    elif isinstance(loop, cst.While):
+        headers, body = [loop.test], [loop.body]
+    elif isinstance(loop, cst.DictComp):
+        headers, body = [loop.for_in], [loop.key, loop.value]
+    elif isinstance(loop, (cst.ListComp, cst.SetComp, cst.GeneratorExp)):
+        headers, body = [loop.for_in], [loop.elt]
+    else:
+        return True
+    for header in headers:
+        for node in _walk_shallow(header):
+            if isinstance(node, (cst.Name, cst.Attribute)):
+                name = (node.value if isinstance(node, cst.Name) else node.attr.value).lower()
+                if any(word in name for word in _STEP_WORDS):
+                    return True
+    for node in _walk_shallow(*body):
+        if isinstance(node, cst.Call):
+            func = node.func
+            name = func.attr.value if isinstance(func, cst.Attribute) else func.value if isinstance(func, cst.Name) else ""
+            if name in _STEP_CALLS or any(word in name.lower() for word in _MODEL_WORDS):
+                return True
+    return False
+
+
+def _walk_shallow(*roots: cst.CSTNode):
+    """The nodes under ``roots``, not entering function or class definitions."""
+    todo = list(roots)
+    while todo:
+        node = todo.pop()
+        if type(node) in (cst.FunctionDef, cst.ClassDef, cst.Lambda):
+            continue
+        yield node
+        todo.extend(iter_children(node))
+
+
+def _few_values(loop: object) -> bool:
+    """A loop over a few literal values, a mapping, or a model's parameters."""
+    if isinstance(loop, cst.For):
+        iterable = loop.iter
+    elif isinstance(loop, (cst.ListComp, cst.SetComp, cst.GeneratorExp, cst.DictComp)):
+        iterable = loop.for_in.iter
+    else:
+        return False
+    if isinstance(iterable, (cst.List, cst.Tuple, cst.Set)):
+        return True
+    if isinstance(iterable, cst.Call):
+        func = iterable.func
+        if isinstance(func, cst.Name) and func.value in ("enumerate", "zip", "sorted", "reversed", "list") and iterable.args:
+            return _few_values_expression(iterable.args[0].value)
+        return _few_values_expression(iterable)
+    return False
+
+
+def _few_values_expression(expr: cst.BaseExpression) -> bool:
+    if isinstance(expr, (cst.List, cst.Tuple, cst.Set)):
+        return True
+    if isinstance(expr, cst.Call) and isinstance(expr.func, cst.Attribute):
+        method = expr.func.attr.value
+        if method in ("items", "keys", "values"):
+            # a mapping of settings or metrics is short; one of parameters or gradients is not
+            return not any(
+                isinstance(n, (cst.Name, cst.Attribute))
+                and any(w in (n.value if isinstance(n, cst.Name) else n.attr.value).lower() for w in _WEIGHT_WORDS)
+                for n in _walk_shallow(expr.func.value)
+            )
+        return method in _PARAMETER_WALKS
+    return False
+
+
+_WEIGHT_WORDS = ("param", "grad", "weight", "buffer")
+
+
+def _function_reference(expr: cst.BaseExpression) -> Optional[Tuple[str, bool]]:
+    """``f`` -> ("f", False); ``self.f`` -> ("f", True)."""
+    if isinstance(expr, cst.Name):
+        return expr.value, False
+    if isinstance(expr, cst.Attribute) and isinstance(expr.value, cst.Name) and expr.value.value == "self":
+        return expr.attr.value, True
+    return None
+
+
+def _target_names(target: cst.BaseExpression) -> List[str]:
+    if isinstance(target, cst.Name):
+        return [target.value]
+    if isinstance(target, (cst.Tuple, cst.List)):
+        return [n for e in target.elements for n in _target_names(e.value)]
+    if isinstance(target, cst.StarredElement):
+        return _target_names(target.value)
+    return []
+
+
+def model_for(ctx: Context) -> FrequencyModel:
+    """The file's model, built on the first question."""
+    model = ctx.shared.get("frequency")
+    if model is None:
+        assert ctx.module is not None
+        model = ctx.shared["frequency"] = FrequencyModel(ctx.module)
+    return model
+
+
+def frequency_here(ctx: Context) -> Frequency:
+    """How often the node being visited runs (see the module docstring)."""
+    return model_for(ctx).here(ctx)
