@@ -366,12 +366,16 @@ def _over_data(loop: cst.CSTNode) -> bool:
     """A ``for`` over a loader, a dataset, batches or steps (its iterable or
     variable says so), or a ``while`` whose test counts steps or iterations."""
     headers = [loop.iter, loop.target] if isinstance(loop, cst.For) else [loop.test]
-    for header in headers:
-        for node in _walk_shallow(header):
-            if isinstance(node, (cst.Name, cst.Attribute)):
-                name = (node.value if isinstance(node, cst.Name) else node.attr.value).lower()
-                if any(word in name for word in _DATA_WORDS):
-                    return True
+    return _names_contain(headers, _DATA_WORDS)
+
+
+def _names_contain(roots: List[cst.CSTNode], words: Tuple[str, ...]) -> bool:
+    """Whether a name or attribute under ``roots`` contains one of ``words`` (lower case)."""
+    for node in _walk_shallow(*roots):
+        if isinstance(node, (cst.Name, cst.Attribute)):
+            name = (node.value if isinstance(node, cst.Name) else node.attr.value).lower()
+            if any(word in name for word in words):
+                return True
     return False
 
 
@@ -390,12 +394,8 @@ def _steps(loop: object) -> bool:
         headers, body = [loop.for_in], [loop.elt]
     else:
         return True
-    for header in headers:
-        for node in _walk_shallow(header):
-            if isinstance(node, (cst.Name, cst.Attribute)):
-                name = (node.value if isinstance(node, cst.Name) else node.attr.value).lower()
-                if any(word in name for word in _STEP_WORDS):
-                    return True
+    if _names_contain(headers, _STEP_WORDS):
+        return True
     for node in _walk_shallow(*body):
         if isinstance(node, cst.Call):
             func = node.func
@@ -441,11 +441,7 @@ def _few_values_expression(expr: cst.BaseExpression) -> bool:
         method = expr.func.attr.value
         if method in ("items", "keys", "values"):
             # a mapping of settings or metrics is short; one of parameters or gradients is not
-            return not any(
-                isinstance(n, (cst.Name, cst.Attribute))
-                and any(w in (n.value if isinstance(n, cst.Name) else n.attr.value).lower() for w in _WEIGHT_WORDS)
-                for n in _walk_shallow(expr.func.value)
-            )
+            return not _names_contain([expr.func.value], _WEIGHT_WORDS)
         return method in _PARAMETER_WALKS
     return False
 

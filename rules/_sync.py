@@ -46,18 +46,25 @@ _OOM_BUILTINS = frozenset({"RuntimeError", "MemoryError"})
 # -- where the node being visited runs ----------------------------------------------
 
 
+def _last_small_statement(block: cst.CSTNode) -> Optional[cst.CSTNode]:
+    """The last simple statement of a block (``break``, ``x = 1``, ``f()``), or None
+    when the block is empty or ends with a compound statement."""
+    body = getattr(block, "body", ())
+    if not body:
+        return None
+    last = body[-1]
+    if isinstance(block, cst.SimpleStatementSuite):
+        return last
+    if isinstance(last, cst.SimpleStatementLine):
+        return last.body[-1]
+    return None
+
+
 def _ends_with_exit(block: cst.CSTNode) -> bool:
     """Whether a block's last statement is ``break``, ``return``, ``raise`` or a
     call that ends the process (``sys.exit(1)``, ``exit()``, ``os._exit(1)``)."""
-    body = getattr(block, "body", ())
-    if not body:
-        return False
-    last = body[-1]
-    if isinstance(block, cst.SimpleStatementSuite):
-        small = last
-    elif isinstance(last, cst.SimpleStatementLine):
-        small = last.body[-1]
-    else:
+    small = _last_small_statement(block)
+    if small is None:
         return False
     if isinstance(small, (cst.Break, cst.Return, cst.Raise)):
         return True
@@ -557,17 +564,7 @@ def _ends_loop(block: cst.CSTNode) -> bool:
     """A block whose last statement is ``break`` or ``return``: the loop ends
     normally there (a ``raise`` or ``sys.exit`` is an error guard, such as a
     check for a NaN loss, which could be made less often)."""
-    body = getattr(block, "body", ())
-    if not body:
-        return False
-    last = body[-1]
-    if isinstance(block, cst.SimpleStatementSuite):
-        small = last
-    elif isinstance(last, cst.SimpleStatementLine):
-        small = last.body[-1]
-    else:
-        return False
-    return isinstance(small, (cst.Break, cst.Return))
+    return isinstance(_last_small_statement(block), (cst.Break, cst.Return))
 
 
 def _reads_value(test: cst.BaseExpression) -> bool:
