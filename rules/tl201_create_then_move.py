@@ -10,6 +10,7 @@ from torchlint.codemods import create_on_device as codemod
 from torchlint.model import Applicability, Fix, FixAvailability
 from torchlint.rule import Rule
 from torchlint.rules._helpers import (
+    argument,
     device_kind,
     has_star,
     keyword,
@@ -473,10 +474,7 @@ def _like_input(factory: cst.Call) -> Optional[cst.BaseExpression]:
 
 def _moves_next_to(move: cst.Call, source: cst.BaseExpression) -> bool:
     """``torch.zeros_like(x).to(x.device)``: already on that device."""
-    target = keyword(move, "device")
-    if target is None:
-        pos = positional(move)
-        target = pos[0] if pos else None
+    _, target = argument(move, "device", 0)
     if target is None:
         return False
     value = target.value

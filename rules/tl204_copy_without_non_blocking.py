@@ -8,6 +8,7 @@ from torchlint.codemods import non_blocking as codemod
 from torchlint.model import Applicability, Fix, FixAvailability
 from torchlint.rule import Rule
 from torchlint.rules._helpers import (
+    argument,
     device_type,
     has_star,
     keyword,
@@ -509,10 +510,7 @@ class CopyWithoutNonBlocking(Rule):
         a non-blocking device-to-host copy is read before it has arrived."""
         if method_name(call) == "cuda":
             return True
-        device = keyword(call, "device")
-        if device is None:
-            pos = positional(call)
-            device = pos[0] if pos else None
+        _, device = argument(call, "device", 0)
         if device is None:
             return False
         kinds = self._device_kinds(device.value, scope, 0)
