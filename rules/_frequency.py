@@ -52,6 +52,7 @@ from typing import Dict, List, Optional, Sequence, Tuple
 import libcst as cst
 
 from torchlint.rule import Context, contains_modulo
+from torchlint.rules._sync import target_names
 from torchlint.walker import iter_children
 
 UNKNOWN, ONCE, PER_EPOCH, PER_STEP = 0, 1, 2, 3
@@ -263,7 +264,7 @@ class FrequencyModel:
         if known is not None:
             return known
         outer = False
-        if isinstance(loop, cst.For) and any(_OUTER_LOOP_VARIABLE.search(n) for n in _target_names(loop.target)):
+        if isinstance(loop, cst.For) and any(_OUTER_LOOP_VARIABLE.search(n) for n in target_names(loop.target)):
             # ... unless the "epoch" is itself a step: full-batch training calls
             # backward() in the loop's own body
             outer = not _backward_directly(loop.body)
@@ -456,16 +457,6 @@ def _function_reference(expr: cst.BaseExpression) -> Optional[Tuple[str, bool]]:
     if isinstance(expr, cst.Attribute) and isinstance(expr.value, cst.Name) and expr.value.value == "self":
         return expr.attr.value, True
     return None
-
-
-def _target_names(target: cst.BaseExpression) -> List[str]:
-    if isinstance(target, cst.Name):
-        return [target.value]
-    if isinstance(target, (cst.Tuple, cst.List)):
-        return [n for e in target.elements for n in _target_names(e.value)]
-    if isinstance(target, cst.StarredElement):
-        return _target_names(target.value)
-    return []
 
 
 def model_for(ctx: Context) -> FrequencyModel:

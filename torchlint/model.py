@@ -60,6 +60,10 @@ class FixInfo:
     applicability: Applicability
     message: str
 
+    def applies(self, unsafe: bool) -> bool:
+        """Whether ``torchlint fix`` applies this fix (with ``--unsafe-fixes`` when ``unsafe``)."""
+        return unsafe or self.applicability is Applicability.SAFE
+
 
 @dataclass(frozen=True)
 class Diagnostic:

@@ -33,7 +33,7 @@ from pathlib import Path
 from typing import Callable, Dict, List, Optional, Sequence, Tuple
 
 from torchlint.config import Profile
-from torchlint.model import Applicability, Diagnostic, Kind
+from torchlint.model import Diagnostic, Kind
 from torchlint.source import SourceError, is_notebook, read_source, text_hash
 
 # Below this many files to analyse a pool costs more than it saves (starting
@@ -147,7 +147,7 @@ def fix_total(text: str, display: str, settings, codes: Sequence[str], found: Se
     other file it is the number of applicable fixes.
     """
     unsafe = settings.unsafe_fixes
-    applicable = [d for d in found if d.fix is not None and (unsafe or d.fix.applicability is Applicability.SAFE)]
+    applicable = [d for d in found if d.fix is not None and d.fix.applies(unsafe)]
     if not applicable:
         return None
     if not any(d.code in _enabling(tuple(codes)) for d in applicable):

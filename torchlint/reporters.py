@@ -232,7 +232,7 @@ TEXT_FORMATS = ("full", "concise")
 
 def _applies(d: Diagnostic, unsafe_fixes: bool) -> bool:
     """Whether ``torchlint fix`` (with ``--unsafe-fixes`` when asked) would apply d's fix."""
-    return d.fix is not None and (unsafe_fixes or d.fix.applicability is Applicability.SAFE)
+    return d.fix is not None and d.fix.applies(unsafe_fixes)
 
 
 def statistics(diagnostics: Sequence[Diagnostic], unsafe_fixes: bool = False, fmt: str = "full") -> str:
