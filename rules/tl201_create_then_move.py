@@ -9,6 +9,7 @@ import libcst as cst
 from torchlint.codemods import create_on_device as codemod
 from torchlint.model import Applicability, Fix, FixAvailability
 from torchlint.rule import Rule
+from torchlint.rules._frequency import frequency_here
 from torchlint.rules._helpers import (
     argument,
     device_kind,
@@ -63,10 +64,29 @@ class CreateThenMove(Rule):
     ## What it does
     Reports a tensor factory (`torch.zeros`, `torch.ones`, `torch.empty`,
     `torch.full`, `torch.arange`, `torch.linspace`, `torch.logspace`,
-    `torch.eye`, `torch.tensor`, the `*_like` variants and the random
-    factories `torch.rand`, `torch.randn`, `torch.randint`, `torch.randperm`)
-    whose result is immediately moved to a device with `.cuda(...)`,
-    `.to(<device>)` or `.to(device=...)`.
+    `torch.eye`, the `*_like` variants and the random factories `torch.rand`,
+    `torch.randn`, `torch.randint`, `torch.randperm`) whose result is
+    immediately moved to a device with `.cuda(...)`, `.to(<device>)` or
+    `.to(device=...)`, in code that runs every step.
+
+    It reports only code that runs every step (see "How often code runs" in
+    `docs/precision.md`): in a training, evaluation or inference loop, or in a
+    function that runs per step by its role (`forward`, `__getitem__`,
+    `*_step`, a collate function, a hook) or because per-step code calls it.
+    A tensor made once (module set-up, `__init__`, an
+    `if __name__ == "__main__":` demo, an export script's dummy input, a
+    `log_images` helper) or once per epoch costs microseconds once, and is not
+    reported; nor is one in a function whose callers torchlint does not see
+    (precision first).
+
+    `torch.tensor(data).to(device)` is not reported either: `data` is host
+    memory (a list, a number, a NumPy array), and PyTorch builds the tensor on
+    the host and copies it to the device whether or not `device=` is given
+    (see the note "torch.tensor, lift_fresh, and device movement" in
+    PyTorch's `torch/csrc/utils/tensor_new.h`), so the rewrite saves only the
+    separate `.to(...)` call, a few microseconds. (The catalog lists `tensor`
+    among the factories; this is the one place the rule is narrower, because
+    a maintainer would not take that change for its speed.)
 
     A `.to(<dtype>)` cast is not a move and is not reported, nor is a `.to(x)`
     whose argument may be a device or a dtype (a tensor, `*args`), nor
@@ -97,15 +117,6 @@ class CreateThenMove(Rule):
     factory allocates and fills the tensor directly on the device: one
     allocation, no host work and no transfer.
 
-    `torch.tensor(data)` is the exception the catalog keeps in the list: its
-    data is host memory (a list, a number, a NumPy array), and PyTorch builds
-    the tensor on the host and copies it to the device whether or not
-    `device=` is given (see the note "torch.tensor, lift_fresh, and device
-    movement" in PyTorch's `torch/csrc/utils/tensor_new.h`). There the fix
-    saves only the separate `.to(...)` call, a few microseconds, and the
-    message says so; the real cost is the synchronous copy from pageable
-    memory, which only keeping such values on the device avoids.
-
     Measured with `torchlint verify --rules TL201` on a CPU (a 2-core AMD EPYC VM,
     `OMP_NUM_THREADS=1`, torch 2.13.0+cpu; no GPU was available): 47.6 µs before,
     47.1 µs after, **1.01x**. `.to("cpu")` of a CPU tensor is free, so both versions
@@ -131,7 +142,7 @@ class CreateThenMove(Rule):
     becomes `device="cuda:1"`.
 
     The fix is safe for the deterministic factories (`zeros`, `ones`, `empty`,
-    `full`, `eye`, `tensor`, the `*_like` variants, and `arange` when its
+    `full`, `eye`, the `*_like` variants, and `arange` when its
     values are exact: only `end` given, every argument visibly an integer
     such as `len(x)` or `x.size(0)`, or an integer `dtype=`). For every
     program the rule reports, the fixed expression evaluates to a tensor
@@ -145,8 +156,7 @@ class CreateThenMove(Rule):
     device that is not available raises the same exception in both (checked
     with torch 2.13 on a CPU-only build: `AssertionError: Torch not compiled
     with CUDA enabled` from `torch.ones(3).to("cuda")` and from
-    `torch.ones(3, device="cuda")`); `torch.tensor(data)` builds on the host
-    and copies either way; and `.cuda()` and `device="cuda"` both mean the
+    `torch.ones(3, device="cuda")`); and `.cuda()` and `device="cuda"` both mean the
     current CUDA device. The contents of `torch.empty` are unspecified in
     both versions.
 
@@ -160,10 +170,10 @@ class CreateThenMove(Rule):
       `start + i * step` with its own arithmetic and may round some elements
       differently;
     - a dtype given to `.to` is moved into a factory whose values are not all
-      0 or 1 (`full`, `tensor`, `arange`, ...): the values are then built in
-      that dtype instead of being rounded through the default dtype
-      (`torch.tensor([0.1]).to(device, torch.float64)` differs from
-      `torch.tensor([0.1], dtype=torch.float64, device=device)`);
+      0 or 1 (`full`, `arange`, ...): the values are then built in that
+      dtype instead of being rounded through the default dtype
+      (`torch.full((2,), 0.1).to(device, torch.float64)` differs from
+      `torch.full((2,), 0.1, dtype=torch.float64, device=device)`);
     - the factory has `requires_grad=`: the moved tensor was a non-leaf copy,
       the fixed one is a leaf that receives `.grad`;
     - `.cuda(x)` is given a variable: `x` may be `None`, which `.cuda` takes as
@@ -187,20 +197,33 @@ class CreateThenMove(Rule):
     fix = FixAvailability.SOMETIMES_SAFE
 
     VALID = [
-        "import torch\nx = torch.zeros(3, device='cuda')\n",
-        "import torch\nx = torch.zeros(3).to(torch.float16)\n",
-        "import torch\nx = torch.zeros(3).to(other)\n",
-        "import torch\nx = torch.zeros(3).to('cpu')\n",
-        "import torch\nx = torch.from_numpy(a).cuda()\n",
-        "import torch\nx = torch.zeros(3).float().cuda()\n",
-        "def zeros(n): ...\nimport torch\nx = zeros(3).cuda()\n",
-        "import torch\nx = torch.randn(3, generator=g).to(device)\n",
-        "import torch\nx = torch.zeros_like(y).to(device)\n",
+        "import torch\nfor x in loader:\n    m = torch.zeros(3, device='cuda')\n",
+        "import torch\nfor x in loader:\n    m = torch.zeros(3).to(torch.float16)\n",
+        "import torch\nfor x in loader:\n    m = torch.zeros(3).to(other)\n",
+        "import torch\nfor x in loader:\n    m = torch.zeros(3).to('cpu')\n",
+        "import torch\nfor x in loader:\n    m = torch.from_numpy(a).cuda()\n",
+        "import torch\nfor x in loader:\n    m = torch.zeros(3).float().cuda()\n",
+        "def zeros(n): ...\nimport torch\nfor x in loader:\n    m = zeros(3).cuda()\n",
+        "import torch\nfor x in loader:\n    m = torch.randn(3, generator=g).to(device)\n",
+        "import torch\nfor x in loader:\n    m = torch.zeros_like(y).to(device)\n",
+        # Host data is copied whatever you write.
+        "import torch\nfor x in loader:\n    ids = torch.tensor([1, 2, 3]).to(device)\n",
+        # Runs once: module set-up, a constructor, an export script's dummy input.
+        "import torch\nmask = torch.zeros(3).cuda()\n",
+        "import torch\nclass Net(torch.nn.Module):\n    def __init__(self):\n        super().__init__()\n"
+        "        self.w = torch.ones(3).cuda()\n",
+        "import torch\ndef export(model):\n    dummy = torch.zeros(1, 3, 224, 224).to(device)\n"
+        "    torch.onnx.export(model, dummy, 'm.onnx')\n",
+        # Once per epoch.
+        "import torch\nfor epoch in range(9):\n    w = torch.ones(3).cuda()\n    for x in loader:\n        step(x, w)\n",
     ]
     INVALID = [
-        "import torch\nx = torch.zeros(3).cuda()\n",
-        "import torch\nx = torch.randn(3).to(device)\n",
-        "import torch\nx = torch.arange(10).to(device=x.device)\n",
+        "import torch\nfor x in loader:\n    m = torch.zeros(3).cuda()\n",
+        "import torch\nfor x in loader:\n    noise = torch.randn(3).to(device)\n",
+        "import torch\nclass Net(torch.nn.Module):\n    def forward(self, x):\n"
+        "        return x + torch.arange(10).to(device=x.device)\n",
+        "import torch\nclass Net(torch.nn.Module):\n    def forward(self, x):\n        return x * self.mask(x)\n"
+        "    def mask(self, x):\n        return torch.ones(x.shape[-1]).to(x.device)\n",
     ]
 
     def __init__(self, context) -> None:
@@ -306,8 +329,8 @@ class CreateThenMove(Rule):
         if qualified is None or not qualified.startswith("torch."):
             return
         kind = qualified[len("torch."):]
-        if kind not in FACTORIES:
-            return
+        if kind not in FACTORIES or kind == "tensor":
+            return  # `torch.tensor(data)`: host data is copied whatever you write (see the docs)
         if moves_to_device(node, self.context) is None:
             return
         if any(arg.star == "**" for arg in factory.args):
@@ -321,6 +344,8 @@ class CreateThenMove(Rule):
                 return  # created on a device already (or on one we cannot know)
             if kind in RANDOM_FACTORIES:
                 return  # the CPU random stream, asked for by name
+        if not frequency_here(self.context).per_step:
+            return  # made once (set-up, export, a demo) or once per epoch: nothing to win
         like = kind.endswith("_like")
         pending_key: Optional[Tuple[int, str]] = None
         if like:
@@ -337,13 +362,6 @@ class CreateThenMove(Rule):
             f"`torch.{kind}(...)` is created {where} and then copied to the device with "
             f"`.{move}(...)`; create it there directly with `device=...`"
         )
-        if kind == "tensor":
-            # Host data is copied either way (see the docs): say what the fix buys.
-            message = (
-                f"`torch.tensor(...)` is built on the CPU and then copied to the device with a "
-                f"separate `.{move}(...)`; pass `device=...` to do both in one call (the data is "
-                "still copied from host memory: keep values that every step needs on the device)"
-            )
         parts = self._cuda_parts(node) if move == "cuda" else self._to_parts(node)
         fix = None
         if parts.fixable:
