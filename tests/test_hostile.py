@@ -18,8 +18,8 @@ from torchlint.config import Settings
 from torchlint.engine import fix_text
 from torchlint.registry import default_codes
 
-FIXABLE = "import torch\n\ndef make(n):\n    return torch.zeros(n).cuda()\n"
-FIXED = 'import torch\n\ndef make(n):\n    return torch.zeros(n, device="cuda")\n'
+FIXABLE = "import torch\n\ndef forward(n):\n    return torch.zeros(n).cuda()\n"  # per step by its role
+FIXED = 'import torch\n\ndef forward(n):\n    return torch.zeros(n, device="cuda")\n'
 
 
 def _torchlint(*args: str, cwd: Path, **kwargs) -> subprocess.CompletedProcess:
@@ -57,10 +57,10 @@ def test_null_bytes_are_a_syntax_error(runner, workdir):
 
 def test_fifty_thousand_line_file(workdir):
     body = "".join(f"value_{i} = {i} * 2\n" for i in range(50_000))
-    (workdir / "big.py").write_text("import torch\n" + body + "x = torch.ones(4).cuda()\n")
+    (workdir / "big.py").write_text("import torch\n" + body + "for b in loader:\n    x = torch.ones(4).cuda()\n")
     result = _torchlint("check", "--output-format", "concise", "big.py", cwd=workdir)
     assert result.returncode == 1, result.stderr
-    assert "big.py:50002:5: TL201" in result.stdout
+    assert "big.py:50003:9: TL201" in result.stdout
 
 
 @pytest.mark.parametrize("opening, closing", [("f(", ")"), ("[", "]"), ("(", ")")])
@@ -77,15 +77,15 @@ def test_brackets_nested_beyond_pythons_limit_are_a_syntax_error(runner, workdir
 
 
 def test_deep_but_valid_nesting_is_analysed(runner, workdir):
-    (workdir / "deep.py").write_text("import torch\nx = " + "(" * 150 + "torch.zeros(3).cuda()" + ")" * 150 + "\n")
+    (workdir / "deep.py").write_text("import torch\nfor b in loader:\n    x = " + "(" * 150 + "torch.zeros(3).cuda()" + ")" * 150 + "\n")
     result = run(runner, "check", "--output-format", "concise", "deep.py")
-    assert "deep.py:2:155: TL201" in result.output
+    assert "deep.py:3:159: TL201" in result.output
 
 
 def test_long_sum_is_analysed(runner, workdir):
-    (workdir / "sum.py").write_text("import torch\nx = " + " + ".join(["1"] * 2_000) + "\ny = torch.zeros(3).cuda()\n")
+    (workdir / "sum.py").write_text("import torch\nx = " + " + ".join(["1"] * 2_000) + "\nfor b in loader:\n    y = torch.zeros(3).cuda()\n")
     result = run(runner, "check", "--output-format", "concise", "sum.py")
-    assert "sum.py:3:5: TL201" in result.output
+    assert "sum.py:4:9: TL201" in result.output
 
 
 def test_sum_too_long_for_the_parser_is_skipped_with_a_message(runner, workdir):

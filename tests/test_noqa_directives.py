@@ -64,16 +64,17 @@ def test_notebook_file_directive(runner, workdir):
     codes = codes_for(settings)
     from torchlint.notebook import lint_notebook
 
-    base = [code("import torch"), code("x = torch.zeros(8).cuda()\ny = torch.ones(8).cuda()")]
+    base = [code("import torch"), code("for b in loader:\n    x = torch.zeros(8).cuda()\n    y = torch.ones(8).cuda()")]
     alone = notebook(*base, code("print(1)\n# torchlint: noqa"))
     assert lint_notebook(alone, "nb.ipynb", settings, codes).diagnostics == []
-    trailing = notebook(code("import torch"), code("x = torch.zeros(8).cuda()  # torchlint: noqa\ny = torch.ones(8).cuda()"))
+    trailing = notebook(code("import torch"), code(
+        "for b in loader:\n    x = torch.zeros(8).cuda()  # torchlint: noqa\n    y = torch.ones(8).cuda()"))
     linted = lint_notebook(trailing, "nb.ipynb", settings, codes)
-    assert [(d.cell, d.line) for d in linted.diagnostics] == [(2, 2)]
-    assert len(linted.warnings) == 1 and linted.warnings[0].startswith("nb.ipynb:cell 2:1: warning: ")
+    assert [(d.cell, d.line) for d in linted.diagnostics] == [(2, 3)]
+    assert len(linted.warnings) == 1 and linted.warnings[0].startswith("nb.ipynb:cell 2:2: warning: ")
     (workdir / "nb.ipynb").write_text(trailing)
     result = run(runner, "check", "--select", "TL201", "nb.ipynb")
-    assert result.exit_code == 1 and "nb.ipynb:cell 2:1: warning:" in result.stderr
+    assert result.exit_code == 1 and "nb.ipynb:cell 2:2: warning:" in result.stderr
 
 
 # -- `# noqa: CODES` ---------------------------------------------------------------
