@@ -31,6 +31,11 @@ visited run?" for the rules that need it, from the module alone:
   print or report.
 * **Module top-level code** (``if __name__ == "__main__":`` blocks included)
   runs once, apart from its loops.
+* **Whole files** run once when their path says so: test files (``test_*.py``,
+  ``*_test.py``, ``conftest.py``, under ``tests/``/``test/``) and export or
+  conversion code (a directory named ``export``/``_export``/``exporters``, or a
+  file such as ``export.py``, ``convert_*.py``, ``*_to_onnx.py``): their loops
+  run once, at test or trace time.
 
 A function that nothing in the module calls and whose role is unknown (a
 helper another module may call) has an *unknown* frequency: rules that need
@@ -47,11 +52,12 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass, field
+from pathlib import PurePath
 from typing import Dict, List, Optional, Sequence, Tuple
 
 import libcst as cst
 
-from torchlint.rule import Context, contains_modulo
+from torchlint.rule import Context, contains_modulo, is_test_path
 from torchlint.rules._sync import target_names
 from torchlint.walker import iter_children
 
@@ -468,6 +474,34 @@ def model_for(ctx: Context) -> FrequencyModel:
     return model
 
 
+# Modules whose code runs to export or convert a model, not to train or serve it:
+# a directory or file named for export (`export.py`, `modules/_export/`,
+# `exporters/`), or a conversion script (`convert_*.py`, `*_to_onnx.py`).
+# Their loops run once, at trace time.  (Not `onnx*.py` or `tensorrt*.py`:
+# those may run inference with the exported model, every step.)
+_EXPORT_PART = re.compile(r"^_?(export|exporters?|exporting|conversion)$", re.IGNORECASE)
+_EXPORT_FILE = re.compile(
+    r"^(_?export(_\w+)?|\w*_export|convert(_\w+)?|\w*_to_(onnx|tensorrt|trt|coreml|tflite))\.py$",
+    re.IGNORECASE,
+)
+
+
+def runs_once_by_path(path: str) -> bool:
+    """Code in test files (a test runs its inputs once) and in export or
+    conversion modules runs once, whatever its loops say."""
+    if is_test_path(path):
+        return True
+    parts = PurePath(path.replace("\\", "/")).parts
+    if _EXPORT_FILE.match(parts[-1] if parts else ""):
+        return True
+    return any(_EXPORT_PART.match(part) for part in parts[:-1])
+
+
 def frequency_here(ctx: Context) -> Frequency:
     """How often the node being visited runs (see the module docstring)."""
+    once = ctx.shared.get("frequency-by-path")
+    if once is None:
+        once = ctx.shared["frequency-by-path"] = runs_once_by_path(ctx.path)
+    if once:
+        return Frequency(ONCE)
     return model_for(ctx).here(ctx)

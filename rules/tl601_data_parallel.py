@@ -1,5 +1,8 @@
 from __future__ import annotations
 
+import re
+from typing import List, Tuple
+
 import libcst as cst
 
 from torchlint.model import FixAvailability
@@ -17,6 +20,19 @@ _DATA_PARALLEL = {
 }
 _DATA_PARALLEL_CALLS = CallTable(_DATA_PARALLEL)
 
+_DDP_NAMES = ("DistributedDataParallel", "init_process_group", "DistributedSampler")
+_DDP_HELPER = re.compile(r"(^|_)ddp($|_)|ddp_|_ddp", re.IGNORECASE)
+
+
+def _offers_ddp(call: cst.Call, context) -> bool:
+    """A call that shows the module runs with DDP too."""
+    qualified = context.qualname(call.func)
+    if qualified is not None and qualified.rsplit(".", 1)[-1] in _DDP_NAMES:
+        return True
+    func = call.func
+    name = func.value if isinstance(func, cst.Name) else func.attr.value if isinstance(func, cst.Attribute) else ""
+    return name in _DDP_NAMES or bool(_DDP_HELPER.search(name)) or name.lower() == "ddp"
+
 
 class DataParallel(Rule):
     """
@@ -33,6 +49,14 @@ class DataParallel(Rule):
     change. A class of your own named `DataParallel`, or another library's, is
     not reported; neither is a call of your own subclass of it (the rule does
     not follow class hierarchies).
+
+    Nor is `DataParallel` in a module that also offers DDP: one that calls
+    `DistributedDataParallel` (however imported), `init_process_group`, a
+    `DistributedSampler`, or a helper of its own whose name says DDP
+    (`smart_DDP(model)`, `wrap_ddp(...)`). There `DataParallel` is the
+    fallback a user gets by not launching with `torchrun` (often next to a
+    warning that recommends DDP); the program already has the better path,
+    and the choice is the user's at launch, not the code's.
 
     Test files (`test_*.py`, `*_test.py`, `conftest.py`, `tests/`) are not
     checked: a test wraps a model in `DataParallel` to check that the code
@@ -91,9 +115,15 @@ class DataParallel(Rule):
         "import torch\nif isinstance(model, torch.nn.DataParallel):\n    model = model.module\n",
         "import torch\nfrom torch.nn.parallel import DistributedDataParallel as DDP\nmodel = DDP(model, device_ids=[rank])\n",
         "import torch\nclass DataParallel:\n    def __init__(self, m):\n        self.m = m\nwrapped = DataParallel(model)\n",
+        # A program that also runs with DDP: DataParallel is its fallback.
+        "import torch\nfrom torch.nn.parallel import DistributedDataParallel as DDP\n"
+        "if distributed:\n    model = DDP(model, device_ids=[rank])\nelse:\n    model = torch.nn.DataParallel(model)\n",
+        "import torch\nfrom utils import smart_DDP\nif RANK == -1 and torch.cuda.device_count() > 1:\n"
+        "    model = torch.nn.DataParallel(model)\nif RANK != -1:\n    model = smart_DDP(model)\n",
     ]
     INVALID = [
         "import torch\nmodel = torch.nn.DataParallel(model)\n",
+        "import torch\nif torch.cuda.device_count() > 1:\n    model = torch.nn.DataParallel(model)\nmodel = add_dropout(model)\n",
         "from torch.nn import DataParallel as DP\nmodel = DP(model, device_ids=[0, 1])\n",
     ]
 
@@ -115,10 +145,20 @@ class DataParallel(Rule):
     def __init__(self, context) -> None:
         super().__init__(context)
         self._off = context.is_test_file
+        self._found: List[Tuple[cst.Call, str]] = []
+        self._offers_ddp = False
 
     def visit_Call(self, node: cst.Call) -> None:
         if self._off:
             return
         kind = _DATA_PARALLEL_CALLS.lookup(node, self.context)
         if kind is not None:
-            self.report(node, self._MESSAGES[kind])
+            self._found.append((node, kind))
+        elif not self._offers_ddp and _offers_ddp(node, self.context):
+            self._offers_ddp = True
+
+    def leave_Module(self, node: cst.Module) -> None:
+        if self._offers_ddp:
+            return  # DataParallel is the fallback of a program that also runs with DDP
+        for call, kind in self._found:
+            self.report(call, self._MESSAGES[kind])

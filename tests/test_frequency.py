@@ -267,3 +267,37 @@ def test_a_batch_loop_with_a_loop_over_its_images_is_still_per_step():
         """
     )
     assert found == {"per image, per threshold": PER_STEP}
+
+
+# -- whole files that run once ---------------------------------------------------------
+
+import pytest as _pytest  # noqa: E402
+
+from tests.helpers import codes, lint  # noqa: E402
+from torchlint.rules._frequency import runs_once_by_path  # noqa: E402
+
+
+@_pytest.mark.parametrize("path, once", [
+    ("torchtune/modules/_export/attention.py", True),
+    ("export.py", True),
+    ("tools/export_onnx.py", True),
+    ("scripts/convert_checkpoint.py", True),
+    ("model_to_onnx.py", True),
+    ("lib/exporters/base.py", True),
+    ("tests/models/reference_attention.py", True),
+    ("test_model.py", True),
+    ("train.py", False),
+    ("models/expert.py", False),            # a mixture-of-experts layer, not an export
+    ("serve/onnxruntime_session.py", False),  # inference with an exported model runs every step
+    ("deploy/tensorrt_infer.py", False),
+    ("data/exported_features.py", False),  # a module about exported data, not an exporter
+])
+def test_files_that_run_once_by_their_path(path, once):
+    assert runs_once_by_path(path) is once
+
+
+def test_per_step_rules_are_silent_in_export_modules():
+    loop = "import torch\n\ndef trace(model, xs):\n    for x in xs:\n        print(model(x).sum().item())\n"
+    assert codes(lint(loop, select=["TL101"], path="pkg/_export/trace.py")) == []
+    assert codes(lint(loop, select=["TL101"], path="pkg/export.py")) == []
+    assert codes(lint(loop, select=["TL101"], path="pkg/trace.py")) == ["TL101"]
