@@ -14,8 +14,8 @@ import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
 
-SLOW = 'import torch\n\nx = torch.zeros(8).cuda()\n'
-SLOW_FIXED = 'import torch\n\nx = torch.zeros(8, device="cuda")\n'
+SLOW = 'import torch\n\nfor batch in loader:\n    x = torch.zeros(8).cuda()\n'
+SLOW_FIXED = 'import torch\n\nfor batch in loader:\n    x = torch.zeros(8, device="cuda")\n'
 UNSAFE_ONLY = "import torch\n\n\ndef step(opt):\n    opt.zero_grad(set_to_none=False)\n"
 
 
@@ -25,8 +25,8 @@ def _notebook(*sources: str) -> str:
     return json.dumps({"cells": cells, "metadata": {}, "nbformat": 4, "nbformat_minor": 5}, indent=1) + "\n"
 
 
-NOTEBOOK = _notebook("%matplotlib inline\nimport torch", "x = torch.zeros(8).cuda()")
-NOTEBOOK_FIXED = _notebook("%matplotlib inline\nimport torch", 'x = torch.zeros(8, device="cuda")')
+NOTEBOOK = _notebook("%matplotlib inline\nimport torch", "for batch in loader:\n    x = torch.zeros(8).cuda()")
+NOTEBOOK_FIXED = _notebook("%matplotlib inline\nimport torch", 'for batch in loader:\n    x = torch.zeros(8, device="cuda")')
 
 
 def _git(cwd: Path, *args: str) -> str:
@@ -79,7 +79,7 @@ def test_pre_commit_run(tmp_path: Path) -> None:
     assert "files were modified by this hook" in output
     # ...and the checking hook reports what remains.
     assert "unsafe.py:5:5: TL301" in output
-    assert "slow.py:3:5: TL201" not in output
+    assert "slow.py:4:9: TL201" not in output
 
     # Once the remaining problem is fixed, both hooks pass.
     (repo / "unsafe.py").write_text(UNSAFE_ONLY.replace("False", "True"))
