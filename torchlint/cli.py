@@ -285,21 +285,32 @@ def main() -> None:
 @click.option("-j", "--jobs", type=click.IntRange(min=1), default=None, metavar="N",
               help="Worker processes for large runs (default: the number of CPUs; 1: none).")
 @_UNSAFE_FIXES_OPTION
+@click.option("--baseline", "baseline_file", type=click.Path(dir_okay=False), default=None, metavar="FILE",
+              help="Report only findings that are not in this baseline (a JSON file written by --update-baseline).")
+@click.option("--update-baseline", is_flag=True,
+              help="Write the --baseline file: every finding when it does not exist yet; otherwise drop the "
+              "entries no longer found (new findings are never added to an existing baseline).")
 def check(paths, select, ignore, extend_select, config, output_format, target_torch,
-          stdin_filename, force_exclude, show_statistics, exit_zero, no_cache, jobs, unsafe_fixes) -> None:
+          stdin_filename, force_exclude, show_statistics, exit_zero, no_cache, jobs, unsafe_fixes,
+          baseline_file, update_baseline) -> None:
     """Report performance anti-patterns in PATHS (default: the current directory).
 
     Use `-` to read from standard input.  `--unsafe-fixes` counts the unsafe
     fixes as fixable in the summary and statistics (as `fix --unsafe-fixes`
     would apply them).
     """
+    if update_baseline and not baseline_file:
+        raise _fail("--update-baseline needs --baseline FILE")
     run = _prepare(paths, select, ignore, extend_select, config, output_format, target_torch,
                    stdin_filename, force_exclude, unsafe_fixes)
+    baseline = _load_baseline(baseline_file, update_baseline)
     targets, problems = _targets(run)
     counts: Dict[str, int] = {}
     warnings: List[str] = []
     diagnostics, sources = _check_all(targets, run, jobs, use_cache=not no_cache, stats=counts, warnings=warnings)
     _warn(warnings)
+    if baseline is not None:
+        diagnostics = _apply_baseline(baseline, diagnostics, sources, targets, update_baseline, counts)
     _report(diagnostics, sources, run.settings, show_statistics)
     from torchlint.reporters import TEXT_FORMATS, summary
 
@@ -310,6 +321,47 @@ def check(paths, select, ignore, extend_select, config, output_format, target_to
     if not targets and not problems and not run.reads_stdin:
         click.echo("torchlint: warning: no Python files found", err=True)
     raise click.exceptions.Exit(_exit_code(diagnostics, problems, exit_zero))
+
+
+# -- the baseline (torchlint/baseline.py) --------------------------------------
+
+
+def _load_baseline(path: Optional[str], update: bool):
+    if path is None:
+        return None
+    from torchlint.baseline import Baseline, BaselineError
+
+    try:
+        baseline = Baseline.load(path)
+    except BaselineError as exc:
+        raise _fail(str(exc)) from None
+    if not baseline.exists and not update:
+        raise _fail(f"baseline {path} does not exist; write it with `--baseline {path} --update-baseline`")
+    return baseline
+
+
+def _apply_baseline(baseline, diagnostics, sources, targets, update: bool, counts: Dict[str, int]):
+    """The findings to report: those not in the baseline.  With ``update``,
+    writes the baseline first (see torchlint/baseline.py for the ratchet)."""
+    from torchlint.baseline import BaselineError
+
+    if update:
+        created = not baseline.exists
+        baseline = baseline.updated(diagnostics, sources, [t.display for t in targets])
+        try:
+            baseline.save()
+        except BaselineError as exc:
+            raise _fail(str(exc)) from None
+        n = len(baseline.entries)
+        verb = "wrote" if created else "updated"
+        click.echo(f"torchlint: {verb} baseline {baseline.path} ({n} finding{'s' if n != 1 else ''})", err=True)
+    new, old = baseline.match(diagnostics, sources)
+    if old:
+        counts.pop("fix_total", None)  # counted over every finding; recounted from what is shown
+        click.echo(
+            f"torchlint: {len(old)} finding{'s' if len(old) != 1 else ''} in the baseline not shown", err=True
+        )
+    return new
 
 
 # -- speed: the result cache and worker processes (torchlint/parallel.py) --------
