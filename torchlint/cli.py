@@ -290,19 +290,29 @@ def main() -> None:
 @click.option("--update-baseline", is_flag=True,
               help="Write the --baseline file: every finding when it does not exist yet; otherwise drop the "
               "entries no longer found (new findings are never added to an existing baseline).")
+@click.option("--fix", "apply_fixes", is_flag=True, help="Apply fixes, then report what remains (as `torchlint fix`).")
+@click.option("--fix-only", is_flag=True,
+              help="Apply fixes but do not report the findings that remain (exit 0 unless --exit-non-zero-on-fix).")
+@click.option("--diff", is_flag=True, help="Print a unified diff of the fixes and write nothing (as `fix --diff`).")
+@click.option("--exit-non-zero-on-fix", is_flag=True, help="With --fix or --fix-only: exit with 1 when any file was changed.")
 def check(paths, select, ignore, extend_select, config, output_format, target_torch,
           stdin_filename, force_exclude, show_statistics, exit_zero, no_cache, jobs, unsafe_fixes,
-          baseline_file, update_baseline) -> None:
+          baseline_file, update_baseline, apply_fixes, fix_only, diff, exit_non_zero_on_fix) -> None:
     """Report performance anti-patterns in PATHS (default: the current directory).
 
     Use `-` to read from standard input.  `--unsafe-fixes` counts the unsafe
     fixes as fixable in the summary and statistics (as `fix --unsafe-fixes`
-    would apply them).
+    would apply them).  `--fix`, `--fix-only` and `--diff` fix as Ruff's
+    options of the same names do.
     """
     if update_baseline and not baseline_file:
         raise _fail("--update-baseline needs --baseline FILE")
+    if baseline_file and (apply_fixes or fix_only or diff):
+        raise _fail("--baseline cannot be combined with --fix, --fix-only or --diff")
     run = _prepare(paths, select, ignore, extend_select, config, output_format, target_torch,
                    stdin_filename, force_exclude, unsafe_fixes)
+    if apply_fixes or fix_only or diff:
+        _run_fixes(run, diff, show_statistics, exit_zero, fix_only, exit_non_zero_on_fix)
     baseline = _load_baseline(baseline_file, update_baseline)
     targets, problems = _targets(run)
     counts: Dict[str, int] = {}
@@ -416,17 +426,27 @@ def _exit_code(diagnostics: Sequence[Diagnostic], problems: Sequence[str], exit_
 @_common_options
 @_UNSAFE_FIXES_OPTION
 @click.option("--diff", is_flag=True, help="Print a unified diff of the fixes and write nothing.")
+@click.option("--fix-only", is_flag=True,
+              help="Apply fixes but do not report the findings that remain (exit 0 unless --exit-non-zero-on-fix).")
+@click.option("--exit-non-zero-on-fix", is_flag=True, help="Exit with 1 when any file was changed.")
 def fix(paths, select, ignore, extend_select, config, output_format, target_torch,
-        stdin_filename, force_exclude, show_statistics, exit_zero, no_cache, unsafe_fixes, diff) -> None:
+        stdin_filename, force_exclude, show_statistics, exit_zero, no_cache, unsafe_fixes, diff,
+        fix_only, exit_non_zero_on_fix) -> None:
     """Apply fixes to PATHS (default: the current directory), then report what remains.
 
     Safe fixes only, unless --unsafe-fixes.  Use `-` to fix standard input
-    (the fixed code goes to standard output).
+    (the fixed code goes to standard output).  The same as `check --fix`.
     """
-    from torchlint.engine import on_large_stack
-
     run = _prepare(paths, select, ignore, extend_select, config, output_format, target_torch,
                    stdin_filename, force_exclude, unsafe_fixes)
+    _run_fixes(run, diff, show_statistics, exit_zero, fix_only, exit_non_zero_on_fix)
+
+
+def _run_fixes(run: Run, diff: bool, show_statistics: bool, exit_zero: bool, fix_only: bool = False,
+               exit_non_zero_on_fix: bool = False) -> None:
+    """`fix`, `check --fix`, `check --fix-only` and `check --diff`."""
+    from torchlint.engine import on_large_stack
+
     unsafe = run.settings.unsafe_fixes
     targets, problems = _targets(run)
     remaining: List[Diagnostic] = []
@@ -436,6 +456,8 @@ def fix(paths, select, ignore, extend_select, config, output_format, target_torc
     changed_files = on_large_stack(_fix_all, targets, run, unsafe, diff, remaining, sources, fixed, warnings)
     remaining.sort(key=Diagnostic.sort_key)
     _warn(warnings)
+    if fix_only:  # Ruff's --fix-only: the findings left are neither printed nor counted
+        remaining = [d for d in remaining if d.kind is not Kind.RULE]
 
     to_stderr = diff or run.reads_stdin
     from torchlint.registry import all_rules
@@ -455,7 +477,10 @@ def fix(paths, select, ignore, extend_select, config, output_format, target_torc
                 for code, n in sorted(fixed[display].items()):
                     lines.append(f"    {n} × {code} ({rules[code].name})")
             lines.append("")
-        if remaining or fixed:
+        if fix_only:
+            if not fixed:
+                lines.append("No errors fixed.")
+        elif remaining or fixed:
             lines.append(
                 f"Found {len(remaining) + total_fixed} error{'s' if len(remaining) + total_fixed != 1 else ''} "
                 f"({total_fixed} {'fixable' if diff else 'fixed'}, {len(remaining)} remaining)."
@@ -476,7 +501,10 @@ def fix(paths, select, ignore, extend_select, config, output_format, target_torc
     if diff:
         code = EXIT_ERROR if problems else (EXIT_FINDINGS if changed_files else EXIT_OK)
         raise click.exceptions.Exit(code)
-    raise click.exceptions.Exit(_exit_code(remaining, problems, exit_zero))
+    code = _exit_code(remaining, problems, exit_zero)
+    if code == EXIT_OK and exit_non_zero_on_fix and changed_files:
+        code = EXIT_FINDINGS
+    raise click.exceptions.Exit(code)
 
 
 def _fix_all(targets, run, unsafe, diff, remaining, sources, fixed, warnings=None) -> int:
