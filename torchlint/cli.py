@@ -423,6 +423,23 @@ def _exit_code(diagnostics: Sequence[Diagnostic], problems: Sequence[str], exit_
 
 
 @main.command()
+@click.option("--config", type=click.Path(dir_okay=False), default=None,
+              help="Use this configuration file for every document (default: each file's nearest).")
+def server(config) -> None:
+    """Run the language server (LSP over standard input/output) for editors.
+
+    Needs pygls: `pip install pygls` (or the `server` extra).
+    """
+    try:
+        import pygls  # noqa: F401
+    except ImportError:
+        raise _fail("`torchlint server` needs pygls: pip install 'pygls>=2'") from None
+    from torchlint.server import serve
+
+    serve(Path(config) if config else None)
+
+
+@main.command()
 @_common_options
 @_UNSAFE_FIXES_OPTION
 @click.option("--diff", is_flag=True, help="Print a unified diff of the fixes and write nothing.")
