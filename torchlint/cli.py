@@ -604,13 +604,25 @@ def _unified_diff(before: str, after: str, display: str) -> str:
 @main.command()
 @click.argument("code", required=False)
 @click.option("--all", "show_all", is_flag=True, help="List every rule.")
-def rule(code: Optional[str], show_all: bool) -> None:
-    """Show the documentation of the rule CODE, or list all rules with --all."""
-    from torchlint.docs import state
+@click.option("--output-format", type=click.Choice(("text", "json")), default="text", show_default=True)
+def rule(code: Optional[str], show_all: bool, output_format: str) -> None:
+    """Show the documentation of the rule CODE (a code such as TL201 or a name
+    such as create-then-move), or list all rules with --all."""
+    import json
+
+    from torchlint.docs import rule_section, state
     from torchlint.registry import all_rules
 
     rules = all_rules()
+
+    def as_json(c: str, r) -> dict:
+        return {"code": c, "name": r.name, "summary": r.summary or r.name, "default": r.default,
+                "state": state(r), "fix": r.fix.value, "explanation": r.documentation()}
+
     if show_all:
+        if output_format == "json":
+            click.echo(json.dumps([as_json(c, r) for c, r in rules.items()], indent=2))
+            return
         rows = [("Code", "Name", "Default", "Fix")]
         for c, r in rules.items():
             rows.append((c, r.name, state(r), r.fix.value))
@@ -619,13 +631,16 @@ def rule(code: Optional[str], show_all: bool) -> None:
             click.echo("  ".join(cell.ljust(widths[i]) for i, cell in enumerate(row)).rstrip())
         return
     if code is None:
-        raise _fail("give a rule code (e.g. `torchlint rule TL101`) or --all")
-    code = code.strip().upper()
-    if code not in rules:
-        raise _fail(f"unknown rule code `{code}` (see `torchlint rule --all`)")
-    from torchlint.docs import rule_section
-
-    click.echo(rule_section(rules[code], level=1), nl=False)
+        raise _fail("give a rule code or name (e.g. `torchlint rule TL101`) or --all")
+    wanted = code.strip()
+    by_name = {r.name: c for c, r in rules.items()}
+    found = wanted.upper() if wanted.upper() in rules else by_name.get(wanted.lower())
+    if found is None:
+        raise _fail(f"unknown rule `{wanted}` (see `torchlint rule --all`)")
+    if output_format == "json":
+        click.echo(json.dumps(as_json(found, rules[found]), indent=2))
+        return
+    click.echo(rule_section(rules[found], level=1), nl=False)
 
 
 @main.command()
