@@ -214,7 +214,7 @@ def test_rule_docs(runner):
     assert "TL301  zero-grad-set-to-none" in listing.output
     unknown = run(runner, "rule", "TL999")
     assert unknown.exit_code == 2
-    assert "unknown rule code `TL999`" in unknown.output
+    assert "unknown rule `TL999`" in unknown.output
 
 
 def test_python_m_and_no_torch_import(project):

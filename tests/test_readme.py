@@ -105,7 +105,9 @@ def test_pre_commit_snippet_names_this_release():
 
 def test_readme_is_for_users():
     # Internals, robustness and performance figures live in docs/, not here.
-    assert len(README.encode()) < 20_000
+    # (Raised from 20,000 when the baseline, the GitHub Action and the editor
+    # server arrived: each gets a few lines here and its details in docs/.)
+    assert len(README.encode()) < 22_000
     for heading in ("## Install", "## Quick start", "## Rules", "## Configuration",
                     "## Suppressing a finding", "## pre-commit", "## Jupyter notebooks",
                     "## Verifying fixes", "## In CI"):

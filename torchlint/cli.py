@@ -285,21 +285,42 @@ def main() -> None:
 @click.option("-j", "--jobs", type=click.IntRange(min=1), default=None, metavar="N",
               help="Worker processes for large runs (default: the number of CPUs; 1: none).")
 @_UNSAFE_FIXES_OPTION
+@click.option("--baseline", "baseline_file", type=click.Path(dir_okay=False), default=None, metavar="FILE",
+              help="Report only findings that are not in this baseline (a JSON file written by --update-baseline).")
+@click.option("--update-baseline", is_flag=True,
+              help="Write the --baseline file: every finding when it does not exist yet; otherwise drop the "
+              "entries no longer found (new findings are never added to an existing baseline).")
+@click.option("--fix", "apply_fixes", is_flag=True, help="Apply fixes, then report what remains (as `torchlint fix`).")
+@click.option("--fix-only", is_flag=True,
+              help="Apply fixes but do not report the findings that remain (exit 0 unless --exit-non-zero-on-fix).")
+@click.option("--diff", is_flag=True, help="Print a unified diff of the fixes and write nothing (as `fix --diff`).")
+@click.option("--exit-non-zero-on-fix", is_flag=True, help="With --fix or --fix-only: exit with 1 when any file was changed.")
 def check(paths, select, ignore, extend_select, config, output_format, target_torch,
-          stdin_filename, force_exclude, show_statistics, exit_zero, no_cache, jobs, unsafe_fixes) -> None:
+          stdin_filename, force_exclude, show_statistics, exit_zero, no_cache, jobs, unsafe_fixes,
+          baseline_file, update_baseline, apply_fixes, fix_only, diff, exit_non_zero_on_fix) -> None:
     """Report performance anti-patterns in PATHS (default: the current directory).
 
     Use `-` to read from standard input.  `--unsafe-fixes` counts the unsafe
     fixes as fixable in the summary and statistics (as `fix --unsafe-fixes`
-    would apply them).
+    would apply them).  `--fix`, `--fix-only` and `--diff` fix as Ruff's
+    options of the same names do.
     """
+    if update_baseline and not baseline_file:
+        raise _fail("--update-baseline needs --baseline FILE")
+    if baseline_file and (apply_fixes or fix_only or diff):
+        raise _fail("--baseline cannot be combined with --fix, --fix-only or --diff")
     run = _prepare(paths, select, ignore, extend_select, config, output_format, target_torch,
                    stdin_filename, force_exclude, unsafe_fixes)
+    if apply_fixes or fix_only or diff:
+        _run_fixes(run, diff, show_statistics, exit_zero, fix_only, exit_non_zero_on_fix)
+    baseline = _load_baseline(baseline_file, update_baseline)
     targets, problems = _targets(run)
     counts: Dict[str, int] = {}
     warnings: List[str] = []
     diagnostics, sources = _check_all(targets, run, jobs, use_cache=not no_cache, stats=counts, warnings=warnings)
     _warn(warnings)
+    if baseline is not None:
+        diagnostics = _apply_baseline(baseline, diagnostics, sources, targets, update_baseline, counts)
     _report(diagnostics, sources, run.settings, show_statistics)
     from torchlint.reporters import TEXT_FORMATS, summary
 
@@ -310,6 +331,47 @@ def check(paths, select, ignore, extend_select, config, output_format, target_to
     if not targets and not problems and not run.reads_stdin:
         click.echo("torchlint: warning: no Python files found", err=True)
     raise click.exceptions.Exit(_exit_code(diagnostics, problems, exit_zero))
+
+
+# -- the baseline (torchlint/baseline.py) --------------------------------------
+
+
+def _load_baseline(path: Optional[str], update: bool):
+    if path is None:
+        return None
+    from torchlint.baseline import Baseline, BaselineError
+
+    try:
+        baseline = Baseline.load(path)
+    except BaselineError as exc:
+        raise _fail(str(exc)) from None
+    if not baseline.exists and not update:
+        raise _fail(f"baseline {path} does not exist; write it with `--baseline {path} --update-baseline`")
+    return baseline
+
+
+def _apply_baseline(baseline, diagnostics, sources, targets, update: bool, counts: Dict[str, int]):
+    """The findings to report: those not in the baseline.  With ``update``,
+    writes the baseline first (see torchlint/baseline.py for the ratchet)."""
+    from torchlint.baseline import BaselineError
+
+    if update:
+        created = not baseline.exists
+        baseline = baseline.updated(diagnostics, sources, [t.display for t in targets])
+        try:
+            baseline.save()
+        except BaselineError as exc:
+            raise _fail(str(exc)) from None
+        n = len(baseline.entries)
+        verb = "wrote" if created else "updated"
+        click.echo(f"torchlint: {verb} baseline {baseline.path} ({n} finding{'s' if n != 1 else ''})", err=True)
+    new, old = baseline.match(diagnostics, sources)
+    if old:
+        counts.pop("fix_total", None)  # counted over every finding; recounted from what is shown
+        click.echo(
+            f"torchlint: {len(old)} finding{'s' if len(old) != 1 else ''} in the baseline not shown", err=True
+        )
+    return new
 
 
 # -- speed: the result cache and worker processes (torchlint/parallel.py) --------
@@ -361,20 +423,47 @@ def _exit_code(diagnostics: Sequence[Diagnostic], problems: Sequence[str], exit_
 
 
 @main.command()
+@click.option("--config", type=click.Path(dir_okay=False), default=None,
+              help="Use this configuration file for every document (default: each file's nearest).")
+def server(config) -> None:
+    """Run the language server (LSP over standard input/output) for editors.
+
+    Needs pygls: `pip install pygls` (or the `server` extra).
+    """
+    try:
+        import pygls  # noqa: F401
+    except ImportError:
+        raise _fail("`torchlint server` needs pygls: pip install 'pygls>=2'") from None
+    from torchlint.server import serve
+
+    serve(Path(config) if config else None)
+
+
+@main.command()
 @_common_options
 @_UNSAFE_FIXES_OPTION
 @click.option("--diff", is_flag=True, help="Print a unified diff of the fixes and write nothing.")
+@click.option("--fix-only", is_flag=True,
+              help="Apply fixes but do not report the findings that remain (exit 0 unless --exit-non-zero-on-fix).")
+@click.option("--exit-non-zero-on-fix", is_flag=True, help="Exit with 1 when any file was changed.")
 def fix(paths, select, ignore, extend_select, config, output_format, target_torch,
-        stdin_filename, force_exclude, show_statistics, exit_zero, no_cache, unsafe_fixes, diff) -> None:
+        stdin_filename, force_exclude, show_statistics, exit_zero, no_cache, unsafe_fixes, diff,
+        fix_only, exit_non_zero_on_fix) -> None:
     """Apply fixes to PATHS (default: the current directory), then report what remains.
 
     Safe fixes only, unless --unsafe-fixes.  Use `-` to fix standard input
-    (the fixed code goes to standard output).
+    (the fixed code goes to standard output).  The same as `check --fix`.
     """
-    from torchlint.engine import on_large_stack
-
     run = _prepare(paths, select, ignore, extend_select, config, output_format, target_torch,
                    stdin_filename, force_exclude, unsafe_fixes)
+    _run_fixes(run, diff, show_statistics, exit_zero, fix_only, exit_non_zero_on_fix)
+
+
+def _run_fixes(run: Run, diff: bool, show_statistics: bool, exit_zero: bool, fix_only: bool = False,
+               exit_non_zero_on_fix: bool = False) -> None:
+    """`fix`, `check --fix`, `check --fix-only` and `check --diff`."""
+    from torchlint.engine import on_large_stack
+
     unsafe = run.settings.unsafe_fixes
     targets, problems = _targets(run)
     remaining: List[Diagnostic] = []
@@ -384,6 +473,8 @@ def fix(paths, select, ignore, extend_select, config, output_format, target_torc
     changed_files = on_large_stack(_fix_all, targets, run, unsafe, diff, remaining, sources, fixed, warnings)
     remaining.sort(key=Diagnostic.sort_key)
     _warn(warnings)
+    if fix_only:  # Ruff's --fix-only: the findings left are neither printed nor counted
+        remaining = [d for d in remaining if d.kind is not Kind.RULE]
 
     to_stderr = diff or run.reads_stdin
     from torchlint.registry import all_rules
@@ -403,7 +494,10 @@ def fix(paths, select, ignore, extend_select, config, output_format, target_torc
                 for code, n in sorted(fixed[display].items()):
                     lines.append(f"    {n} × {code} ({rules[code].name})")
             lines.append("")
-        if remaining or fixed:
+        if fix_only:
+            if not fixed:
+                lines.append("No errors fixed.")
+        elif remaining or fixed:
             lines.append(
                 f"Found {len(remaining) + total_fixed} error{'s' if len(remaining) + total_fixed != 1 else ''} "
                 f"({total_fixed} {'fixable' if diff else 'fixed'}, {len(remaining)} remaining)."
@@ -424,7 +518,10 @@ def fix(paths, select, ignore, extend_select, config, output_format, target_torc
     if diff:
         code = EXIT_ERROR if problems else (EXIT_FINDINGS if changed_files else EXIT_OK)
         raise click.exceptions.Exit(code)
-    raise click.exceptions.Exit(_exit_code(remaining, problems, exit_zero))
+    code = _exit_code(remaining, problems, exit_zero)
+    if code == EXIT_OK and exit_non_zero_on_fix and changed_files:
+        code = EXIT_FINDINGS
+    raise click.exceptions.Exit(code)
 
 
 def _fix_all(targets, run, unsafe, diff, remaining, sources, fixed, warnings=None) -> int:
@@ -507,13 +604,25 @@ def _unified_diff(before: str, after: str, display: str) -> str:
 @main.command()
 @click.argument("code", required=False)
 @click.option("--all", "show_all", is_flag=True, help="List every rule.")
-def rule(code: Optional[str], show_all: bool) -> None:
-    """Show the documentation of the rule CODE, or list all rules with --all."""
-    from torchlint.docs import state
+@click.option("--output-format", type=click.Choice(("text", "json")), default="text", show_default=True)
+def rule(code: Optional[str], show_all: bool, output_format: str) -> None:
+    """Show the documentation of the rule CODE (a code such as TL201 or a name
+    such as create-then-move), or list all rules with --all."""
+    import json
+
+    from torchlint.docs import rule_section, state
     from torchlint.registry import all_rules
 
     rules = all_rules()
+
+    def as_json(c: str, r) -> dict:
+        return {"code": c, "name": r.name, "summary": r.summary or r.name, "default": r.default,
+                "state": state(r), "fix": r.fix.value, "explanation": r.documentation()}
+
     if show_all:
+        if output_format == "json":
+            click.echo(json.dumps([as_json(c, r) for c, r in rules.items()], indent=2))
+            return
         rows = [("Code", "Name", "Default", "Fix")]
         for c, r in rules.items():
             rows.append((c, r.name, state(r), r.fix.value))
@@ -522,13 +631,16 @@ def rule(code: Optional[str], show_all: bool) -> None:
             click.echo("  ".join(cell.ljust(widths[i]) for i, cell in enumerate(row)).rstrip())
         return
     if code is None:
-        raise _fail("give a rule code (e.g. `torchlint rule TL101`) or --all")
-    code = code.strip().upper()
-    if code not in rules:
-        raise _fail(f"unknown rule code `{code}` (see `torchlint rule --all`)")
-    from torchlint.docs import rule_section
-
-    click.echo(rule_section(rules[code], level=1), nl=False)
+        raise _fail("give a rule code or name (e.g. `torchlint rule TL101`) or --all")
+    wanted = code.strip()
+    by_name = {r.name: c for c, r in rules.items()}
+    found = wanted.upper() if wanted.upper() in rules else by_name.get(wanted.lower())
+    if found is None:
+        raise _fail(f"unknown rule `{wanted}` (see `torchlint rule --all`)")
+    if output_format == "json":
+        click.echo(json.dumps(as_json(found, rules[found]), indent=2))
+        return
+    click.echo(rule_section(rules[found], level=1), nl=False)
 
 
 @main.command()

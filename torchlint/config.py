@@ -14,7 +14,7 @@ if sys.version_info >= (3, 11):  # pragma: no cover - version dependent
 else:  # pragma: no cover
     import tomli as tomllib
 
-OUTPUT_FORMATS = ("full", "concise", "json", "github", "sarif")
+OUTPUT_FORMATS = ("full", "concise", "grouped", "json", "github", "gitlab", "junit", "sarif")
 
 DEFAULT_EXCLUDE = (
     ".bzr", ".direnv", ".eggs", ".git", ".git-rewrite", ".hg", ".ipynb_checkpoints",

@@ -1,10 +1,13 @@
-"""Output formats: full, concise, json, github, sarif."""
+"""Output formats: full, concise, grouped, json, github, gitlab, junit, sarif."""
 
 from __future__ import annotations
 
 import json
+import os
 from collections import Counter
+from pathlib import Path
 from typing import Callable, Dict, List, Optional, Sequence
+from xml.sax.saxutils import escape, quoteattr
 
 import click
 
@@ -31,6 +34,38 @@ def _header(d: Diagnostic, color: bool) -> str:
 
 def format_concise(diagnostics: Sequence[Diagnostic], sources: Dict[str, str], color: bool) -> str:
     return "".join(_header(d, color) + "\n" for d in diagnostics)
+
+
+def format_grouped(diagnostics: Sequence[Diagnostic], sources: Dict[str, str], color: bool) -> str:
+    """Ruff's ``grouped``: a heading per file, then ``line:col CODE message`` rows."""
+    out: List[str] = []
+    current = None
+    for d in diagnostics:
+        if d.path != current:
+            if current is not None:
+                out.append("")
+            current = d.path
+            out.append(click.style(f"{d.path}:", bold=True, underline=True) if color else f"{d.path}:")
+        cell = "" if d.cell is None else f"cell {d.cell}:"
+        label = click.style(d.label, fg="red", bold=True) if color else d.label
+        out.append(f"  {cell}{d.line}:{d.column} {label}{_fix_mark(d)} {d.message}")
+    return "\n".join(out) + ("\n\n" if out else "")
+
+
+def fingerprints(diagnostics: Sequence[Diagnostic], sources: Dict[str, str]) -> List[str]:
+    """A fingerprint per diagnostic that survives edits elsewhere in the file (the
+    baseline's: code, path, collapsed source line), made unique within the run by
+    an occurrence count (code scanning and GitLab need one issue per fingerprint)."""
+    from torchlint.baseline import entry_for
+
+    root = Path.cwd()
+    seen: Counter = Counter()
+    out = []
+    for d in diagnostics:
+        base = entry_for(d, sources, root).fingerprint if d.code else f"{d.label}:{d.path}:{d.line}"
+        seen[base] += 1
+        out.append(f"{base}:{seen[base]}")
+    return out
 
 
 def format_full(diagnostics: Sequence[Diagnostic], sources: Dict[str, str], color: bool) -> str:
@@ -168,12 +203,15 @@ def format_sarif(diagnostics: Sequence[Diagnostic], sources: Dict[str, str], col
             }
         )
     results = []
-    for d in diagnostics:
+    for d, fingerprint in zip(diagnostics, fingerprints(diagnostics, sources)):
         line, column, end_line, end_column = _file_region(d)
         message = d.message if d.cell is None else f"cell {d.cell}:{d.line}:{d.column}: {d.message}"
+        artifact = {"uri": d.path.replace("\\", "/")}
+        if not os.path.isabs(d.path):
+            artifact["uriBaseId"] = "%SRCROOT%"
         location = {
             "physicalLocation": {
-                "artifactLocation": {"uri": d.path.replace("\\", "/")},
+                "artifactLocation": artifact,
                 "region": {
                     "startLine": line,
                     "startColumn": column,
@@ -198,6 +236,8 @@ def format_sarif(diagnostics: Sequence[Diagnostic], sources: Dict[str, str], col
             }
         if d.code in index:
             result["ruleIndex"] = index[d.code]
+        # Code scanning tracks an alert across commits by this, not by its line.
+        result["partialFingerprints"] = {"torchlintFingerprint/v1": fingerprint}
         results.append(result)
     sarif = {
         "$schema": "https://json.schemastore.org/sarif-2.1.0.json",
@@ -212,6 +252,7 @@ def format_sarif(diagnostics: Sequence[Diagnostic], sources: Dict[str, str], col
                         "rules": rules,
                     }
                 },
+                "originalUriBaseIds": {"%SRCROOT%": {"uri": Path.cwd().as_uri() + "/"}},
                 "results": results,
             }
         ],
@@ -219,15 +260,57 @@ def format_sarif(diagnostics: Sequence[Diagnostic], sources: Dict[str, str], col
     return json.dumps(sarif, indent=2) + "\n"
 
 
+def format_gitlab(diagnostics: Sequence[Diagnostic], sources: Dict[str, str], color: bool) -> str:
+    """GitLab Code Quality: a JSON list of issues, each with a unique fingerprint."""
+    items = []
+    for d, fingerprint in zip(diagnostics, fingerprints(diagnostics, sources)):
+        line, _, end_line, _ = _file_region(d)
+        where = "" if d.cell is None else f" (cell {d.cell}:{d.line}:{d.column})"
+        items.append({
+            "description": f"{d.label}: {d.message}{where}",
+            "check_name": d.label,
+            "fingerprint": fingerprint,
+            "severity": "major" if d.kind is Kind.RULE else "blocker",
+            "location": {"path": d.path.replace("\\", "/"), "lines": {"begin": line, "end": end_line}},
+        })
+    return json.dumps(items, indent=2) + "\n"
+
+
+def format_junit(diagnostics: Sequence[Diagnostic], sources: Dict[str, str], color: bool) -> str:
+    """JUnit XML as Ruff writes it: a test suite per file, a failed test case per finding."""
+    by_file: Dict[str, List[Diagnostic]] = {}
+    for d in diagnostics:
+        by_file.setdefault(d.path, []).append(d)
+    n = len(diagnostics)
+    out = ['<?xml version="1.0" encoding="UTF-8"?>',
+           f'<testsuites name="torchlint" tests="{n}" failures="{n}" errors="0">']
+    for path, found in by_file.items():
+        out.append(f'  <testsuite name={quoteattr(path)} tests="{len(found)}" disabled="0" errors="0" '
+                   f'failures="{len(found)}" package="org.torchlint">')
+        for d in found:
+            cell = "" if d.cell is None else f"cell {d.cell}, "
+            out.append(f'    <testcase name={quoteattr("org.torchlint." + d.label)} '
+                       f'classname={quoteattr(os.path.splitext(path)[0])} line="{d.line}" column="{d.column}">')
+            out.append(f'      <failure message={quoteattr(d.message)}>'
+                       f'{escape(f"{cell}line {d.line}, col {d.column}, {d.message}")}</failure>')
+            out.append("    </testcase>")
+        out.append("  </testsuite>")
+    out.append("</testsuites>")
+    return "\n".join(out) + "\n"
+
+
 FORMATTERS: Dict[str, Callable[[Sequence[Diagnostic], Dict[str, str], bool], str]] = {
     "full": format_full,
     "concise": format_concise,
+    "grouped": format_grouped,
     "json": format_json,
     "github": format_github,
+    "gitlab": format_gitlab,
+    "junit": format_junit,
     "sarif": format_sarif,
 }
 
-TEXT_FORMATS = ("full", "concise")
+TEXT_FORMATS = ("full", "concise", "grouped")
 
 
 def _applies(d: Diagnostic, unsafe_fixes: bool) -> bool:
