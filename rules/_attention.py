@@ -15,7 +15,7 @@ import libcst as cst
 
 from torchlint.rule import Context
 from torchlint.rules._helpers import literal_number, method_name, positional, string_value
-from torchlint.walker import iter_children
+from torchlint.nodes import iter_children
 
 MATMULS = frozenset({"torch.matmul", "torch.bmm"})
 EINSUMS = frozenset({"torch.einsum", "torch.functional.einsum"})

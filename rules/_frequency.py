@@ -59,7 +59,7 @@ import libcst as cst
 
 from torchlint.rule import Context, contains_modulo, is_test_path
 from torchlint.rules._sync import target_names
-from torchlint.walker import iter_children
+from torchlint.nodes import iter_children
 
 UNKNOWN, ONCE, PER_EPOCH, PER_STEP = 0, 1, 2, 3
 NAMES = {UNKNOWN: "unknown", ONCE: "once", PER_EPOCH: "per epoch", PER_STEP: "per step"}

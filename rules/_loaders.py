@@ -521,7 +521,7 @@ class LoaderIndex:
         """How many times ``name`` occurs as an identifier in the module (one
         walk of the module, done only when a parameter is followed)."""
         if self._names is None:
-            from torchlint.walker import walk_nodes
+            from torchlint.nodes import walk_nodes
 
             counts: Dict[str, int] = {}
             for node in walk_nodes(self.module):
@@ -617,7 +617,7 @@ def moves_data(node: cst.CSTNode, ctx: Context) -> bool:
     `.to(<device>)` (`device`, `self.device`, `"cuda"`; not `"cpu"` or a
     dtype), or a call given `device=` anything but a visible CPU
     (`torch.tensor(x, device=self.device)`, `collate(b, device=device)`)."""
-    from torchlint.walker import walk_nodes
+    from torchlint.nodes import walk_nodes
 
     for sub in walk_nodes(node):
         if not isinstance(sub, cst.Call):
@@ -668,7 +668,7 @@ class Placement:
         and counting a device handed to another call (`rollout(self.env,
         self.device)`, `make_batch(samples, device)`): data is then made for
         that device."""
-        from torchlint.walker import walk_nodes
+        from torchlint.nodes import walk_nodes
 
         key = id(node)
         known = self._moving.get(key)
@@ -709,7 +709,7 @@ class Placement:
     def _collect(self, module: cst.Module, top: int) -> None:
         """One walk of the module (iterative: a long `a + b + ...` chain nests
         deeper than Python's recursion limit)."""
-        from torchlint.walker import iter_children
+        from torchlint.nodes import iter_children
 
         todo: List[Tuple[cst.CSTNode, int, Optional[cst.FunctionDef]]] = [(module, top, None)]
         while todo:
@@ -1015,7 +1015,7 @@ class Placement:
         return any(_has_device_param(f) for f in self.functions.get(name, ()))
 
     def _collate_function(self, function: cst.FunctionDef) -> str:
-        from torchlint.walker import walk_nodes
+        from torchlint.nodes import walk_nodes
 
         if _has_device_param(function) or self.moves(function):
             return DEVICE

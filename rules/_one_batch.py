@@ -12,7 +12,7 @@ from typing import Iterator, List, Optional, Tuple
 
 import libcst as cst
 
-from torchlint.walker import iter_children
+from torchlint.nodes import iter_children
 
 _LOOPS = frozenset({cst.For, cst.While, cst.ListComp, cst.SetComp, cst.DictComp, cst.GeneratorExp})
 

@@ -401,7 +401,7 @@ def under_switch(context: Context, pattern: "re.Pattern[str]") -> bool:
     """Whether the node being visited runs under an ``if`` whose test mentions
     an identifier (or string) matching ``pattern``: a run-time switch such as
     ``if args.deterministic:`` or ``if args.seed is not None:``."""
-    from torchlint.walker import walk_nodes
+    from torchlint.nodes import walk_nodes
 
     for ancestor in context.ancestors():
         if isinstance(ancestor, cst.If):

@@ -15,7 +15,7 @@ from typing import Dict, List, Optional, Tuple, Union
 import libcst as cst
 
 from torchlint.rule import Context
-from torchlint.walker import iter_children
+from torchlint.nodes import iter_children
 
 _SCOPES = (cst.FunctionDef, cst.Lambda, cst.ClassDef)
 

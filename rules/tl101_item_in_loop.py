@@ -1,23 +1,15 @@
 from __future__ import annotations
 
-import re
-from typing import Dict, Iterator, List, NamedTuple, Optional, Set
+from typing import Dict, Iterator, List, Optional
 
 import libcst as cst
 
 from torchlint.codemods import item_in_loop as codemod
 from torchlint.model import Applicability, Fix, FixAvailability
 from torchlint.rule import Rule, contains_modulo
-from torchlint.walker import iter_children
-from torchlint.rules._helpers import (
-    device_kind,
-    keyword,
-    last_name,
-    literal_number,
-    method_name,
-    positional,
-    receiver,
-)
+from torchlint.nodes import iter_children
+from torchlint.rules._helpers import literal_number, method_name, receiver
+from torchlint.rules._device import host_values
 from torchlint.rules._frequency import frequency_here
 from torchlint.rules._sync import (
     LoopFacts,
@@ -27,11 +19,9 @@ from torchlint.rules._sync import (
     feeds_host_sink,
     in_data_pipeline,
     is_constant_display,
-    isinstance_tensor_subject,
     iterates_mapping,
     loop_clauses,
     mentions,
-    names_a_module,
     runs_once,
     runs_once_per_pass,
 )
@@ -182,13 +172,7 @@ class ItemInLoop(Rule):
 
     def __init__(self, context) -> None:
         super().__init__(context)
-        self._bindings: Dict[int, "_Bindings"] = {}
-        self._class_attrs: Dict[int, Dict[str, List[tuple]]] = {}
         self._facts: Dict[int, LoopFacts] = {}
-        source = context.source
-        self._default_device_changed = "set_default_device" in source or bool(
-            re.search(r"with\s+\w+(\.\w+)*\.device\(", source)
-        )
 
     def visit_Call(self, node: cst.Call) -> None:
         name = method_name(node)
@@ -212,12 +196,11 @@ class ItemInLoop(Rule):
             return
         if converts_any_value(ctx, loop, self._facts):
             return
-        scope = self._scope()
-        if self._is_host(recv, scope, 0, set()):
-            return
+        if host_values(ctx).is_host(recv, ctx.location()):
+            return  # already on the host: nothing waits for the device
         if feeds_host_sink(ctx, len(ctx.stack) - 1, loop):
             return  # read to be written, drawn or decoded on the host (`tokenizer.decode(ids.tolist())`)
-        self.report(node, self._MESSAGES[name], fix=self._accumulation_fix(node, recv, loop, scope))
+        self.report(node, self._MESSAGES[name], fix=self._accumulation_fix(node, recv, loop, self._scope()))
 
     # -- which loop repeats the call -------------------------------------------
     def _step_loop(self) -> Optional[cst.CSTNode]:
@@ -242,15 +225,14 @@ class ItemInLoop(Rule):
             return True
         if not isinstance(expr, cst.Name):
             return False
-        scope = self._scope()
-        bindings = self._scope_bindings(scope).names.get(expr.value) if scope is not None else None
+        bindings = self.context.semantic.bindings(expr.value, self.context.location())
         return bool(bindings) and all(
-            kind == "value"
+            b.kind == "value"
             and (
-                isinstance(value, (cst.Dict, cst.DictComp))
-                or (isinstance(value, cst.Call) and isinstance(value.func, cst.Name) and value.func.value == "dict")
+                isinstance(b.value, (cst.Dict, cst.DictComp))
+                or (isinstance(b.value, cst.Call) and isinstance(b.value.func, cst.Name) and b.value.func.value == "dict")
             )
-            for kind, value in bindings
+            for b in bindings
         )
 
     # -- code whose values are not per-step device results ----------------------
@@ -277,318 +259,6 @@ class ItemInLoop(Rule):
             if isinstance(node, (cst.Lambda, cst.ClassDef)):
                 return None
         return self.context.module
-
-    def _scope_bindings(self, scope: cst.CSTNode) -> "_Bindings":
-        cached = self._bindings.get(id(scope))
-        if cached is None:
-            cached = _collect_bindings(scope)
-            self._bindings[id(scope)] = cached
-        return cached
-
-    def _method_class(self, scope: Optional[cst.CSTNode]) -> Optional[cst.ClassDef]:
-        """The class of which ``scope`` is a method (defined in the class body)."""
-        stack = self.context.stack
-        for i in range(len(stack) - 1, 1, -1):
-            if stack[i] is scope:
-                owner = stack[i - 2]
-                return owner if isinstance(owner, cst.ClassDef) and stack[i - 1] is owner.body else None
-        return None
-
-    def _attribute_bindings(self, cls: cst.ClassDef) -> Dict[str, List[tuple]]:
-        """``attr -> [(kind, value, method)]`` for ``self.attr = value`` in the
-        methods of ``cls``."""
-        cached = self._class_attrs.get(id(cls))
-        if cached is None:
-            cached = _collect_attribute_bindings(cls)
-            self._class_attrs[id(cls)] = cached
-        return cached
-
-    # -- is the value certainly not a device tensor? ---------------------------
-    def _is_host(self, expr: cst.BaseExpression, scope: Optional[cst.CSTNode], depth: int, seen: Set[tuple]) -> bool:
-        if depth > _MAX_DEPTH:
-            return False
-        if isinstance(expr, (cst.List, cst.Tuple, cst.Set)):
-            return all(
-                not isinstance(e, cst.StarredElement) and self._is_host(e.value, scope, depth + 1, seen)
-                for e in expr.elements
-            )
-        if isinstance(expr, _LITERALS):
-            return True
-        ctx = self.context
-        if isinstance(expr, cst.Name):
-            if expr.value in ("None", "True", "False"):
-                return True
-            q = ctx.qualname(expr)
-            if q is not None:
-                return _is_host_module(q)
-            return self._name_is_host(expr.value, scope, depth, seen)
-        if isinstance(expr, cst.Attribute):
-            q = ctx.qualname(expr)
-            if q is not None:
-                return _is_host_module(q)
-            if expr.attr.value == "values":
-                # pandas' `.values`; but `t.max(dim=1).values` is a tensor.
-                inner = expr.value
-                if isinstance(inner, cst.Call) and last_name(inner.func) in _RETURN_TYPES:
-                    return self._is_host(inner, scope, depth + 1, seen)
-                return True
-            attribute = self._self_attribute_is_host(expr, scope, depth, seen)
-            if attribute is not None:
-                return attribute
-            return self._is_host(expr.value, scope, depth + 1, seen)
-        if isinstance(expr, cst.Subscript):
-            return self._is_host(expr.value, scope, depth + 1, seen)
-        if isinstance(expr, cst.BinaryOperation):
-            return self._is_host(expr.left, scope, depth + 1, seen) and self._is_host(
-                expr.right, scope, depth + 1, seen
-            )
-        if isinstance(expr, cst.UnaryOperation):
-            return self._is_host(expr.expression, scope, depth + 1, seen)
-        if isinstance(expr, cst.Call):
-            return self._call_is_host(expr, scope, depth, seen)
-        return False
-
-    def _self_attribute_is_host(self, expr: cst.Attribute, scope, depth: int, seen: Set[tuple]) -> Optional[bool]:
-        """``self.sigmas`` in a method: decided by every ``self.sigmas = ...`` in
-        the class's methods (None when there is none, or not a method)."""
-        if not isinstance(expr.value, cst.Name) or not isinstance(scope, cst.FunctionDef):
-            return None
-        params = scope.params.params or scope.params.posonly_params
-        if not params or params[0].name.value != expr.value.value:
-            return None
-        cls = self._method_class(scope)
-        if cls is None:
-            return None
-        bindings = self._attribute_bindings(cls).get(expr.attr.value)
-        if not bindings:
-            return None
-        key = ("attr", id(cls), expr.attr.value)
-        if key in seen:
-            return True
-        seen = seen | {key}
-        return all(
-            kind in ("value", "aug") and self._is_host(value, method, depth + 1, seen)
-            for kind, value, method in bindings
-        )
-
-    def _call_is_host(self, call: cst.Call, scope, depth: int, seen: Set[tuple]) -> bool:
-        ctx = self.context
-        func = call.func
-        if _names_tokenizer(func):
-            # `tokenizer(text, return_tensors="pt")`, `tokenizer.encode(text)`:
-            # tokenizers build their output on the host.
-            return True
-        q = ctx.qualname(func)
-        if q is not None:
-            if q.split(".", 1)[0] == "safetensors":
-                # `safe_open(path, framework="pt")`, `load_file(path)`: on the CPU
-                # unless a device is given.
-                device = keyword(call, "device")
-                return device is None or device_kind(device.value, ctx) == "cpu"
-            if _is_host_module(q):
-                return True
-            if q.startswith("torch."):
-                return self._torch_call_is_host(call, q[len("torch."):], scope, depth, seen)
-            return self._helper_is_host(call, q.rsplit(".", 1)[-1], scope, depth, seen)
-        if isinstance(func, cst.Name):
-            name = func.value
-            if ctx.imports.resolve(name) is None and name not in ctx.imports.defined and name in _HOST_BUILTINS:
-                return True
-            return self._helper_is_host(call, name, scope, depth, seen)
-        name = method_name(call)
-        if name in _HOST_METHODS:
-            return True
-        if name == "to":
-            target = keyword(call, "device")
-            args = positional(call)
-            if target is None and args:
-                target = args[0]
-            if target is None:
-                return False
-            kind = device_kind(target.value, ctx)
-            # `.to(self._cpu_device)`: a device named after the CPU
-            return kind == "cpu" or (kind == "device" and "cpu" in (last_name(target.value) or "").lower())
-        if name in _DEVICE_METHODS or not isinstance(func, cst.Attribute):
-            # `nn.CrossEntropyLoss()(out, y)`, `fns[i](x)`: a call of a call's
-            # result says nothing about where the result lives.
-            return False
-        return self._is_host(func.value, scope, depth + 1, seen)  # a method of a host value
-
-    def _helper_is_host(self, call: cst.Call, name: str, scope, depth: int, seen: Set[tuple]) -> bool:
-        """A function of the project (``xyxy2xywh(torch.tensor(box))``) given
-        only host values, at least one of them a host array or tensor: PyTorch
-        and NumPy operations return their result where their inputs live.  Not
-        a function named after a device or a move (``to_device``), nor a model."""
-        lowered = name.lower()
-        if lowered.startswith("to_") or any(word in lowered for word in _MOVING_WORDS) or names_a_module(call.func):
-            return False
-        if not call.args or any(a.star for a in call.args):
-            return False
-        values = [a.value for a in call.args]
-        return all(self._is_host(v, scope, depth + 1, seen) for v in values) and any(
-            self._is_host_array(v, scope, depth + 1, set()) for v in values
-        )
-
-    def _is_host_array(self, expr: cst.BaseExpression, scope, depth: int, seen: Set[tuple]) -> bool:
-        """Whether ``expr`` is (built from) an array or tensor rather than a plain
-        Python value: ``torch.tensor(...)``, a NumPy call, ``x.cpu()``,
-        ``x.numpy()``, or a method, index or arithmetic of one.  Whether it is on
-        the host is asked separately (``_is_host``)."""
-        if depth > _MAX_DEPTH:
-            return False
-        ctx = self.context
-        if isinstance(expr, cst.Call):
-            func = expr.func
-            q = ctx.qualname(func)
-            if q is not None:
-                if _is_host_module(q):
-                    return True
-                if q.startswith("torch."):
-                    name = q[len("torch."):]
-                    return name in ("tensor", "as_tensor", "from_numpy") or name in _CPU_FACTORIES or name in _SAME_DEVICE_OPS
-                return any(self._is_host_array(a.value, scope, depth + 1, seen) for a in expr.args)
-            if isinstance(func, cst.Name):
-                if func.value in _HOST_BUILTINS:
-                    return False
-                return any(self._is_host_array(a.value, scope, depth + 1, seen) for a in expr.args)
-            name = method_name(expr)
-            if name in ("cpu", "numpy"):
-                return True
-            if name in _HOST_METHODS or not isinstance(func, cst.Attribute):
-                return False
-            return self._is_host_array(func.value, scope, depth + 1, seen)
-        if isinstance(expr, cst.Attribute):
-            if ctx.qualname(expr) is not None:
-                return False
-            return self._is_host_array(expr.value, scope, depth + 1, seen)
-        if isinstance(expr, cst.Subscript):
-            return self._is_host_array(expr.value, scope, depth + 1, seen)
-        if isinstance(expr, cst.BinaryOperation):
-            return self._is_host_array(expr.left, scope, depth + 1, seen) or self._is_host_array(
-                expr.right, scope, depth + 1, seen
-            )
-        if isinstance(expr, cst.UnaryOperation):
-            return self._is_host_array(expr.expression, scope, depth + 1, seen)
-        if isinstance(expr, cst.Name) and scope is not None:
-            key = ("array", id(scope), expr.value)
-            if key in seen:
-                return False
-            seen = seen | {key}
-            for kind, value in self._scope_bindings(scope).names.get(expr.value, ()):
-                if kind in ("value", "aug", "part", "with", "iter", "iter_part") and self._is_host_array(
-                    value, scope, depth + 1, seen
-                ):
-                    return True
-                if kind == "param" and value is not None:
-                    annotation = value.value if isinstance(value, cst.Subscript) else value
-                    q = ctx.qualname(annotation)
-                    if q is not None and _is_host_module(q):
-                        return True
-        return False
-
-    def _torch_call_is_host(self, call: cst.Call, name: str, scope, depth: int, seen: Set[tuple]) -> bool:
-        if name == "from_numpy":
-            return True
-        if name == "as_tensor" or name in _SAME_DEVICE_OPS:
-            # `as_tensor` returns a tensor argument as it is; most operations
-            # return their result on the device of their input.
-            args = positional(call)
-            if not args or not self._is_host(args[0].value, scope, depth + 1, seen):
-                return False
-        elif name != "tensor" and name not in _CPU_FACTORIES:
-            # `torch.tensor(data)` copies `data` to the default device.
-            return False
-        if any(a.star for a in call.args):
-            return False
-        device = keyword(call, "device")
-        if device is None:
-            return not self._default_device_changed
-        return device_kind(device.value, self.context) == "cpu"
-
-    def _iterable_is_host(self, expr: cst.BaseExpression, scope, depth: int, seen: Set[tuple]) -> bool:
-        """Whether every element of the iterable ``expr`` is a host value."""
-        if depth > _MAX_DEPTH:
-            return False
-        if isinstance(expr, (cst.List, cst.Tuple, cst.Set)):
-            return self._is_host(expr, scope, depth + 1, seen)
-        if isinstance(expr, (cst.ListComp, cst.SetComp, cst.GeneratorExp)):
-            return self._is_host(expr.elt, scope, depth + 1, seen)
-        if isinstance(expr, (cst.Dict, cst.DictComp)):
-            return False  # keys are, values may not be
-        ctx = self.context
-        if isinstance(expr, cst.Call):
-            func = expr.func
-            args = positional(expr)
-            if any(a.star for a in expr.args):
-                return False
-            name = None
-            if isinstance(func, cst.Name) and ctx.imports.resolve(func.value) is None and func.value not in ctx.imports.defined:
-                name = func.value
-            q = ctx.qualname(func)
-            if name == "range":
-                return True
-            if name in _ITERATION_BUILTINS or (q is not None and q.split(".", 1)[0] == "tqdm"):
-                if name == "enumerate":
-                    args = args[:1]
-                return bool(args) and all(self._iterable_is_host(a.value, scope, depth + 1, seen) for a in args)
-            if isinstance(func, cst.Attribute) and func.attr.value in ("items", "values", "keys"):
-                return False
-            return self._is_host(expr, scope, depth + 1, seen)
-        if isinstance(expr, cst.Name) and scope is not None and ctx.qualname(expr) is None:
-            key = ("iter", id(scope), expr.value)
-            if key in seen:
-                return True
-            bindings = self._scope_bindings(scope).names.get(expr.value)
-            if not bindings:
-                return self._is_host(expr, scope, depth + 1, seen)
-            seen = seen | {key}
-            return all(self._binding_is_host(expr.value, kind, value, scope, depth, seen, iterable=True) for kind, value in bindings)
-        return self._is_host(expr, scope, depth + 1, seen)
-
-    def _name_is_host(self, name: str, scope, depth: int, seen: Set[tuple]) -> bool:
-        if scope is None:
-            return False
-        key = (id(scope), name)
-        if key in seen:
-            return True  # a cycle adds nothing: the other bindings decide
-        bindings = self._scope_bindings(scope).names.get(name)
-        if not bindings and not isinstance(scope, cst.Module):
-            scope = self.context.module
-            key = (id(scope), name)
-            if key in seen:
-                return True
-            bindings = self._scope_bindings(scope).names.get(name) if scope is not None else None
-        if not bindings:
-            return False
-        seen = seen | {key}
-        return all(self._binding_is_host(name, kind, value, scope, depth, seen) for kind, value in bindings)
-
-    def _binding_is_host(self, name: str, kind: str, value, scope, depth: int, seen: Set[tuple], iterable: bool = False) -> bool:
-        """Whether one binding of ``name`` gives it a host value (with
-        ``iterable``: a value whose elements are all host values)."""
-        if kind in ("value", "aug", "with"):
-            if iterable:
-                return self._iterable_is_host(value, scope, depth + 1, seen)
-            return self._is_host(value, scope, depth + 1, seen)
-        if kind == "part":  # `a, b = value`
-            if isinstance(value, (cst.ListComp, cst.SetComp, cst.GeneratorExp)):
-                value = value.elt
-            return self._is_host(value, scope, depth + 1, seen)
-        if kind in ("iter", "iter_part"):  # `for name in value`, `for name, other in value`
-            return self._iterable_is_host(value, scope, depth + 1, seen)
-        if kind == "param":
-            if name in self._scope_bindings(scope).converted:
-                return True  # `if isinstance(x, torch.Tensor): x = x.cpu().numpy()`
-            return value is not None and self._annotation_is_host(value)
-        return False
-
-    def _annotation_is_host(self, annotation: cst.BaseExpression) -> bool:
-        if isinstance(annotation, cst.Subscript):
-            annotation = annotation.value
-        q = self.context.qualname(annotation)
-        if q is not None:
-            return _is_host_module(q)
-        return isinstance(annotation, cst.Name) and annotation.value in ("int", "float", "bool", "str", "list", "dict", "List", "Dict")
 
     # -- the fix ---------------------------------------------------------------
     def _accumulation_fix(self, node: cst.Call, recv: cst.BaseExpression, loop: cst.CSTNode, scope) -> Optional[Fix]:
@@ -621,52 +291,10 @@ class ItemInLoop(Rule):
 
 # -- module-level helpers ----------------------------------------------------------
 
-# How far the host-value analysis follows expressions and bindings.
-_MAX_DEPTH = 10
-_LITERALS = (
-    cst.Integer, cst.Float, cst.Imaginary, cst.SimpleString, cst.ConcatenatedString,
-    cst.FormattedString, cst.Dict, cst.ListComp, cst.SetComp, cst.DictComp,
-)
-_COLLECTION_LITERALS = (cst.List, cst.Tuple, cst.Set, cst.Dict, cst.ListComp, cst.SetComp, cst.DictComp, cst.GeneratorExp)
-_HOST_MODULE_ROOTS = ("numpy", "pandas", "scipy", "math", "array")
-# Methods whose result is on the host whatever the receiver was.
-_HOST_METHODS = frozenset({"numpy", "to_numpy", "tolist", "cpu", "item", "to_list", "to_dict", "to_pandas"})
-# Methods that may move a host value to a device.
-_DEVICE_METHODS = frozenset({"cuda", "to", "type", "xpu", "mps", "to_device", "as_subclass", "new"})
-# torch factories that build on the default device (the CPU) when given no device.
-_CPU_FACTORIES = frozenset(
-    {
-        "zeros", "ones", "empty", "full", "rand", "randn", "randint", "randperm", "arange",
-        "linspace", "logspace", "eye",
-    }
-)
-# torch functions whose result is on the device of their first argument.
-_SAME_DEVICE_OPS = frozenset(
-    {
-        "multinomial", "max", "min", "argmax", "argmin", "amax", "amin", "sum", "mean",
-        "std", "var", "prod", "nonzero", "unique", "sort", "argsort", "topk", "bincount",
-        "cumsum", "clamp", "abs", "sqrt", "exp", "log", "round", "floor", "ceil", "flatten",
-        "reshape", "squeeze", "unsqueeze", "count_nonzero", "median", "quantile",
-    }
-)
-# `torch.return_types` producers: their `.values` is a tensor.
-_RETURN_TYPES = frozenset(
-    {"max", "min", "topk", "sort", "mode", "median", "nanmedian", "kthvalue", "cummax", "cummin", "aminmax", "unique"}
-)
-_HOST_BUILTINS = frozenset({"len", "int", "float", "bool", "str", "range", "list", "dict", "sorted"})
-# Builtins whose elements are those of their (first) iterable arguments.
-_ITERATION_BUILTINS = frozenset({"enumerate", "zip", "reversed", "sorted", "iter", "list", "tuple"})
-# Functions named like these may move their result to a device (or are models).
-_MOVING_WORDS = ("device", "cuda", "gpu", "accelerat", "move", "load", "model")
 # Mappings of these are long (one entry per parameter): not a few named values.
 _WEIGHT_WORDS = ("param", "grad", "weight", "buffer")
 # Values read from these come from a checkpoint.
 _CHECKPOINT_WORDS = ("state_dict", "ckpt", "checkpoint")
-
-
-def _is_host_module(qualname: str) -> bool:
-    root = qualname.split(".", 1)[0]
-    return root in _HOST_MODULE_ROOTS
 
 
 _NESTED_SCOPES = (cst.FunctionDef, cst.ClassDef, cst.Lambda)
@@ -695,152 +323,6 @@ def _scope_nodes(scope: cst.CSTNode) -> Iterator[cst.CSTNode]:
         children = iter_children(node)
         children.reverse()
         todo.extend(children)
-
-
-class _Bindings(NamedTuple):
-    names: Dict[str, List[tuple]]
-    """``name -> [(kind, value)]`` for every binding of a name in a scope."""
-    converted: Set[str]
-    """Parameters rebound under ``if isinstance(x, torch.Tensor):``."""
-
-
-def _collect_bindings(scope: cst.CSTNode) -> _Bindings:
-    """Every binding of a name in a scope.
-
-    kinds: ``value`` (``name = value``), ``aug`` (``name op= value``), ``part``
-    (``name, other = value``), ``iter`` (``for name in value``), ``iter_part``
-    (``for name, other in value``), ``with`` (``with value as name``), ``param``
-    (value: the annotation or None), ``unknown`` (anything else: starred
-    targets, ``global``, imports...).
-    """
-    found: Dict[str, List[tuple]] = {}
-    converted: Set[str] = set()
-    with_names: Set[int] = set()
-
-    def add(name: str, kind: str, value) -> None:
-        found.setdefault(name, []).append((kind, value))
-
-    def add_target(target: cst.BaseExpression, kind: str, value, part_kind: str = "unknown") -> None:
-        if isinstance(target, cst.Name):
-            add(target.value, kind, value)
-        elif isinstance(target, (cst.Tuple, cst.List)):
-            for element in target.elements:
-                add_target(element.value, part_kind, value, part_kind)
-        elif isinstance(target, cst.StarredElement):
-            add_target(target.value, "unknown", None)
-
-    if isinstance(scope, cst.FunctionDef):
-        params = scope.params
-        for param in (*params.posonly_params, *params.params, *params.kwonly_params):
-            add(param.name.value, "param", param.annotation.annotation if param.annotation else None)
-        for star in (params.star_arg, params.star_kwarg):
-            if isinstance(star, cst.Param):
-                add(star.name.value, "unknown", None)
-    for node in _scope_nodes(scope):
-        if type(node) not in _BINDING_TYPES:
-            continue
-        if isinstance(node, cst.Assign):
-            for target in node.targets:
-                add_target(target.target, "value", node.value, "part")
-        elif isinstance(node, cst.AnnAssign):
-            if node.value is not None:
-                add_target(node.target, "value", node.value)
-        elif isinstance(node, cst.AugAssign):
-            add_target(node.target, "aug", node.value)
-        elif isinstance(node, (cst.For, cst.CompFor)):
-            add_target(node.target, "iter", node.iter, "iter_part")
-        elif isinstance(node, (cst.FunctionDef, cst.ClassDef)):
-            add(node.name.value, "unknown", None)
-        elif isinstance(node, (cst.Global, cst.Nonlocal)):
-            for item in node.names:
-                add(item.name.value, "unknown", None)
-        elif isinstance(node, cst.WithItem):
-            if node.asname is not None and isinstance(node.asname.name, cst.Name):
-                with_names.add(id(node.asname))
-                add(node.asname.name.value, "with", node.item)
-        elif isinstance(node, cst.AsName):
-            if id(node) not in with_names:
-                add_target(node.name, "unknown", None)
-        elif isinstance(node, cst.NamedExpr):
-            add_target(node.target, "value", node.value)
-        elif isinstance(node, cst.If):
-            subject = _isinstance_tensor_name(node.test)
-            if subject is not None and _assigns(node.body, subject):
-                converted.add(subject)
-        elif isinstance(node, (cst.Import, cst.ImportFrom)) and not isinstance(getattr(node, "names", None), cst.ImportStar):
-            for alias in node.names:
-                if alias.asname is None:
-                    name = alias.name
-                    while isinstance(name, cst.Attribute):
-                        name = name.value
-                    if isinstance(name, cst.Name):
-                        add(name.value, "unknown", None)
-    return _Bindings(found, converted)
-
-
-def _assigns(block: cst.BaseSuite, name: str) -> bool:
-    """Whether a block has a statement ``name = ...`` of its own."""
-    statements = block.body if isinstance(block, cst.IndentedBlock) else [block]
-    for statement in statements:
-        smalls = statement.body if isinstance(statement, (cst.SimpleStatementLine, cst.SimpleStatementSuite)) else ()
-        for small in smalls:
-            if isinstance(small, cst.Assign) and any(
-                isinstance(t.target, cst.Name) and t.target.value == name for t in small.targets
-            ):
-                return True
-    return False
-
-
-def _collect_attribute_bindings(cls: cst.ClassDef) -> Dict[str, List[tuple]]:
-    """``attr -> [(kind, value, method)]`` for every ``self.attr`` binding in the
-    methods of a class (``self`` being each method's first parameter)."""
-    found: Dict[str, List[tuple]] = {}
-    body = cls.body.body if isinstance(cls.body, cst.IndentedBlock) else ()
-    for statement in body:
-        if not isinstance(statement, cst.FunctionDef):
-            continue
-        params = statement.params.params or statement.params.posonly_params
-        if not params:
-            continue
-        me = params[0].name.value
-
-        def own(target: cst.BaseExpression) -> Optional[str]:
-            if isinstance(target, cst.Attribute) and isinstance(target.value, cst.Name) and target.value.value == me:
-                return target.attr.value
-            return None
-
-        for node in _scope_nodes(statement):
-            if isinstance(node, cst.Assign):
-                for target in node.targets:
-                    attr = own(target.target)
-                    if attr is not None:
-                        found.setdefault(attr, []).append(("value", node.value, statement))
-                    elif isinstance(target.target, (cst.Tuple, cst.List)):
-                        for element in target.target.elements:
-                            attr = own(element.value)
-                            if attr is not None:
-                                found.setdefault(attr, []).append(("unknown", None, statement))
-            elif isinstance(node, (cst.AugAssign, cst.AnnAssign)):
-                attr = own(node.target)
-                if attr is not None and node.value is not None:
-                    found.setdefault(attr, []).append(("aug" if isinstance(node, cst.AugAssign) else "value", node.value, statement))
-    return found
-
-
-def _isinstance_tensor_name(test: cst.BaseExpression) -> Optional[str]:
-    """The name tested by ``isinstance(name, torch.Tensor)`` (see
-    ``isinstance_tensor_subject``), if it is a plain name."""
-    subject = isinstance_tensor_subject(test)
-    return subject.value if isinstance(subject, cst.Name) else None
-
-
-def _names_tokenizer(func: cst.BaseExpression) -> bool:
-    """``tokenizer``, ``self.tokenizer``, ``tokenizer.encode``, ``tokenize``."""
-    for part in (func, func.value if isinstance(func, cst.Attribute) else None):
-        name = last_name(part) if part is not None else None
-        if name is not None and "tokeniz" in name.lower():
-            return True
-    return False
 
 
 def _chain_mentions(expr: cst.BaseExpression, words) -> bool:

@@ -2,13 +2,14 @@ from __future__ import annotations
 
 import io
 import tokenize
-from typing import Dict, List, Optional, Tuple
+from typing import List, Optional, Tuple
 
 import libcst as cst
 
 from torchlint.codemods import create_on_device as codemod
 from torchlint.model import Applicability, Fix, FixAvailability
 from torchlint.rule import Rule
+from torchlint.rules._device import host_values
 from torchlint.rules._frequency import frequency_here
 from torchlint.rules._helpers import (
     argument,
@@ -100,9 +101,11 @@ class CreateThenMove(Rule):
       not run a CPU factory at all);
     - a random factory with an explicit `device="cpu"`: the CPU random
       stream is asked for by name;
-    - a `*_like(x)` factory, unless `x` visibly lives on the host (`x.cpu()`,
-      a factory call without `device=`, `torch.from_numpy(...)`, or a local
-      name only ever assigned such values): `*_like` creates the tensor on
+    - a `*_like(x)` factory, unless `x` visibly lives on the host, as the
+      shared host/device analysis (`rules/_device.py`) decides: `x.cpu()`, a
+      factory call without `device=`, `torch.from_numpy(...)`, NumPy values,
+      or a name whose assignments that reach the call are all such values:
+      `*_like` creates the tensor on
       `x`'s device, and in practice `x` is nearly always on the accelerator
       already, where the `.to(device)` copies nothing;
     - test files (`test_*.py`, `*_test.py`, `conftest.py`, `tests/`): tensors
@@ -229,91 +232,6 @@ class CreateThenMove(Rule):
     def __init__(self, context) -> None:
         super().__init__(context)
         self._off = context.is_test_file
-        # (function, name) -> for each assignment of the name in that function
-        # (or at the top level): whether the value visibly lives on the host.
-        self._host: Dict[Tuple[int, str], List[bool]] = {}
-        # `*_like(name).to(...)` reports waiting for every assignment of `name`.
-        self._pending: List[Tuple[Tuple[int, str], cst.Call, str, Optional[Fix]]] = []
-
-    # -- where names come from (for `*_like(name)`) ------------------------------
-    def _scope(self) -> int:
-        function = self.context.enclosing_function()
-        return id(function) if function is not None else 0
-
-    def _bind(self, target: cst.BaseExpression, host: bool) -> None:
-        if isinstance(target, cst.Name):
-            self._host.setdefault((self._scope(), target.value), []).append(host)
-        elif isinstance(target, (cst.Tuple, cst.List)):
-            for element in target.elements:
-                self._bind(element.value, False)
-        elif isinstance(target, cst.StarredElement):
-            self._bind(target.value, False)
-
-    def visit_FunctionDef(self, node: cst.FunctionDef) -> None:
-        if self._off:
-            return
-        key = id(node)
-        params = node.params
-        for param in (*params.posonly_params, *params.params, *params.kwonly_params):
-            self._host.setdefault((key, param.name.value), []).append(False)
-        for star in (params.star_arg, params.star_kwarg):
-            if isinstance(star, cst.Param):
-                self._host.setdefault((key, star.name.value), []).append(False)
-
-    def visit_Assign(self, node: cst.Assign) -> None:
-        if self._off:
-            return
-        host = self._on_host(node.value)
-        for target in node.targets:
-            self._bind(target.target, host)
-
-    def visit_AnnAssign(self, node: cst.AnnAssign) -> None:
-        if not self._off:
-            self._bind(node.target, node.value is not None and self._on_host(node.value))
-
-    def visit_AugAssign(self, node: cst.AugAssign) -> None:
-        if not self._off:
-            self._bind(node.target, False)
-
-    def visit_For(self, node: cst.For) -> None:
-        if not self._off:
-            self._bind(node.target, False)
-
-    def visit_WithItem(self, node: cst.WithItem) -> None:
-        if not self._off and node.asname is not None:
-            self._bind(node.asname.name, False)
-
-    def visit_NamedExpr(self, node: cst.NamedExpr) -> None:
-        if not self._off:
-            self._bind(node.target, False)
-
-    def _on_host(self, expr: cst.BaseExpression) -> bool:
-        """A tensor that visibly lives in host memory: ``x.cpu()``,
-        ``torch.from_numpy(...)``, or a factory call without a device."""
-        if not isinstance(expr, cst.Call):
-            return False
-        if method_name(expr) == "cpu" and not expr.args:
-            return True
-        qualified = self.context.qualname(expr.func)
-        if qualified == "torch.from_numpy":
-            return True
-        if qualified is None or not qualified.startswith("torch."):
-            return False
-        kind = qualified[len("torch."):]
-        if kind not in FACTORIES or kind.endswith("_like") or has_star(expr):
-            return False
-        if kind == "tensor":
-            data = positional(expr)
-            if not data or not isinstance(data[0].value, (cst.List, cst.Tuple, cst.Integer, cst.Float)):
-                return False  # `torch.tensor(t)` of a tensor may keep its device
-        device = keyword(expr, "device")
-        return device is None or device_kind(device.value, self.context) == "cpu"
-
-    def leave_Module(self, node: cst.Module) -> None:
-        for key, call, message, fix in self._pending:
-            bindings = self._host.get(key)
-            if bindings and all(bindings):
-                self.report(call, message, fix=fix)
 
     # -- the rule ------------------------------------------------------------------
     def visit_Call(self, node: cst.Call) -> None:
@@ -347,14 +265,11 @@ class CreateThenMove(Rule):
         if not frequency_here(self.context).per_step:
             return  # made once (set-up, export, a demo) or once per epoch: nothing to win
         like = kind.endswith("_like")
-        pending_key: Optional[Tuple[int, str]] = None
         if like:
             source = _like_input(factory)
             if source is None or _moves_next_to(node, source):
                 return
-            if isinstance(source, cst.Name):
-                pending_key = (self._scope(), source.value)
-            elif not self._on_host(source):
+            if not host_values(self.context).is_host(source, self.context.location()):
                 return  # created on its input's device, probably the accelerator already
 
         where = "like its input" if like else "on the CPU"
@@ -366,10 +281,7 @@ class CreateThenMove(Rule):
         fix = None
         if parts.fixable:
             fix = self._fix(node, factory, kind, parts, factory_device is not None)
-        if pending_key is not None:
-            self._pending.append((pending_key, node, message, fix))
-        else:
-            self.report(node, message, fix=fix)
+        self.report(node, message, fix=fix)
 
     # -- what the move asks for ------------------------------------------------
     def _cuda_parts(self, call: cst.Call) -> _Move:
@@ -552,7 +464,7 @@ def _visibly_integer(expr: cst.BaseExpression) -> bool:
 
 def _has_float(call: cst.Call) -> bool:
     """Whether a factory's positional arguments include a float literal or a division."""
-    from torchlint.walker import walk_nodes
+    from torchlint.nodes import walk_nodes
 
     for arg in positional(call):
         for n in walk_nodes(arg.value):

@@ -273,7 +273,7 @@ def _is_parameter_iterable(expr: cst.BaseExpression) -> bool:
 
 
 def _mentions(expr: cst.BaseExpression, name: str) -> bool:
-    from torchlint.walker import walk_nodes
+    from torchlint.nodes import walk_nodes
 
     return any(
         (isinstance(n, cst.Name) and n.value == name)
@@ -311,7 +311,7 @@ def _uses_grad(loop: cst.For, param: str, zeroed: cst.BaseExpression) -> bool:
     """Whether the loop body reads ``param.grad`` after zeroing it, other than
     to test it against None or reset it again (`if p.grad is None: p.grad =
     zeros_like(p)` followed by `grad = p.grad`: the code needs a tensor)."""
-    from torchlint.walker import walk_nodes
+    from torchlint.nodes import walk_nodes
 
     after = False
     skip: set = set()

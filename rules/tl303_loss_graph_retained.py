@@ -10,7 +10,7 @@ from torchlint.names import dotted_name
 from torchlint.rule import Rule
 from torchlint.rules._helpers import keyword, method_name, positional, receiver
 from torchlint.rules._training import GRAD_OFF, backward_loss, grad_mode, is_backward
-from torchlint.walker import walk_nodes
+from torchlint.nodes import walk_nodes
 
 _LOOPS = (cst.For, cst.While)
 # Calls whose result no longer holds the autograd graph of their argument.

@@ -8,7 +8,7 @@ from torchlint.codemods import conv_bias as codemod
 from torchlint.model import Applicability, Fix, FixAvailability
 from torchlint.rule import Rule
 from torchlint.rules._helpers import CallTable, argument, literal_bool
-from torchlint.walker import iter_children, walk_nodes
+from torchlint.nodes import iter_children, walk_nodes
 
 
 class _Layer(NamedTuple):

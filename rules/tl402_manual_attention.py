@@ -8,7 +8,7 @@ from torchlint.model import FixAvailability
 from torchlint.rule import Rule
 from torchlint.rules._attention import Scope
 from torchlint.rules._helpers import has_star, keyword, literal_number, positional
-from torchlint.walker import iter_children
+from torchlint.nodes import iter_children
 
 _SOFTMAX_FUNCTIONS = frozenset(
     {"torch.softmax", "torch.nn.functional.softmax", "torch.special.softmax", "torch.Tensor.softmax"}

@@ -8,7 +8,7 @@ import libcst as cst
 from torchlint.model import FixAvailability
 from torchlint.rule import Rule, contains_modulo
 from torchlint.rules._training import is_backward, is_framework_backward, is_optimizer_step
-from torchlint.walker import walk_nodes
+from torchlint.nodes import walk_nodes
 
 _DDP = frozenset(
     {

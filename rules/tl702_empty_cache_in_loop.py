@@ -172,7 +172,7 @@ class EmptyCacheInLoop(Rule):
         Scanned once per loop, and only for a loop that empties the cache."""
         cached = self._drops_pipeline.get(id(loop))
         if cached is None:
-            from torchlint.walker import iter_children
+            from torchlint.nodes import iter_children
 
             todo: List[cst.CSTNode] = [loop.body] if isinstance(loop, (cst.For, cst.While)) else [loop]
             cached = False

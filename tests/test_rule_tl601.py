@@ -122,3 +122,18 @@ def test_test_files_are_skipped(path):
 def test_no_fix_is_offered():
     (d,) = _lint("import torch\nmodel = torch.nn.DataParallel(model)\n")
     assert d.fix is None
+
+
+def test_silent_where_the_program_also_offers_ddp():
+    # (Moved out of the fixture: a module that constructs DDP anywhere is a
+    # program with a DDP path, where DataParallel is the launch-time fallback.)
+    code = (
+        "import os\nimport torch\nfrom torch.nn.parallel import DistributedDataParallel as DDP\n"
+        "def distributed(model):\n"
+        "    local_rank = int(os.environ['LOCAL_RANK'])\n"
+        "    return DDP(model.cuda(local_rank), device_ids=[local_rank])\n"
+        "def single_node(model):\n"
+        "    return torch.nn.DataParallel(model)\n"
+    )
+    assert lint(code, select=["TL601"]) == []
+    assert codes(lint(code.replace("DDP(model", "wrap(model"), select=["TL601"])) == ["TL601"]

@@ -16,6 +16,8 @@ import libcst as cst
 
 from torchlint.model import Finding, Fix, FixAvailability
 from torchlint.names import ImportTable
+from torchlint.nodes import walk_nodes
+from torchlint.semantic import Location, SemanticModel, location_of
 
 if TYPE_CHECKING:  # pragma: no cover
     from torchlint.config import Settings
@@ -30,8 +32,6 @@ _COMPREHENSIONS = frozenset({cst.ListComp, cst.SetComp, cst.DictComp, cst.Genera
 
 def contains_modulo(node: cst.CSTNode) -> bool:
     """Whether an expression uses the ``%`` operator anywhere."""
-    from torchlint.walker import walk_nodes
-
     return any(
         isinstance(n, cst.BinaryOperation) and isinstance(n.operator, cst.Modulo)
         for n in walk_nodes(node)
@@ -75,6 +75,19 @@ class Context:
         return self.settings.target_torch
 
     # -- ancestry -------------------------------------------------------------
+    @property
+    def semantic(self) -> SemanticModel:
+        """The module's semantic model (scopes, bindings), built on the first question."""
+        model = self.shared.get("semantic")
+        if model is None:
+            assert self.module is not None
+            model = self.shared["semantic"] = SemanticModel(self.module)
+        return model
+
+    def location(self) -> Location:
+        """Where the node being visited is, for the semantic model's questions."""
+        return location_of(self.stack)
+
     @property
     def parent(self) -> Optional[cst.CSTNode]:
         """Parent of the node being visited."""

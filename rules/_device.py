@@ -1,0 +1,460 @@
+"""Host or device: one shared answer to "is this value certainly not a device tensor?"
+
+TL101 asks it of the value whose ``.item()`` it is about to report; other rules
+ask it of a tensor they would move (TL201's ``*_like`` input).  The answer
+follows values through the module's semantic model (``torchlint/semantic.py``):
+names by the bindings that reach the use (so ``m = torch.from_numpy(a)`` after
+``m = masks.argmax(-1)`` is a host value from there on), ``self.attr`` by the
+class's assignments, helper functions of the project by their arguments.
+
+A value is on the host when it is, or is computed only from: Python literals
+and builtins (``len``, ``range``, ``int``...), NumPy/pandas/SciPy/``math``
+values, ``torch.from_numpy``, ``torch.tensor(data)``/factories without a device
+(unless the program changes the default device), ``.cpu()``/``.numpy()``/
+``.tolist()``/``.item()`` results, ``.to("cpu")``, tokenizer outputs, a
+parameter annotated as a host type or converted under
+``isinstance(x, torch.Tensor)``, and methods, indexes and arithmetic of such
+values.  Anything else (a parameter, a model's output, a value moved with
+``.cuda()``/``.to(device)``) may be on the device, and the answer is no.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Dict, Optional, Set
+
+import libcst as cst
+
+from torchlint.rule import Context
+from torchlint.rules._helpers import (
+    device_kind,
+    keyword,
+    last_name,
+    method_name,
+    positional,
+)
+from torchlint.rules._sync import isinstance_tensor_subject, names_a_module
+from torchlint.semantic import Binding, Location, SemanticModel
+
+# How far the host-value analysis follows expressions and bindings.
+_MAX_DEPTH = 10
+_LITERALS = (
+    cst.Integer, cst.Float, cst.Imaginary, cst.SimpleString, cst.ConcatenatedString, cst.FormattedString,
+)
+_HOST_MODULE_ROOTS = ("numpy", "pandas", "scipy", "math", "array")
+# Methods whose result is on the host whatever the receiver was.
+_HOST_METHODS = frozenset({"numpy", "to_numpy", "tolist", "cpu", "item", "to_list", "to_dict", "to_pandas"})
+# Methods that may move a host value to a device.
+_DEVICE_METHODS = frozenset({"cuda", "to", "type", "xpu", "mps", "to_device", "as_subclass", "new"})
+# torch factories that build on the default device (the CPU) when given no device.
+_CPU_FACTORIES = frozenset(
+    {
+        "zeros", "ones", "empty", "full", "rand", "randn", "randint", "randperm", "arange",
+        "linspace", "logspace", "eye",
+    }
+)
+# torch functions whose result is on the device of their first argument.
+_SAME_DEVICE_OPS = frozenset(
+    {
+        "multinomial", "max", "min", "argmax", "argmin", "amax", "amin", "sum", "mean",
+        "std", "var", "prod", "nonzero", "unique", "sort", "argsort", "topk", "bincount",
+        "cumsum", "clamp", "abs", "sqrt", "exp", "log", "round", "floor", "ceil", "flatten",
+        "reshape", "squeeze", "unsqueeze", "count_nonzero", "median", "quantile",
+    }
+)
+# `torch.return_types` producers: their `.values` is a tensor.
+_RETURN_TYPES = frozenset(
+    {"max", "min", "topk", "sort", "mode", "median", "nanmedian", "kthvalue", "cummax", "cummin", "aminmax", "unique"}
+)
+_HOST_BUILTINS = frozenset({"len", "int", "float", "bool", "str", "range", "list", "dict", "sorted"})
+# Builtins whose elements are those of their (first) iterable arguments.
+_ITERATION_BUILTINS = frozenset({"enumerate", "zip", "reversed", "sorted", "iter", "list", "tuple"})
+# Functions named like these may move their result to a device (or are models).
+_MOVING_WORDS = ("device", "cuda", "gpu", "accelerat", "move", "load", "model")
+# Mappings of these are long (one entry per parameter): not a few named values.
+
+
+def _is_host_module(qualname: str) -> bool:
+    root = qualname.split(".", 1)[0]
+    return root in _HOST_MODULE_ROOTS
+
+
+
+_COMPREHENSION_SCOPES = frozenset({cst.ListComp, cst.SetComp, cst.DictComp, cst.GeneratorExp})
+
+
+class HostValues:
+    """The answers for one file (see ``host_values``)."""
+
+    def __init__(self, ctx: Context) -> None:
+        self.context = ctx
+        self.semantic: SemanticModel = ctx.semantic
+        source = ctx.source
+        self.default_device_changed = "set_default_device" in source or bool(
+            re.search(r"with\s+\w+(\.\w+)*\.device\(", source)
+        )
+        self._converted_by_scope: Dict[int, Set[str]] = {}
+
+    # -- the questions ---------------------------------------------------------------
+    def is_host(self, expr: cst.BaseExpression, at: Location) -> bool:
+        """Whether ``expr``, evaluated at ``at``, is certainly not a device tensor."""
+        return self._is_host(expr, at, 0, set())
+
+    def is_host_iterable(self, expr: cst.BaseExpression, at: Location) -> bool:
+        """Whether every element of the iterable ``expr`` is a host value."""
+        return self._iterable_is_host(expr, at, 0, set())
+
+    def _converted(self, at: Location) -> Set[str]:
+        """Parameters of ``at``'s function rebound under ``if isinstance(x, torch.Tensor):``."""
+        scope = at.scope
+        found = self._converted_by_scope.get(id(scope))
+        if found is None:
+            found = self._converted_by_scope[id(scope)] = _converted_parameters(scope)
+        return found
+
+    def _is_host(self, expr: cst.BaseExpression, at: Location, depth: int, seen: Set[tuple]) -> bool:
+        if depth > _MAX_DEPTH:
+            return False
+        if isinstance(expr, (cst.List, cst.Tuple, cst.Set)):
+            return all(
+                not isinstance(e, cst.StarredElement) and self._is_host(e.value, at, depth + 1, seen)
+                for e in expr.elements
+            )
+        if isinstance(expr, _LITERALS):
+            return True
+        # Containers hold what their elements are: `[{k: v.to(device)} ...]` holds device tensors.
+        if isinstance(expr, cst.Dict):
+            return all(
+                isinstance(e, cst.DictElement) and self._is_host(e.value, at, depth + 1, seen) for e in expr.elements
+            )
+        if isinstance(expr, cst.DictComp):
+            return self._is_host(expr.value, _inside(expr, at), depth + 1, seen)
+        if isinstance(expr, (cst.ListComp, cst.SetComp, cst.GeneratorExp)):
+            return self._is_host(expr.elt, _inside(expr, at), depth + 1, seen)
+        ctx = self.context
+        if isinstance(expr, cst.Name):
+            if expr.value in ("None", "True", "False"):
+                return True
+            q = ctx.qualname(expr)
+            if q is not None:
+                return _is_host_module(q)
+            return self._name_is_host(expr.value, at, depth, seen)
+        if isinstance(expr, cst.Attribute):
+            q = ctx.qualname(expr)
+            if q is not None:
+                return _is_host_module(q)
+            if expr.attr.value == "values":
+                # pandas' `.values`; but `t.max(dim=1).values` is a tensor.
+                inner = expr.value
+                if isinstance(inner, cst.Call) and last_name(inner.func) in _RETURN_TYPES:
+                    return self._is_host(inner, at, depth + 1, seen)
+                return True
+            attribute = self._self_attribute_is_host(expr, at, depth, seen)
+            if attribute is not None:
+                return attribute
+            return self._is_host(expr.value, at, depth + 1, seen)
+        if isinstance(expr, cst.Subscript):
+            return self._is_host(expr.value, at, depth + 1, seen)
+        if isinstance(expr, cst.BinaryOperation):
+            return self._is_host(expr.left, at, depth + 1, seen) and self._is_host(
+                expr.right, at, depth + 1, seen
+            )
+        if isinstance(expr, cst.UnaryOperation):
+            return self._is_host(expr.expression, at, depth + 1, seen)
+        if isinstance(expr, cst.Call):
+            return self._call_is_host(expr, at, depth, seen)
+        return False
+
+    def _self_attribute_is_host(self, expr: cst.Attribute, at, depth: int, seen: Set[tuple]) -> Optional[bool]:
+        """``self.sigmas`` in a method: decided by every ``self.sigmas = ...`` in
+        the class's methods (None when there is none, or not a method)."""
+        if at is None or not isinstance(expr.value, cst.Name):
+            return None
+        scopes = at.scopes
+        i = len(scopes) - 1
+        while i > 0 and type(scopes[i]) in _COMPREHENSION_SCOPES:
+            i -= 1  # `[self.x[i].item() for i in ...]` reads the method's `self`
+        if i < 1:
+            return None
+        method, cls = scopes[i], scopes[i - 1]
+        if not isinstance(method, cst.FunctionDef) or not isinstance(cls, cst.ClassDef):
+            return None
+        params = method.params.params or method.params.posonly_params
+        if not params or params[0].name.value != expr.value.value:
+            return None
+        bindings = self.semantic.attribute_bindings(cls, Location(scopes[: i - 1], ())).get(expr.attr.value)
+        if not bindings:
+            return None
+        key = ("attr", id(cls), expr.attr.value)
+        if key in seen:
+            return True
+        seen = seen | {key}
+        return all(
+            b.kind in ("value", "aug") and self._is_host(b.value, b.location, depth + 1, seen) for b in bindings
+        )
+
+    def _call_is_host(self, call: cst.Call, at, depth: int, seen: Set[tuple]) -> bool:
+        ctx = self.context
+        func = call.func
+        if _names_tokenizer(func):
+            # `tokenizer(text, return_tensors="pt")`, `tokenizer.encode(text)`:
+            # tokenizers build their output on the host.
+            return True
+        q = ctx.qualname(func)
+        if q is not None:
+            if q.split(".", 1)[0] == "safetensors":
+                # `safe_open(path, framework="pt")`, `load_file(path)`: on the CPU
+                # unless a device is given.
+                device = keyword(call, "device")
+                return device is None or device_kind(device.value, ctx) == "cpu"
+            if _is_host_module(q):
+                return True
+            if q.startswith("torch."):
+                return self._torch_call_is_host(call, q[len("torch."):], at, depth, seen)
+            return self._helper_is_host(call, q.rsplit(".", 1)[-1], at, depth, seen)
+        if isinstance(func, cst.Name):
+            name = func.value
+            if ctx.imports.resolve(name) is None and name not in ctx.imports.defined and name in _HOST_BUILTINS:
+                return True
+            return self._helper_is_host(call, name, at, depth, seen)
+        name = method_name(call)
+        if name in _HOST_METHODS:
+            return True
+        if name == "to":
+            target = keyword(call, "device")
+            args = positional(call)
+            if target is None and args:
+                target = args[0]
+            if target is None:
+                return False
+            kind = device_kind(target.value, ctx)
+            # `.to(self._cpu_device)`: a device named after the CPU
+            return kind == "cpu" or (kind == "device" and "cpu" in (last_name(target.value) or "").lower())
+        if name in _DEVICE_METHODS or not isinstance(func, cst.Attribute):
+            # `nn.CrossEntropyLoss()(out, y)`, `fns[i](x)`: a call of a call's
+            # result says nothing about where the result lives.
+            return False
+        return self._is_host(func.value, at, depth + 1, seen)  # a method of a host value
+
+    def _helper_is_host(self, call: cst.Call, name: str, at, depth: int, seen: Set[tuple]) -> bool:
+        """A function of the project (``xyxy2xywh(torch.tensor(box))``) given
+        only host values, at least one of them a host array or tensor: PyTorch
+        and NumPy operations return their result where their inputs live.  Not
+        a function named after a device or a move (``to_device``), nor a model."""
+        lowered = name.lower()
+        if lowered.startswith("to_") or any(word in lowered for word in _MOVING_WORDS) or names_a_module(call.func):
+            return False
+        if not call.args or any(a.star for a in call.args):
+            return False
+        values = [a.value for a in call.args]
+        return all(self._is_host(v, at, depth + 1, seen) for v in values) and any(
+            self._is_host_array(v, at, depth + 1, set()) for v in values
+        )
+
+    def _is_host_array(self, expr: cst.BaseExpression, at, depth: int, seen: Set[tuple]) -> bool:
+        """Whether ``expr`` is (built from) an array or tensor rather than a plain
+        Python value: ``torch.tensor(...)``, a NumPy call, ``x.cpu()``,
+        ``x.numpy()``, or a method, index or arithmetic of one.  Whether it is on
+        the host is asked separately (``_is_host``)."""
+        if depth > _MAX_DEPTH:
+            return False
+        ctx = self.context
+        if isinstance(expr, cst.Call):
+            func = expr.func
+            q = ctx.qualname(func)
+            if q is not None:
+                if _is_host_module(q):
+                    return True
+                if q.startswith("torch."):
+                    name = q[len("torch."):]
+                    return name in ("tensor", "as_tensor", "from_numpy") or name in _CPU_FACTORIES or name in _SAME_DEVICE_OPS
+                return any(self._is_host_array(a.value, at, depth + 1, seen) for a in expr.args)
+            if isinstance(func, cst.Name):
+                if func.value in _HOST_BUILTINS:
+                    return False
+                return any(self._is_host_array(a.value, at, depth + 1, seen) for a in expr.args)
+            name = method_name(expr)
+            if name in ("cpu", "numpy"):
+                return True
+            if name in _HOST_METHODS or not isinstance(func, cst.Attribute):
+                return False
+            return self._is_host_array(func.value, at, depth + 1, seen)
+        if isinstance(expr, cst.Attribute):
+            if ctx.qualname(expr) is not None:
+                return False
+            return self._is_host_array(expr.value, at, depth + 1, seen)
+        if isinstance(expr, cst.Subscript):
+            return self._is_host_array(expr.value, at, depth + 1, seen)
+        if isinstance(expr, cst.BinaryOperation):
+            return self._is_host_array(expr.left, at, depth + 1, seen) or self._is_host_array(
+                expr.right, at, depth + 1, seen
+            )
+        if isinstance(expr, cst.UnaryOperation):
+            return self._is_host_array(expr.expression, at, depth + 1, seen)
+        if isinstance(expr, cst.Name) and at is not None:
+            key = ("array", id(at.scope), at.path, expr.value)
+            if key in seen:
+                return False
+            seen = seen | {key}
+            for b in self.semantic.reaching(expr.value, at):
+                if b.kind in ("value", "aug", "part", "with", "iter", "iter_part") and self._is_host_array(
+                    b.value, b.location, depth + 1, seen
+                ):
+                    return True
+                if b.kind == "param" and b.value is not None:
+                    annotation = b.value.value if isinstance(b.value, cst.Subscript) else b.value
+                    q = ctx.qualname(annotation)
+                    if q is not None and _is_host_module(q):
+                        return True
+        return False
+
+    def _torch_call_is_host(self, call: cst.Call, name: str, at, depth: int, seen: Set[tuple]) -> bool:
+        if name == "from_numpy":
+            return True
+        if name == "as_tensor" or name in _SAME_DEVICE_OPS:
+            # `as_tensor` returns a tensor argument as it is; most operations
+            # return their result on the device of their input.
+            args = positional(call)
+            if not args or not self._is_host(args[0].value, at, depth + 1, seen):
+                return False
+        elif name != "tensor" and name not in _CPU_FACTORIES:
+            # `torch.tensor(data)` copies `data` to the default device.
+            return False
+        if any(a.star for a in call.args):
+            return False
+        device = keyword(call, "device")
+        if device is None:
+            return not self.default_device_changed
+        return device_kind(device.value, self.context) == "cpu"
+
+    def _iterable_is_host(self, expr: cst.BaseExpression, at, depth: int, seen: Set[tuple]) -> bool:
+        """Whether every element of the iterable ``expr`` is a host value."""
+        if depth > _MAX_DEPTH:
+            return False
+        if isinstance(expr, (cst.List, cst.Tuple, cst.Set)):
+            return self._is_host(expr, at, depth + 1, seen)
+        if isinstance(expr, (cst.ListComp, cst.SetComp, cst.GeneratorExp)):
+            return self._is_host(expr.elt, _inside(expr, at), depth + 1, seen)
+        if isinstance(expr, (cst.Dict, cst.DictComp)):
+            return False  # keys are, values may not be
+        ctx = self.context
+        if isinstance(expr, cst.Call):
+            func = expr.func
+            args = positional(expr)
+            if any(a.star for a in expr.args):
+                return False
+            name = None
+            if isinstance(func, cst.Name) and ctx.imports.resolve(func.value) is None and func.value not in ctx.imports.defined:
+                name = func.value
+            q = ctx.qualname(func)
+            if name == "range":
+                return True
+            if name in _ITERATION_BUILTINS or (q is not None and q.split(".", 1)[0] == "tqdm"):
+                if name == "enumerate":
+                    args = args[:1]
+                return bool(args) and all(self._iterable_is_host(a.value, at, depth + 1, seen) for a in args)
+            if isinstance(func, cst.Attribute) and func.attr.value in ("items", "values", "keys"):
+                return False
+            return self._is_host(expr, at, depth + 1, seen)
+        if isinstance(expr, cst.Name) and at is not None and ctx.qualname(expr) is None:
+            bindings = self.semantic.reaching(expr.value, at)
+            if not bindings:
+                return self._is_host(expr, at, depth + 1, seen)
+            key = ("iter", id(at.scope), at.path, expr.value)
+            if key in seen:
+                return True
+            seen = seen | {key}
+            return all(self._binding_is_host(b, depth, seen, iterable=True) for b in bindings)
+        return self._is_host(expr, at, depth + 1, seen)
+
+    def _name_is_host(self, name: str, at, depth: int, seen: Set[tuple]) -> bool:
+        if at is None:
+            return False
+        bindings = self.semantic.reaching(name, at)
+        if not bindings:
+            return False
+        key = (id(at.scope), at.path, name)  # the same name elsewhere may have other bindings
+        if key in seen:
+            return True  # a cycle adds nothing: the other bindings decide
+        seen = seen | {key}
+        return all(self._binding_is_host(b, depth, seen) for b in bindings)
+
+    def _binding_is_host(self, b: Binding, depth: int, seen: Set[tuple], iterable: bool = False) -> bool:
+        """Whether one binding gives its name a host value (with ``iterable``: a
+        value whose elements are all host values); asked where the binding is."""
+        kind, value, at = b.kind, b.value, b.location
+        if kind in ("value", "aug", "with"):
+            if iterable:
+                return self._iterable_is_host(value, at, depth + 1, seen)
+            return self._is_host(value, at, depth + 1, seen)
+        if kind == "part":  # `a, b = value`
+            if isinstance(value, (cst.ListComp, cst.SetComp, cst.GeneratorExp)):
+                value = value.elt
+            return self._is_host(value, at, depth + 1, seen)
+        if kind in ("iter", "iter_part"):  # `for name in value`, `for name, other in value`
+            return self._iterable_is_host(value, at, depth + 1, seen)
+        if kind == "param":
+            if b.name in self._converted(at):
+                return True  # `if isinstance(x, torch.Tensor): x = x.cpu().numpy()`
+            return value is not None and self._annotation_is_host(value)
+        return False
+
+    def _annotation_is_host(self, annotation: cst.BaseExpression) -> bool:
+        if isinstance(annotation, cst.Subscript):
+            annotation = annotation.value
+        q = self.context.qualname(annotation)
+        if q is not None:
+            return _is_host_module(q)
+        return isinstance(annotation, cst.Name) and annotation.value in ("int", "float", "bool", "str", "list", "dict", "List", "Dict")
+
+
+
+def _inside(comprehension: cst.CSTNode, at: Optional[Location]) -> Optional[Location]:
+    """The location of a comprehension's element: its own scope."""
+    if at is None:
+        return None
+    return Location((*at.scopes, comprehension), ())
+
+
+def _converted_parameters(scope: cst.CSTNode) -> Set[str]:
+    from torchlint.nodes import walk_nodes
+
+    found: Set[str] = set()
+    if not isinstance(scope, cst.FunctionDef):
+        return found
+    for node in walk_nodes(scope.body):
+        if isinstance(node, cst.If):
+            subject = isinstance_tensor_subject(node.test)
+            if isinstance(subject, cst.Name) and _assigns(node.body, subject.value):
+                found.add(subject.value)
+    return found
+
+
+def _assigns(block: cst.BaseSuite, name: str) -> bool:
+    """Whether a block has a statement ``name = ...`` of its own."""
+    statements = block.body if isinstance(block, cst.IndentedBlock) else [block]
+    for statement in statements:
+        smalls = statement.body if isinstance(statement, (cst.SimpleStatementLine, cst.SimpleStatementSuite)) else ()
+        for small in smalls:
+            if isinstance(small, cst.Assign) and any(
+                isinstance(t.target, cst.Name) and t.target.value == name for t in small.targets
+            ):
+                return True
+    return False
+
+
+def _names_tokenizer(func: cst.BaseExpression) -> bool:
+    """``tokenizer``, ``self.tokenizer``, ``tokenizer.encode``, ``tokenize``."""
+    for part in (func, func.value if isinstance(func, cst.Attribute) else None):
+        name = last_name(part) if part is not None else None
+        if name is not None and "tokeniz" in name.lower():
+            return True
+    return False
+
+
+def host_values(ctx: Context) -> HostValues:
+    """The file's answers, made on the first question."""
+    found = ctx.shared.get("host-values")
+    if found is None:
+        found = ctx.shared["host-values"] = HostValues(ctx)
+    return found

@@ -1,0 +1,180 @@
+"""The semantic model (torchlint/semantic.py): scopes, bindings, and which
+bindings reach a use; and the shared host/device answer built on it."""
+
+from __future__ import annotations
+
+import textwrap
+from typing import List
+
+import libcst as cst
+
+from tests.helpers import codes, lint
+from torchlint.config import Settings
+from torchlint.rule import Context, Rule
+from torchlint.walker import Walker
+
+
+class _Probe(Rule):
+    """Records, at each call of `probe(name)`, the kinds and value texts of the
+    bindings that reach the name."""
+
+    code = "TL000"
+    name = "probe"
+
+    def __init__(self, context) -> None:
+        super().__init__(context)
+        self.seen: List[List[str]] = []
+
+    def visit_Call(self, node: cst.Call) -> None:
+        if isinstance(node.func, cst.Name) and node.func.value == "probe":
+            arg = node.args[0].value
+            assert isinstance(arg, cst.Name)
+            found = self.context.semantic.reaching(arg.value, self.context.location())
+            self.seen.append([
+                b.kind if b.value is None else f"{b.kind}:{cst.Module([]).code_for_node(b.value)}" for b in found
+            ])
+
+
+def _reaching(code: str) -> List[List[str]]:
+    source = textwrap.dedent(code)
+    ctx = Context("m.py", source, Settings())
+    probe = _Probe(ctx)
+    Walker(ctx, [probe]).run(cst.parse_module(source))
+    return probe.seen
+
+
+def test_the_latest_dominating_assignment_wins():
+    assert _reaching("""
+        def f(masks):
+            m = masks.argmax(-1)
+            m = torch.from_numpy(a)
+            probe(m)
+    """) == [["value:torch.from_numpy(a)"]]
+
+
+def test_assignments_in_a_branch_between_also_reach():
+    assert _reaching("""
+        def f(x, c):
+            m = x.cpu()
+            if c:
+                m = x
+            probe(m)
+    """) == [["value:x.cpu()", "value:x"]]
+
+
+def test_a_loop_brings_later_assignments_back_around():
+    assert _reaching("""
+        def f(xs):
+            m = 0
+            for x in xs:
+                probe(m)
+                m = x
+    """) == [["value:0", "value:x"]]
+
+
+def test_an_assignment_inside_the_loop_before_the_use_kills_the_others():
+    assert _reaching("""
+        def f(xs):
+            m = xs[0]
+            for x in xs:
+                m = x.cpu()
+                probe(m)
+    """) == [["value:x.cpu()"]]
+
+
+def test_nothing_dominates_when_every_assignment_is_in_a_branch():
+    assert _reaching("""
+        def f(x, c):
+            if c:
+                m = x.cpu()
+            else:
+                m = x
+            probe(m)
+    """) == [["value:x.cpu()", "value:x"]]
+
+
+def test_parameters_closures_and_globals():
+    assert _reaching("""
+        G = torch.zeros(3)
+        def f(p: int, q):
+            probe(p)
+            def inner():
+                probe(q)
+            global G
+            G = q
+            probe(G)
+    """) == [["param:int"], ["param"], ["value:torch.zeros(3)", "value:q"]]
+
+
+def test_class_bodies_are_not_visible_from_methods_and_comprehensions_have_their_own_scope():
+    assert _reaching("""
+        x = 1
+        class C:
+            x = 2
+            def m(self):
+                probe(x)
+        ys = [probe(t) for t in items]
+    """) == [["value:1"], ["iter:items"]]
+
+
+def test_one_statement_line_with_two_statements():
+    assert _reaching("""
+        def f(a):
+            m = a; m = m.cpu(); probe(m)
+    """) == [["value:m.cpu()"]]
+
+
+# -- the shared host/device answer ---------------------------------------------------
+
+
+def test_item_on_a_value_rebound_to_a_host_tensor_is_not_reported():
+    code = """
+        import torch
+        def area(masks, scores, n):
+            m_id = masks.transpose(0, 1).softmax(-1)
+            m_id = m_id.argmax(-1)
+            m_id = torch.from_numpy(decode(m_id.cpu().numpy()))
+            out = []
+            for i in range(n):
+                out.append(m_id.eq(i).sum().item())
+            return out
+
+        def train_step(model, batches):
+            for x in batches:
+                y = torch.from_numpy(x)
+                y = model(y.cuda())
+                print(y.sum().item())
+    """
+    # The first loop reads a host tensor; the second a model's output (the host
+    # tensor was rebound to the device before the use).
+    found = lint(code, select=["TL101"])
+    assert [(d.code, d.line) for d in found] == [("TL101", 16)]
+
+
+def test_tl201_asks_the_same_question_for_like_inputs():
+    code = """
+        import torch
+        def forward(self, x):
+            host = torch.zeros(4)
+            a = torch.zeros_like(host).to(x.device)
+            host = x
+            b = torch.ones_like(host).to(x.device)
+    """
+    assert codes(lint(code, select=["TL201"])) == ["TL201"]
+
+
+def test_a_container_of_device_tensors_is_not_a_host_value():
+    code = """
+        import torch
+        def evaluate(model, loader, device):
+            for samples, targets in loader:
+                targets = [{k: v.to(device) for k, v in t.items()} for t in targets]
+                outputs = model(samples)
+                for target in targets:
+                    print(target["image_id"].item())
+                sizes = [{"h": 1, "w": 2} for _ in targets]
+                for size in sizes:
+                    print(size["h"].item())
+    """
+    found = lint(code, select=["TL101"])
+    assert [d.line for d in found] == [8]
