@@ -452,6 +452,19 @@ def _names_tokenizer(func: cst.BaseExpression) -> bool:
     return False
 
 
+def computes_with_torch(ctx: Context) -> bool:
+    """Whether the module imports PyTorch for more than TensorBoard logging (a
+    JAX or NumPy program that imports only ``torch.utils.tensorboard`` holds no
+    torch tensors of its own)."""
+    found = ctx.shared.get("computes-with-torch")
+    if found is None:
+        imported = [q for scope in ctx.imports.scopes for q in scope.values() if q]
+        torch_names = [q for q in imported if q == "torch" or q.startswith("torch.")]
+        found = not torch_names or any(not q.startswith("torch.utils.tensorboard") for q in torch_names)
+        ctx.shared["computes-with-torch"] = found
+    return found
+
+
 def host_values(ctx: Context) -> HostValues:
     """The file's answers, made on the first question."""
     found = ctx.shared.get("host-values")

@@ -89,6 +89,10 @@ class Frequency:
     # level was inferred through calls; None when it comes from the code's own
     # place (a loop, the module's top level) or its role.
     via: Optional[cst.Call] = None
+    # The same, when the call is in another module of the project: "path:line".
+    via_text: Optional[str] = None
+    # The function the code is in (None at a module's top level).
+    function: Optional[cst.FunctionDef] = None
 
     @property
     def per_step(self) -> bool:
@@ -108,6 +112,7 @@ class _Function:
     role: int = UNKNOWN
     level: int = UNKNOWN
     via: Optional[cst.Call] = None
+    via_text: Optional[str] = None  # a call site in another module ("path:line")
 
 
 @dataclass
@@ -121,7 +126,10 @@ class _Site:
 
 
 class FrequencyModel:
-    def __init__(self, module: cst.Module) -> None:
+    def __init__(self, module: cst.Module, external: Optional[Dict[str, Tuple[int, str]]] = None) -> None:
+        # `external`: how often other modules of the project call this module's
+        # functions, by qualified name ("f", "Class.method"): (level, "path:line").
+        self.external = external or {}
         self.functions: Dict[cst.FunctionDef, _Function] = {}
         self.by_name: Dict[str, List[cst.FunctionDef]] = {}
         self.classes: Dict[str, List[cst.ClassDef]] = {}
@@ -232,6 +240,11 @@ class FrequencyModel:
         for info in self.functions.values():
             if info.role > info.level:
                 info.level = info.role
+            if self.external:
+                name = qualified_name(info)
+                outside = self.external.get(name) if name is not None else None
+                if outside is not None and outside[0] > info.level:
+                    info.level, info.via, info.via_text = outside[0], None, outside[1]
         # Levels only grow and are bounded, so this ends; a few rounds suffice in practice.
         for _ in range(len(self.functions) + 1):
             changed = False
@@ -317,16 +330,36 @@ class FrequencyModel:
         if fn is not None and fn not in self.functions:
             return Frequency(UNKNOWN)
         level = self._site_level(fn, loops)
-        via = None
-        if fn is not None and not loops:
-            via = self.functions[fn].via
-        return Frequency(level, via)
+        via = via_text = None
+        if fn is not None and (not loops or level == self.functions[fn].level):
+            via, via_text = self.functions[fn].via, self.functions[fn].via_text
+        return Frequency(level, via, via_text, fn)
 
     def of_function(self, fn: cst.FunctionDef) -> Frequency:
         info = self.functions.get(fn)
         if info is None:
             return Frequency(UNKNOWN)
-        return Frequency(info.level, info.via)
+        return Frequency(info.level, info.via, info.via_text, fn)
+
+    def only_by_role(self, fn: cst.FunctionDef) -> bool:
+        """Whether the function runs once only because its name says so (no
+        call in the module made it run more or less often)."""
+        info = self.functions.get(fn)
+        return info is not None and info.role == ONCE and info.level == ONCE and info.via is None
+
+    def qualified_name(self, fn: Optional[cst.FunctionDef]) -> Optional[str]:
+        info = self.functions.get(fn) if fn is not None else None
+        return qualified_name(info) if info is not None else None
+
+
+def qualified_name(info: "_Function") -> Optional[str]:
+    """How other modules name a function: ``f`` or ``Class.method`` (None for a
+    nested function, which no other module can call)."""
+    if info.outer is not None:
+        return None
+    if info.cls is not None:
+        return f"{info.cls.name.value}.{info.node.name.value}"
+    return info.node.name.value
 
 
 def _loops_for_child(node: cst.CSTNode, child: cst.CSTNode, loops: Tuple[object, ...]) -> Tuple[object, ...]:
@@ -470,7 +503,7 @@ def model_for(ctx: Context) -> FrequencyModel:
     model = ctx.shared.get("frequency")
     if model is None:
         assert ctx.module is not None
-        model = ctx.shared["frequency"] = FrequencyModel(ctx.module)
+        model = ctx.shared["frequency"] = FrequencyModel(ctx.module, ctx.project.get("frequency"))
     return model
 
 
@@ -505,3 +538,22 @@ def frequency_here(ctx: Context) -> Frequency:
     if once:
         return Frequency(ONCE)
     return model_for(ctx).here(ctx)
+
+
+def per_step_here(ctx: Context) -> Optional[Frequency]:
+    """The frequency of the node being visited when it runs every step, else
+    None.  When it is unknown only because the module does not show who calls
+    its function, the function is noted for the project index
+    (``ctx.pending``): if another module of the run calls it every step, the
+    file is checked again with that fact (see docs/precision.md)."""
+    frequency = frequency_here(ctx)
+    if frequency.per_step:
+        return frequency
+    fn = frequency.function
+    if fn is not None and (frequency.level == UNKNOWN or model_for(ctx).only_by_role(fn)):
+        # Unknown, or "once" only because of its name (`make_mask`, `log_*`):
+        # a caller in another module may run it every step.
+        name = model_for(ctx).qualified_name(fn)
+        if name is not None:
+            ctx.pending.add(name)
+    return None

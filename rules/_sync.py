@@ -9,6 +9,8 @@ walks a whole function or module.
 
 from __future__ import annotations
 
+import re
+
 from dataclasses import dataclass
 from typing import Dict, List, Optional, Tuple, Union
 
@@ -16,6 +18,7 @@ import libcst as cst
 
 from torchlint.rule import Context
 from torchlint.nodes import iter_children
+from torchlint.rules._helpers import source_mentions
 
 _SCOPES = (cst.FunctionDef, cst.Lambda, cst.ClassDef)
 
@@ -610,7 +613,26 @@ def _is_sink(call: cst.Call) -> bool:
     func = call.func
     name = func.attr.value if isinstance(func, cst.Attribute) else func.value if isinstance(func, cst.Name) else ""
     lowered = name.lower()
+    if name == "step" and isinstance(func, cst.Attribute):
+        # An environment step (`envs.step(actions)`): simulators take host arrays.
+        owner = func.value
+        owner_name = owner.attr.value if isinstance(owner, cst.Attribute) else owner.value if isinstance(owner, cst.Name) else ""
+        return "env" in owner_name.lower()
     return any(word in lowered for word in _SINK_WORDS)
+
+
+_HOST_APIS = re.compile(r"\b(?:pycocotools|lvis|panopticapi|cityscapesscripts)\b")
+_HOST_API_WORDS = ("pycocotools", "lvis", "panopticapi", "cityscapesscripts")
+
+
+def feeds_host_api(ctx: Context) -> bool:
+    """Whether the module hands results to an evaluation API that takes host
+    lists (pycocotools, LVIS, the COCO panoptic API, Cityscapes scripts): its
+    conversions to Python values are the point, not a slip."""
+    found = ctx.shared.get("feeds-host-api")
+    if found is None:
+        found = ctx.shared["feeds-host-api"] = source_mentions(ctx.source, _HOST_APIS, _HOST_API_WORDS)
+    return found
 
 
 def feeds_host_sink(ctx: Context, top_index: int, loop: cst.CSTNode) -> bool:
@@ -621,16 +643,26 @@ def feeds_host_sink(ctx: Context, top_index: int, loop: cst.CSTNode) -> bool:
     (``img = x.cpu().numpy()`` then ``Image.fromarray(img).save(path)``)."""
     stack = ctx.stack
     names: List[str] = []
+    collected: List[str] = []  # `results.append(x.cpu().numpy())`: the list it goes into
     for i in range(top_index - 1, -1, -1):
         node = stack[i]
         if isinstance(node, cst.Call) and _is_sink(node):
             return True
+        if (
+            isinstance(node, cst.Call)
+            and isinstance(node.func, cst.Attribute)
+            and node.func.attr.value in ("append", "extend")
+            and isinstance(node.func.value, cst.Name)
+        ):
+            collected = [node.func.value.value]
         if isinstance(node, cst.Assign):
             names = [n for t in node.targets for n in target_names(t.target)]
         elif isinstance(node, (cst.AnnAssign, cst.AugAssign)):
             names = target_names(node.target)
         if isinstance(node, _STATEMENTS):
             break
+    if collected and _saved_after(ctx, collected):
+        return True  # host copies gathered to be written out (samples, predictions)
     if not names:
         return False
     body = loop.body if isinstance(loop, (cst.For, cst.While)) else loop
@@ -647,6 +679,34 @@ def feeds_host_sink(ctx: Context, top_index: int, loop: cst.CSTNode) -> bool:
                 return True
         todo.extend(iter_children(node))
     return False
+
+
+def _saved_after(ctx: Context, names: List[str]) -> bool:
+    """Whether the enclosing function (or module) hands the list ``names[0]``, or
+    a value computed from it (``arr = np.concatenate(all_images)``), to a call
+    that writes, draws or tabulates host data (``np.savez(path, arr)``)."""
+    scope: cst.CSTNode = ctx.module
+    for node in reversed(ctx.stack[:-1]):
+        if isinstance(node, cst.FunctionDef):
+            scope = node
+            break
+    derived = list(names)
+    sinks: List[cst.Call] = []
+    todo: List[cst.CSTNode] = [scope]
+    while todo:
+        node = todo.pop()
+        if node is not scope and isinstance(node, _SCOPES):
+            continue
+        if isinstance(node, cst.Assign) and mentions_name(node.value, derived):
+            derived.extend(n for t in node.targets for n in target_names(t.target))
+        if isinstance(node, cst.Call) and _is_sink(node):
+            sinks.append(node)
+        todo.extend(reversed(iter_children(node)))
+    return any(
+        any(mentions_name(arg.value, derived) for arg in call.args)
+        or (isinstance(call.func, cst.Attribute) and mentions_name(call.func.value, derived))
+        for call in sinks
+    )
 
 
 def mentions_name(expr: cst.CSTNode, names: List[str]) -> bool:

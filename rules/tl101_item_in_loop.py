@@ -9,13 +9,14 @@ from torchlint.model import Applicability, Fix, FixAvailability
 from torchlint.rule import Rule, contains_modulo
 from torchlint.nodes import iter_children
 from torchlint.rules._helpers import literal_number, method_name, receiver
-from torchlint.rules._device import host_values
-from torchlint.rules._frequency import frequency_here
+from torchlint.rules._device import computes_with_torch, host_values
+from torchlint.rules._frequency import per_step_here
 from torchlint.rules._sync import (
     LoopFacts,
     loop_facts,
     converts_any_value,
     enclosing_function_is_one_off,
+    feeds_host_api,
     feeds_host_sink,
     in_data_pipeline,
     is_constant_display,
@@ -62,13 +63,24 @@ class ItemInLoop(Rule):
     - a loop over a mapping's entries (`for k, v in metrics.items()`,
       `{k: v.item() for k, v in logs.items()}`, `for key in loss_dict`) or over
       a display of constants (`for split in ["train", "val"]`): it goes over a
-      few named values that are all ready once the first one has been waited
-      for, so the loop around it (if any) decides; a mapping of parameters,
-      gradients or weights is not such a loop;
+      few named values, so the loop around it decides, or, where there is none,
+      how often the function runs: every step when it is a `forward`, a
+      `*_step`, or a function that per-step code calls (in the module or, through
+      the project index, in another module: `MetricLogger.update(**losses)`
+      called from the training loop); a mapping of parameters, gradients or
+      weights is not such a loop;
     - a conversion under `isinstance(v, torch.Tensor)` (or `torch.is_tensor`)
       in a loop that runs no training step (`.backward()`/`.step()`): loggers,
       results tables and input normalisation, which handle values that may not
-      be tensors;
+      be tensors, unless a caller visibly runs it every step;
+    - a module that imports PyTorch only for TensorBoard logging
+      (`from torch.utils.tensorboard import SummaryWriter` in a JAX program):
+      its arrays are not torch tensors;
+    - conversions in a module that hands results to an evaluation API taking
+      host lists (it imports `pycocotools`, `lvis`, `panopticapi` or
+      `cityscapesscripts`): the host values are the point;
+    - code that runs once or once per epoch (see "How often code runs" in
+      `docs/precision.md`), or in a function whose callers the run does not show;
     - a value read from a state dict or checkpoint (`state_dict.pop(k).item()`,
       `ckpt["model"][k]`, a loop over `state_dict.values()`): checkpoints are
       loaded on the host and converted once; and any call in a function that
@@ -183,24 +195,34 @@ class ItemInLoop(Rule):
             return
         loop = self._step_loop()
         if loop is None:
-            return
+            # Only walks over a mapping or a few constants: they repeat the call
+            # every step only in a function that itself runs every step (a
+            # `MetricLogger.update(**losses)` called from the training loop),
+            # which the frequency check below decides.
+            loop = next(iter(ctx.enclosing_loops()), None)
+            if loop is None or ctx.enclosing_function() is None:
+                return
         if runs_once(ctx, loop) or runs_once_per_pass(ctx, loop, self._facts):
             return
         if loop_facts(ctx, loop, self._facts).exits_on_value:
             return  # the loop waits for a device value every iteration anyway, to decide to stop
-        if not frequency_here(ctx).per_step:
-            return  # a loop in code that runs once or once per epoch (setup, logging, export)
         recv = receiver(node)
         assert recv is not None
         if in_data_pipeline(ctx) or enclosing_function_is_one_off(ctx) or self._reads_checkpoint(recv):
             return
-        if converts_any_value(ctx, loop, self._facts):
+        if host_values(ctx).is_host(recv, ctx.location()) or not computes_with_torch(ctx):
+            return  # already on the host, or not a torch tensor: nothing waits for the device
+        if feeds_host_sink(ctx, len(ctx.stack) - 1, loop) or feeds_host_api(ctx):
+            return  # read to be written, drawn, decoded or handed to a host API (pycocotools)
+        frequency = per_step_here(ctx)
+        if frequency is None:
+            return  # a loop in code that runs once or once per epoch (setup, logging, export)
+        if converts_any_value(ctx, loop, self._facts) and frequency.via is None and frequency.via_text is None:
+            # A logger that converts whatever it is given: usually called every N
+            # steps, so reported only when a caller visibly runs it every step.
             return
-        if host_values(ctx).is_host(recv, ctx.location()):
-            return  # already on the host: nothing waits for the device
-        if feeds_host_sink(ctx, len(ctx.stack) - 1, loop):
-            return  # read to be written, drawn or decoded on the host (`tokenizer.decode(ids.tolist())`)
-        self.report(node, self._MESSAGES[name], fix=self._accumulation_fix(node, recv, loop, self._scope()))
+        self.report(node, self._MESSAGES[name], fix=self._accumulation_fix(node, recv, loop, self._scope()),
+                    frequency=frequency)
 
     # -- which loop repeats the call -------------------------------------------
     def _step_loop(self) -> Optional[cst.CSTNode]:

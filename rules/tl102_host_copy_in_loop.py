@@ -17,13 +17,14 @@ from torchlint.rules._helpers import (
     receiver,
     source_mentions,
 )
-from torchlint.rules._frequency import frequency_here
+from torchlint.rules._frequency import per_step_here
 from torchlint.rules._sync import (
     LoopFacts,
     loop_facts,
     chain_top,
     converts_any_value,
     expression_statement,
+    feeds_host_api,
     feeds_host_sink,
     in_data_pipeline,
     is_constant_display,
@@ -73,9 +74,16 @@ class HostCopyInLoop(Rule):
       comparing or building weights on the host needs the copies, and set-up
       runs once;
     - a copy the next consumer needs on the host every step: an environment
-      step (`env.step(action.cpu().numpy())`), bytes to pickle or store
+      step (`env.step(action.cpu().numpy())`, or `actions = ....cpu().numpy()`
+      handed to `envs.step(actions)` later in the loop), bytes to pickle or store
       (`t.cpu().numpy().tobytes()`), and any copy in a module that runs models
       with ONNX Runtime, TensorRT, Triton or OpenVINO;
+    - a copy that is the point: written, drawn, decoded or tabulated on the
+      host (`Image.fromarray(x.cpu().numpy()).save(path)`, through a name
+      handed to such a call later in the loop), or gathered into a list that
+      the function writes out after the loop (`all_images.extend(...)` then
+      `np.savez(path, np.concatenate(all_images))`), and conversions in a
+      module that hands results to `pycocotools`, LVIS or the panoptic API;
     - a loop whose iteration is a whole pass of work: over epochs
       (`for epoch in ...`, unless the loop itself calls `.backward()`:
       full-batch training), over a streaming generator
@@ -88,6 +96,9 @@ class HostCopyInLoop(Rule):
     - a conversion under `isinstance(v, torch.Tensor)` in a loop that runs no
       training step (loggers, input normalisation);
     - code in a `torch.utils.data` `Dataset` or `Sampler` subclass;
+    - code that runs once or once per epoch, or in a function whose callers the
+      run does not show (see "How often code runs" in `docs/precision.md`;
+      callers in other modules of the run count, through the project index);
     - a copy that runs at most once per loop or a fixed number of times: in a
       `return` or `raise`, in a block that ends with `break`/`return`/`raise`
       or `sys.exit(...)`, under `if i == 0:` on the loop counter
@@ -181,8 +192,8 @@ class HostCopyInLoop(Rule):
         loop = self._step_loop()
         if loop is None or runs_once(ctx, loop) or runs_once_per_pass(ctx, loop, self._facts):
             return
-        if loop_facts(ctx, loop, self._facts).exits_on_value or not frequency_here(ctx).per_step:
-            return  # the loop waits for the device anyway, or runs once / once per epoch
+        if loop_facts(ctx, loop, self._facts).exits_on_value:
+            return  # the loop waits for the device anyway
         recv = receiver(node)
         assert recv is not None
         if names_a_module(recv) or self._iterates_modules(recv):
@@ -198,12 +209,15 @@ class HostCopyInLoop(Rule):
             return
         if in_data_pipeline(ctx) or converts_any_value(ctx, loop, self._facts) or self._host_consumer(index):
             return
-        if feeds_host_sink(ctx, index, loop):
+        if feeds_host_sink(ctx, index, loop) or feeds_host_api(ctx):
             return  # copied to be written, drawn or decoded on the host: the copy is the point
         if _serialised(ctx.stack, index):
             return  # `t.cpu().numpy().tobytes()`: bytes for pickling or storage
+        frequency = per_step_here(ctx)
+        if frequency is None:
+            return  # a loop in code that runs once or once per epoch (or whose callers are not seen)
         self._reported.add(id(top))
-        self.report(top, self._MESSAGE.format(what=what))
+        self.report(top, self._MESSAGE.format(what=what), frequency=frequency)
 
     def _step_loop(self) -> Optional[cst.CSTNode]:
         """The innermost enclosing loop that is not a walk over a mapping's

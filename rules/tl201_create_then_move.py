@@ -10,7 +10,7 @@ from torchlint.codemods import create_on_device as codemod
 from torchlint.model import Applicability, Fix, FixAvailability
 from torchlint.rule import Rule
 from torchlint.rules._device import host_values
-from torchlint.rules._frequency import frequency_here
+from torchlint.rules._frequency import per_step_here
 from torchlint.rules._helpers import (
     argument,
     device_kind,
@@ -73,8 +73,10 @@ class CreateThenMove(Rule):
     It reports only code that runs every step (see "How often code runs" in
     `docs/precision.md`): in a training, evaluation or inference loop, or in a
     function that runs per step by its role (`forward`, `__getitem__`,
-    `*_step`, a collate function, a hook) or because per-step code calls it.
-    A tensor made once (module set-up, `__init__`, an
+    `*_step`, a collate function, a hook) or because per-step code calls it,
+    in the same module or in another module of the run (the project index:
+    `DiagonalGaussianDistribution.sample()` called from an autoencoder's
+    `forward` in another file). A tensor made once (module set-up, `__init__`, an
     `if __name__ == "__main__":` demo, an export script's dummy input, a
     `log_images` helper) or once per epoch costs microseconds once, and is not
     reported; nor is one in a function whose callers torchlint does not see
@@ -262,8 +264,6 @@ class CreateThenMove(Rule):
                 return  # created on a device already (or on one we cannot know)
             if kind in RANDOM_FACTORIES:
                 return  # the CPU random stream, asked for by name
-        if not frequency_here(self.context).per_step:
-            return  # made once (set-up, export, a demo) or once per epoch: nothing to win
         like = kind.endswith("_like")
         if like:
             source = _like_input(factory)
@@ -281,7 +281,10 @@ class CreateThenMove(Rule):
         fix = None
         if parts.fixable:
             fix = self._fix(node, factory, kind, parts, factory_device is not None)
-        self.report(node, message, fix=fix)
+        frequency = per_step_here(self.context)
+        if frequency is None:
+            return  # made once (set-up, export, a demo) or once per epoch: nothing to win
+        self.report(node, message, fix=fix, frequency=frequency)
 
     # -- what the move asks for ------------------------------------------------
     def _cuda_parts(self, call: cst.Call) -> _Move:

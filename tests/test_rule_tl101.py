@@ -644,3 +644,16 @@ def test_setup_loop_over_non_data_is_silent_but_the_training_loop_is_not():
             main(model, loader, opt)
     """
     assert positions(code) == [(11, 15)]
+
+
+def test_a_jax_program_that_imports_torch_only_for_tensorboard() -> None:
+    code = """
+    import jax.numpy as jnp
+    from torch.utils.tensorboard import SummaryWriter
+    def train(state, batches, writer):
+        for batch in batches:
+            loss = jnp.mean(state(batch))
+            writer.add_scalar("loss", loss.item())
+    """
+    assert positions(code) == []
+    assert positions(code.replace("import jax.numpy as jnp", "import torch")) == [(7, 35)]

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import textwrap
+
 import pytest
 
 from tests.helpers import codes, lint
@@ -386,3 +388,36 @@ def test_setup_snapshot_is_silent():
             training_loop(G, loader, opt, grid_z)
     """
     assert tl102(code) == []
+
+
+def test_actions_copied_for_an_environment_step_later_in_the_loop():
+    # The copy is assigned first and handed to `envs.step` a few lines later.
+    code = """
+        import torch
+        def rollout(envs, q_network, obs, device, steps):
+            for step in range(steps):
+                q_values = q_network(torch.Tensor(obs).to(device))
+                actions = torch.argmax(q_values, dim=1).cpu().numpy()
+                next_obs, rewards, dones, infos = envs.step(actions)
+                obs = next_obs
+    """
+    assert lint(textwrap.dedent(code), select=["TL102"]) == []
+    assert codes(lint(textwrap.dedent(code).replace("envs.step(actions)", "buffer.add(actions)"), select=["TL102"])) == ["TL102"]
+
+
+def test_copies_gathered_to_be_saved_after_the_loop():
+    code = """
+        import numpy as np
+        import torch
+        def sample(model, batches, out_path):
+            all_images = []
+            for noise in batches:
+                images = model(noise)
+                all_images.extend([img.cpu().numpy() for img in images])
+            arr = np.concatenate(all_images, axis=0)
+            np.savez(out_path, arr)
+    """
+    assert lint(textwrap.dedent(code), select=["TL102"]) == []
+    # Gathered but not written out: the copies are only waiting for the device.
+    kept = textwrap.dedent(code).replace("    np.savez(out_path, arr)\n", "    return arr.mean()\n")
+    assert codes(lint(kept, select=["TL102"])) == ["TL102"]

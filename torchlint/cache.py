@@ -52,7 +52,7 @@ from torchlint.source import text_hash, write_atomic  # noqa: F401 (text_hash: t
 
 CACHE_DIR_NAME = ".torchlint_cache"
 ENV_CACHE_DIR = "TORCHLINT_CACHE_DIR"
-FORMAT = "v3"
+FORMAT = "v4"
 MAX_AGE_S = 30 * 24 * 3600
 
 _CACHEDIR_TAG = (
@@ -158,15 +158,15 @@ def _encode(d: Diagnostic) -> list:
     fix = None if d.fix is None else [d.fix.applicability.value, d.fix.message]
     file_location = None if d.file_location is None else list(d.file_location)
     return [d.line, d.column, d.end_line, d.end_column, d.message, d.code, d.name, fix, d.kind.value,
-            d.cell, file_location]
+            d.cell, file_location, d.runs, d.via]
 
 
 def _decode(path: str, row: list) -> Diagnostic:
-    line, column, end_line, end_column, message, code, name, fix, kind, cell, file_location = row
+    line, column, end_line, end_column, message, code, name, fix, kind, cell, file_location, runs, via = row
     fix_info = None if fix is None else FixInfo(Applicability(fix[0]), fix[1])
     return Diagnostic(
         path, line, column, end_line, end_column, message, code, name, fix_info, Kind(kind),
-        cell=cell, file_location=None if file_location is None else tuple(file_location),
+        cell=cell, file_location=None if file_location is None else tuple(file_location), runs=runs, via=via,
     )
 
 
@@ -182,6 +182,7 @@ class Cache:
         self.directory = Path(directory)
         self.file = self.directory / FORMAT / f"{space}.json"
         self.entries: Dict[str, list] = {}
+        self.index: Optional[dict] = None  # the run's project index (torchlint/project.py)
         self.hits = 0
         self.misses = 0
         self._dirty = False
@@ -200,36 +201,61 @@ class Cache:
         entries = data.get("entries") if isinstance(data, dict) else None
         if isinstance(entries, dict):
             self.entries = entries
+        index = data.get("index") if isinstance(data, dict) else None
+        if isinstance(index, dict):
+            self.index = index
 
-    def get(self, path: str, digest: str) -> Optional[Tuple[List[Diagnostic], Optional[int], List[str]]]:
+    def get(self, path: str, digest: str) -> Optional[Tuple[List[Diagnostic], Optional[int], List[str], List[str]]]:
         """The cached diagnostics of ``path``, its fix total (see
-        ``parallel.fix_total``) and its warnings, if its text hash is ``digest``."""
+        ``parallel.fix_total``), its warnings and its pending functions (see
+        ``torchlint.project``), if its text hash is ``digest``.  ``path`` may
+        carry ``#<facts hash>``: the result of checking it with those facts."""
         entry = self.entries.get(path)
+        real = path.split("#", 1)[0]
         try:
             if entry is not None and entry[0] == digest:
-                found = [_decode(path, row) for row in entry[1]]
+                found = [_decode(real, row) for row in entry[1]]
                 total = entry[2]
                 if total is not None and not isinstance(total, int):
                     raise TypeError(total)
                 warnings = list(entry[3]) if len(entry) > 3 else []
-                if not all(isinstance(w, str) for w in warnings):
+                pending = list(entry[4]) if len(entry) > 4 else []
+                if not all(isinstance(w, str) for w in warnings + pending):
                     raise ValueError("malformed warnings")
                 self.hits += 1
-                return found, total, warnings
+                return found, total, warnings, pending
         except (TypeError, ValueError, IndexError, KeyError):
             pass  # a malformed entry is a miss
         self.misses += 1
         return None
 
+    def get_index(self, key: str) -> Optional[dict]:
+        """The facts of the run's project index stored under ``key``."""
+        if self.index is not None and self.index.get("key") == key and isinstance(self.index.get("facts"), dict):
+            try:
+                return {path: {name: (int(v[0]), str(v[1])) for name, v in found.items()}
+                        for path, found in self.index["facts"].items()}
+            except (TypeError, ValueError, IndexError, AttributeError):
+                return None
+        return None
+
+    def put_index(self, key: str, facts: dict) -> None:
+        index = {"key": key, "facts": {p: {n: list(v) for n, v in f.items()} for p, f in facts.items()}}
+        if self.index != index:
+            self.index = index
+            self._dirty = True
+
     def put(self, path: str, digest: str, diagnostics: Sequence[Diagnostic],
-            fix_total: Optional[int] = None, warnings: Sequence[str] = ()) -> None:
+            fix_total: Optional[int] = None, warnings: Sequence[str] = (), pending: Sequence[str] = ()) -> None:
         if not cacheable(diagnostics):
             self.entries.pop(path, None)
             self._dirty = True
             return
         entry = [digest, [_encode(d) for d in diagnostics], fix_total]
-        if warnings:
+        if warnings or pending:
             entry.append(list(warnings))
+        if pending:
+            entry.append(list(pending))
         if self.entries.get(path) != entry:
             self.entries[path] = entry
             self._dirty = True
@@ -240,8 +266,11 @@ class Cache:
             return
         try:
             self._prepare_directory()
-            self.entries = {p: e for p, e in self.entries.items() if os.path.exists(p)}
-            blob = json.dumps({"entries": self.entries}, separators=(",", ":")).encode()
+            self.entries = {p: e for p, e in self.entries.items() if os.path.exists(p.split("#", 1)[0])}
+            data: dict = {"entries": self.entries}
+            if self.index is not None:
+                data["index"] = self.index
+            blob = json.dumps(data, separators=(",", ":")).encode()
             write_atomic(self.file, blob)
             self._dirty = False
             self._prune()

@@ -312,7 +312,7 @@ def check(paths, select, ignore, extend_select, config, output_format, target_to
     run = _prepare(paths, select, ignore, extend_select, config, output_format, target_torch,
                    stdin_filename, force_exclude, unsafe_fixes)
     if apply_fixes or fix_only or diff:
-        _run_fixes(run, diff, show_statistics, exit_zero, fix_only, exit_non_zero_on_fix)
+        _run_fixes(run, diff, show_statistics, exit_zero, fix_only, exit_non_zero_on_fix, use_cache=not no_cache)
     baseline = _load_baseline(baseline_file, update_baseline)
     targets, problems = _targets(run)
     counts: Dict[str, int] = {}
@@ -381,6 +381,7 @@ def _check_all(
     targets: List[Target], run: Run, jobs: Optional[int] = 1, use_cache: bool = False,
     stats: Optional[Dict[str, int]] = None,
     warnings: Optional[List[str]] = None,
+    facts_out: Optional[Dict[str, dict]] = None,
 ) -> Tuple[List[Diagnostic], Dict[str, str]]:
     """Diagnostics (sorted by path and position) and the texts of the files that have some.
 
@@ -405,6 +406,7 @@ def _check_all(
             [(t.display, t.path, t.profile or run.profile(t.path)) for t in targets],
             jobs=default_jobs() if jobs is None else jobs, use_cache=use_cache,
             read_stdin=lambda: _read(stdin[0]).text, progress=progress, stats=stats, warnings=warnings,
+            facts_out=facts_out,
         )
     finally:
         for b in bar:
@@ -456,11 +458,11 @@ def fix(paths, select, ignore, extend_select, config, output_format, target_torc
     """
     run = _prepare(paths, select, ignore, extend_select, config, output_format, target_torch,
                    stdin_filename, force_exclude, unsafe_fixes)
-    _run_fixes(run, diff, show_statistics, exit_zero, fix_only, exit_non_zero_on_fix)
+    _run_fixes(run, diff, show_statistics, exit_zero, fix_only, exit_non_zero_on_fix, use_cache=not no_cache)
 
 
 def _run_fixes(run: Run, diff: bool, show_statistics: bool, exit_zero: bool, fix_only: bool = False,
-               exit_non_zero_on_fix: bool = False) -> None:
+               exit_non_zero_on_fix: bool = False, use_cache: bool = True) -> None:
     """`fix`, `check --fix`, `check --fix-only` and `check --diff`."""
     from torchlint.engine import on_large_stack
 
@@ -470,7 +472,8 @@ def _run_fixes(run: Run, diff: bool, show_statistics: bool, exit_zero: bool, fix
     sources: Dict[str, str] = {}
     fixed: Dict[str, Counter] = {}
     warnings: List[str] = []
-    changed_files = on_large_stack(_fix_all, targets, run, unsafe, diff, remaining, sources, fixed, warnings)
+    facts = _project_facts(targets, run, use_cache)
+    changed_files = on_large_stack(_fix_all, targets, run, unsafe, diff, remaining, sources, fixed, warnings, facts)
     remaining.sort(key=Diagnostic.sort_key)
     _warn(warnings)
     if fix_only:  # Ruff's --fix-only: the findings left are neither printed nor counted
@@ -524,7 +527,19 @@ def _run_fixes(run: Run, diff: bool, show_statistics: bool, exit_zero: bool, fix
     raise click.exceptions.Exit(code)
 
 
-def _fix_all(targets, run, unsafe, diff, remaining, sources, fixed, warnings=None) -> int:
+def _project_facts(targets: List[Target], run: Run, use_cache: bool) -> Dict[str, dict]:
+    """What the project index establishes about each file (torchlint/project.py),
+    so that `fix` reports and fixes what `check` does: a check of the files
+    (from the cache when it is warm) that keeps the index's facts."""
+    files = [t for t in targets if t.path is not None and not is_notebook(t.display)]
+    if len(files) < 2:
+        return {}
+    facts: Dict[str, dict] = {}
+    _check_all(files, run, None, use_cache=use_cache, facts_out=facts)
+    return facts
+
+
+def _fix_all(targets, run, unsafe, diff, remaining, sources, fixed, warnings=None, facts=None) -> int:
     """Fix every target (on the large-stack thread), each with its own
     configuration; returns the number of changed files.  ``warnings`` receives
     the warnings about suppression comments (in the fixed texts)."""
@@ -551,7 +566,8 @@ def _fix_all(targets, run, unsafe, diff, remaining, sources, fixed, warnings=Non
                 render_diff = result.diff
                 file_warnings = result.warnings
             else:
-                result = fix_text(source.text, display, profile.settings, profile.codes, unsafe)
+                result = fix_text(source.text, display, profile.settings, profile.codes, unsafe,
+                                  project=(facts or {}).get(display))
                 excerpts = {display: result.text}
                 file_warnings = [warning_text(display, w.line, w.message) for w in result.warnings]
                 render_diff = lambda display, before=source.text, after=result.text: _unified_diff(

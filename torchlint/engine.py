@@ -12,7 +12,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field, replace
 from functools import lru_cache
 from pathlib import Path
-from typing import Callable, Dict, List, Optional, Sequence, Tuple
+from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 
 import libcst as cst
 
@@ -83,6 +83,8 @@ class LintResult:
     positions: Optional[Dict[cst.CSTNode, Span]] = None
     warnings: List[NoqaWarning] = field(default_factory=list)
     """Suppression comments that do not do what they seem to (see torchlint.noqa)."""
+    pending: List[str] = field(default_factory=list)
+    """Functions whose frequency the module alone does not show (``Context.pending``)."""
 
 
 def could_concern_torch(text: str) -> bool:
@@ -200,23 +202,28 @@ def crashed(path: str, exc: Exception) -> Diagnostic:
     )
 
 
-def lint_text(text: str, path: str, settings: Settings, codes: Sequence[str]) -> LintResult:
-    """Every diagnostic of the enabled rules ``codes`` for one source text."""
+def lint_text(text: str, path: str, settings: Settings, codes: Sequence[str],
+              project: Optional[Dict[str, Any]] = None) -> LintResult:
+    """Every diagnostic of the enabled rules ``codes`` for one source text;
+    ``project``: what other modules of the run establish about it
+    (``torchlint.project``)."""
     if not codes or not could_concern_torch(text):
         return LintResult([])
-    return on_large_stack(_lint_text, text, path, settings, codes)
+    return on_large_stack(_lint_text, text, path, settings, codes, project)
 
 
-def _lint_text(text: str, path: str, settings: Settings, codes: Sequence[str]) -> LintResult:
+def _lint_text(text: str, path: str, settings: Settings, codes: Sequence[str],
+               project: Optional[Dict[str, Any]] = None) -> LintResult:
     # The callers (lint_text, fix_text) have already applied the textual pre-filter.
     suppressions = parse_suppressions(text)
-    result = _lint_suppressed(text, path, settings, codes, suppressions)
+    result = _lint_suppressed(text, path, settings, codes, suppressions, project)
     result.warnings = suppressions.warnings
     return result
 
 
 def _lint_suppressed(
-    text: str, path: str, settings: Settings, codes: Sequence[str], suppressions: Suppressions
+    text: str, path: str, settings: Settings, codes: Sequence[str], suppressions: Suppressions,
+    project: Optional[Dict[str, Any]] = None,
 ) -> LintResult:
     if suppressions.whole_file:
         return LintResult([])
@@ -239,13 +246,16 @@ def _lint_suppressed(
 
     registry = all_rules()
     context = Context(path, text, settings)
+    if project:
+        context.project = project
     rules = [registry[code](context) for code in codes]
     try:
         Walker(context, rules).run(module)
     except RecursionError:
         return LintResult([internal_error(path, "the file is too deeply nested to analyse")])
+    pending = sorted(context.pending)
     if not context.findings:
-        return LintResult([], module)
+        return LintResult([], module, pending=pending)
 
     positions = node_positions(module)
     kept: List[Finding] = []
@@ -263,15 +273,19 @@ def _lint_suppressed(
         fix_info = None
         if finding.fix is not None:
             fix_info = FixInfo(finding.fix.applicability, finding.fix.message)
+        via = finding.via
+        if isinstance(via, cst.CSTNode):
+            span = positions.get(via)
+            via = f"{path}:{span[0][0]}" if span is not None else None
         diagnostic = Diagnostic(
             path, line, column, end_line, end_column + 1, finding.message,
-            code=finding.code, name=finding.name, fix=fix_info,
+            code=finding.code, name=finding.name, fix=fix_info, runs=finding.runs, via=via,
         )
         finding.diagnostic = diagnostic
         kept.append(finding)
         diagnostics.append(diagnostic)
     diagnostics.sort(key=Diagnostic.sort_key)
-    return LintResult(diagnostics, module, kept, positions)
+    return LintResult(diagnostics, module, kept, positions, pending=pending)
 
 
 # -- fixing -------------------------------------------------------------------
@@ -374,7 +388,7 @@ class FixResult:
 
 def fix_text(
     text: str, path: str, settings: Settings, codes: Sequence[str], unsafe: bool,
-    accept: Optional[Callable[[str], bool]] = None,
+    accept: Optional[Callable[[str], bool]] = None, project: Optional[Dict[str, Any]] = None,
 ) -> FixResult:
     """Apply fixes in rounds until nothing more changes (at most MAX_FIX_ROUNDS).
 
@@ -383,12 +397,12 @@ def fix_text(
     """
     if not codes or not could_concern_torch(text):
         return FixResult(text, Counter(), [], [])
-    return on_large_stack(_fix_text, text, path, settings, codes, unsafe, accept)
+    return on_large_stack(_fix_text, text, path, settings, codes, unsafe, accept, project)
 
 
 def _fix_text(
     text: str, path: str, settings: Settings, codes: Sequence[str], unsafe: bool,
-    accept: Optional[Callable[[str], bool]] = None,
+    accept: Optional[Callable[[str], bool]] = None, project: Optional[Dict[str, Any]] = None,
 ) -> FixResult:
     """Apply fixes in rounds until nothing more changes (at most MAX_FIX_ROUNDS).
 
@@ -404,7 +418,7 @@ def _fix_text(
     errors: List[Diagnostic] = []
     disabled: set = set()
     must_compile: Optional[bool] = None
-    result = _lint_text(text, path, settings, codes)
+    result = _lint_text(text, path, settings, codes, project)
     for _ in range(MAX_FIX_ROUNDS):
         if result.module is None:
             break
@@ -457,7 +471,7 @@ def _fix_text(
             for f in sorted(chosen, key=lambda f: f.diagnostic.sort_key())
             if f.diagnostic is not None
         )
-        result = _lint_text(text, path, settings, codes)
+        result = _lint_text(text, path, settings, codes, project)
     return FixResult(text, applied, result.diagnostics, errors, edits_made, result.warnings)
 
 

@@ -88,6 +88,11 @@ class Diagnostic:
     kind: Kind = Kind.RULE
     cell: Optional[int] = None
     file_location: Optional[Tuple[int, int, int, int]] = None
+    # How often the reported code runs ("per step"), for the rules that report
+    # only code running every step, and the call that makes it so ("path:line"),
+    # when that was inferred through a call.
+    runs: Optional[str] = None
+    via: Optional[str] = None
 
     def sort_key(self) -> tuple:
         return (self.path, self.cell or 0, self.line, self.column, self.code or "", self.message)
@@ -125,3 +130,5 @@ class Finding:
     message: str
     fix: Optional[Fix] = None
     diagnostic: Optional[Diagnostic] = field(default=None)
+    runs: Optional[str] = None  # how often the code runs, when the rule relied on it
+    via: Optional[object] = None  # the call that makes it so: a node of this module, or "path:line"

@@ -355,9 +355,12 @@ class Notebook:
                 end_column = max(end_column, column)
         start = self._file_point(cell, line, column)
         end = self._file_point(cell, end_line, end_column)
+        via = diagnostic.via
+        if via is not None and via.startswith(f"{diagnostic.path}:"):
+            via = None  # a line of the cells' program, not of the notebook
         return replace(
             diagnostic, line=line, column=column, end_line=end_line, end_column=end_column,
-            cell=number, file_location=(*start, *end),
+            cell=number, file_location=(*start, *end), via=via,
         )
 
     def sources(self, display: str) -> Dict[str, str]:

@@ -69,6 +69,9 @@ class FileResult:
     # `unsafe-fixes`), counting those that only become possible after another
     # fix; None when no diagnostic has a fix that applies.
     fix_total: Optional[int] = None
+    # Functions whose frequency the file alone does not show (torchlint/project.py).
+    pending: List[str] = field(default_factory=list)
+    path: Optional[str] = None  # the file on disk (None: standard input)
 
 
 Progress = Callable[[int, int], None]
@@ -102,13 +105,15 @@ def excerpt_sources(display: str, text: str) -> Dict[str, str]:
     return {display: text}
 
 
-def analyse_text(text: str, display: str, settings, codes: Sequence[str], digest: Optional[str]) -> FileResult:
+def analyse_text(text: str, display: str, settings, codes: Sequence[str], digest: Optional[str],
+                 project: Optional[dict] = None) -> FileResult:
     from torchlint.engine import crashed, lint_text
 
     from torchlint.noqa import warning_text
 
     sources: Optional[Dict[str, str]] = None
     warnings: List[str] = []
+    pending: List[str] = []
     try:
         if is_notebook(display):
             from torchlint.notebook import lint_notebook
@@ -116,15 +121,17 @@ def analyse_text(text: str, display: str, settings, codes: Sequence[str], digest
             linted = lint_notebook(text, display, settings, codes)
             found, sources, warnings = linted.diagnostics, linted.sources, linted.warnings
         else:
-            result = lint_text(text, display, settings, codes)
+            result = (lint_text(text, display, settings, codes, project) if project
+                      else lint_text(text, display, settings, codes))
             found = result.diagnostics
+            pending = result.pending
             warnings = [warning_text(display, w.line, w.message) for w in result.warnings]
             sources = {display: text}
     except Exception as exc:  # noqa: BLE001 - one bad file must not stop the run
         found = [crashed(display, exc)]
         sources = {display: text}
     return FileResult(display, found, sources if found else None, digest, warnings,
-                      fix_total=fix_total(text, display, settings, codes, found))
+                      fix_total=fix_total(text, display, settings, codes, found, project), pending=pending)
 
 
 @lru_cache(maxsize=8)
@@ -136,7 +143,8 @@ def _enabling(codes: Tuple[str, ...]) -> frozenset:
     return frozenset(c for c in codes if c in rules and set(rules[c].fix_enables) & set(codes))
 
 
-def fix_total(text: str, display: str, settings, codes: Sequence[str], found: Sequence[Diagnostic]) -> Optional[int]:
+def fix_total(text: str, display: str, settings, codes: Sequence[str], found: Sequence[Diagnostic],
+              project: Optional[dict] = None) -> Optional[int]:
     """The number of fixes ``torchlint fix`` would apply to ``text``, or None when no
     diagnostic in ``found`` has a fix that applies (then there is nothing to run).
 
@@ -159,7 +167,7 @@ def fix_total(text: str, display: str, settings, codes: Sequence[str], found: Se
             return sum(fix_notebook(text, display, settings, codes, unsafe).applied.values())
         from torchlint.engine import fix_text
 
-        return fix_text(text, display, settings, codes, unsafe).fixed_count
+        return fix_text(text, display, settings, codes, unsafe, project=project).fixed_count
     except Exception:  # noqa: BLE001 - a count for the summary; `fix` reports its own errors
         return None
 
@@ -169,7 +177,9 @@ def analyse_file(display: str, path: str, settings, codes: Sequence[str]) -> Fil
         text = read_text(display, Path(path))
     except SourceError as exc:
         return FileResult(display, [_io_error(display, str(exc))])
-    return analyse_text(text, display, settings, codes, text_hash(text))
+    result = analyse_text(text, display, settings, codes, text_hash(text))
+    result.path = path
+    return result
 
 
 # An item to analyse: (display, path, index of its profile in the run's profiles).
@@ -349,6 +359,7 @@ def check_files(
     progress: Optional[Callable[[int], Optional[Progress]]] = None,
     stats: Optional[Dict[str, int]] = None,
     warnings: Optional[List[str]] = None,
+    facts_out: Optional[Dict[str, dict]] = None,
 ) -> Tuple[List[Diagnostic], Dict[str, str]]:
     """Diagnostics (sorted) and the texts of the files that have some.
 
@@ -359,7 +370,9 @@ def check_files(
     a callback for a run that analyses ``n`` files.  ``stats`` (if given)
     receives ``cached`` and ``analysed`` counts, and ``fix_total``: how many
     fixes ``torchlint fix`` would apply (see ``fix_total``); ``warnings`` (if given) the
-    warnings about suppression comments, by path and line.
+    warnings about suppression comments, by path and line.  ``facts_out`` (if
+    given) receives, per file, the facts other files established about it (the
+    project index), as the engine's ``project`` argument takes them.
     """
     profiles: List[Profile] = []
     index_of: Dict[Profile, int] = {}
@@ -407,11 +420,12 @@ def check_files(
         if found is None:
             pending.append((display, str(path), i))
         else:
-            found_diagnostics, found_total, found_warnings = found
+            found_diagnostics, found_total, found_warnings, found_pending = found
             results.append(FileResult(
                 display, found_diagnostics,
                 excerpt_sources(display, text) if found_diagnostics else None,
-                warnings=found_warnings, profile=i, fix_total=found_total,
+                digest, warnings=found_warnings, profile=i, fix_total=found_total,
+                pending=found_pending, path=str(path),
             ))
     if stats is not None:
         stats["cached"] = len(targets) - len(pending) - len(inline)
@@ -432,13 +446,21 @@ def check_files(
         else:
             results.extend(on_large_stack(_serial, pending, inline, profiles, callback))
 
+    replaced, with_facts = _project_index(results, profiles, cache_of if use_cache else (lambda i: None), facts_out)
+
     if use_cache:
         for result in results:
             cache = caches.get(result.profile)
             if cache is not None and result.digest is not None:
-                cache.put(result.display, result.digest, result.diagnostics, result.fix_total, result.warnings)
+                cache.put(result.display, result.digest, result.diagnostics, result.fix_total, result.warnings,
+                          result.pending)
+        for key, result in with_facts:  # under "<path>#<facts hash>"
+            cache = caches.get(result.profile)
+            if cache is not None and result.digest is not None:
+                cache.put(key, result.digest, result.diagnostics, result.fix_total, result.warnings)
         for i in sorted(caches):
             caches[i].save()
+    results = [replaced.get(r.display, r) for r in results]
 
     diagnostics: List[Diagnostic] = []
     sources: Dict[str, str] = {}
@@ -455,6 +477,66 @@ def check_files(
         for result in sorted(results, key=lambda r: r.display):
             warnings.extend(result.warnings)
     return diagnostics, sources
+
+
+def _project_index(
+    results: List[FileResult], profiles: Sequence[Profile], cache_of, facts_out: Optional[Dict[str, dict]] = None,
+) -> Tuple[Dict[str, FileResult], List[Tuple[str, FileResult]]]:
+    """Facts across modules (torchlint/project.py): the files whose functions
+    other files of the run call (every step, or once), checked again with those
+    facts.  Returns display -> the result that replaces the first one, and the
+    new results to cache under "<path>#<facts hash>"."""
+    from torchlint import project
+
+    files = [r for r in results if r.path is not None and r.digest is not None and not is_notebook(r.display)]
+    noted = {r.display: r.pending for r in files if r.pending}
+    if not noted or len(files) < 2:
+        return {}, []
+    by_display = {r.display: r for r in files}
+
+    def read(display: str) -> Optional[str]:
+        try:
+            return read_text(display, Path(by_display[display].path))
+        except SourceError:
+            return None
+
+    key = project.run_key([(r.display, r.digest or "") for r in files], noted)
+    store = cache_of(files[0].profile)
+    facts = store.get_index(key) if store is not None else None
+    if facts is None:
+        from torchlint.engine import on_large_stack
+
+        facts = on_large_stack(project.derive, noted, [r.display for r in files], read)
+        if store is not None:
+            store.put_index(key, facts)
+    if facts_out is not None:
+        facts_out.update({display: {"frequency": found} for display, found in facts.items()})
+    replaced: Dict[str, FileResult] = {}
+    to_cache: List[Tuple[str, FileResult]] = []
+    for display, found in sorted(facts.items()):
+        first = by_display.get(display)
+        if first is None:
+            continue
+        profile = profiles[first.profile]
+        entry = f"{display}#{project.facts_digest(found)}"
+        cache = cache_of(first.profile)
+        hit = cache.get(entry, first.digest) if cache is not None else None
+        text = read(display)
+        if text is None:
+            continue
+        if hit is not None:
+            diagnostics, total, warned, _ = hit
+            result = FileResult(display, diagnostics, excerpt_sources(display, text) if diagnostics else None,
+                                None, warned, first.profile, total, path=first.path)
+        else:
+            from torchlint.engine import on_large_stack
+
+            result = on_large_stack(analyse_text, text, display, profile.settings, profile.codes, first.digest,
+                                    {"frequency": found})
+            result.profile, result.path = first.profile, first.path
+            to_cache.append((entry, result))
+        replaced[display] = result
+    return replaced, to_cache
 
 
 def _serial(pending: Sequence[Item], inline, profiles: Sequence[Profile],

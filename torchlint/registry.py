@@ -43,3 +43,11 @@ def default_codes() -> List[str]:
     from torchlint.rules import CATALOG
 
     return sorted(code for code, (_, default) in CATALOG.items() if default)
+
+
+def project_hooks():
+    """The rules' answers for the project index (``torchlint/project.py``):
+    ``finder``, ``call_sites``, ``might_call`` and ``UNKNOWN_LEVEL``."""
+    from torchlint.rules import _project
+
+    return _project

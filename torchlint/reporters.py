@@ -75,6 +75,8 @@ def format_full(diagnostics: Sequence[Diagnostic], sources: Dict[str, str], colo
         excerpt = _excerpt(d, sources.get(d.source_key))
         if excerpt:
             out.extend(excerpt)
+        if d.runs is not None:
+            out.append(f"  = note: {runs_note(d)}")
         if d.fix is not None:
             hint = f"help: {d.fix.message}"
             if d.fix.applicability is Applicability.UNSAFE:
@@ -82,6 +84,12 @@ def format_full(diagnostics: Sequence[Diagnostic], sources: Dict[str, str], colo
             out.append(f"  = {hint}")
         out.append("")
     return "\n".join(out) + ("\n" if out else "")
+
+
+def runs_note(d: Diagnostic) -> str:
+    """``runs every step: called from engine.py:58`` (rules that report only per-step code)."""
+    runs = "runs every step" if d.runs == "per step" else f"runs {d.runs}"
+    return f"{runs}: called from {d.via}" if d.via else runs
 
 
 _EXCERPT_WIDTH = 160
@@ -144,6 +152,10 @@ def format_json(diagnostics: Sequence[Diagnostic], sources: Dict[str, str], colo
                 if d.fix is None
                 else {"applicability": d.fix.applicability.value, "message": d.fix.message},
                 "noqa_row": d.line,
+                # For the rules that report only code running every step: how often
+                # it runs, and the call that makes it so ("path:line") when inferred.
+                "frequency": d.runs,
+                "via": d.via,
             }
         )
     return json.dumps(items, indent=2) + "\n"
@@ -238,6 +250,11 @@ def format_sarif(diagnostics: Sequence[Diagnostic], sources: Dict[str, str], col
             result["ruleIndex"] = index[d.code]
         # Code scanning tracks an alert across commits by this, not by its line.
         result["partialFingerprints"] = {"torchlintFingerprint/v1": fingerprint}
+        if d.runs is not None:
+            result.setdefault("properties", {})["frequency"] = d.runs
+            if d.via:
+                result["properties"]["via"] = d.via
+                result["message"]["text"] += f" ({runs_note(d)})"
         results.append(result)
     sarif = {
         "$schema": "https://json.schemastore.org/sarif-2.1.0.json",

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import re
 from pathlib import PurePath
-from typing import TYPE_CHECKING, Any, ClassVar, Dict, Iterator, List, Optional, Sequence, Tuple
+from typing import TYPE_CHECKING, Any, ClassVar, Dict, Iterator, List, Optional, Sequence, Set, Tuple
 
 import libcst as cst
 
@@ -64,6 +64,14 @@ class Context:
         # Per-file state that several rules share (e.g. facts about the whole
         # module gathered once for all the rules that need them).
         self.shared: Dict[str, Any] = {}
+        # Facts about this module that other modules of the run establish (the
+        # project index, torchlint/project.py), by kind: e.g. "frequency" ->
+        # {qualified function name: (level, "path:line" of the call)}.
+        self.project: Dict[str, Any] = {}
+        # Functions (qualified names) where a rule stayed silent only because
+        # the module does not show how often they run: the index looks for
+        # their callers in the other modules.
+        self.pending: Set[str] = set()
 
     # -- names ----------------------------------------------------------------
     def qualname(self, node: Optional[cst.BaseExpression]) -> Optional[str]:
@@ -191,9 +199,20 @@ class Rule:
     def __init__(self, context: Context) -> None:
         self.context = context
 
-    def report(self, node: cst.CSTNode, message: str, *, fix: Optional[Fix] = None) -> None:
+    def report(self, node: cst.CSTNode, message: str, *, fix: Optional[Fix] = None,
+               frequency: Optional[Any] = None) -> None:
+        """Report ``node``; ``frequency`` (a rule that reports only code running
+        every step passes what it relied on) is shown to the user: how often the
+        code runs and, when that comes from a call, where the call is."""
+        runs = via = None
+        if frequency is not None:
+            runs = str(frequency)
+            via = getattr(frequency, "via_text", None)
+            call = getattr(frequency, "via", None)
+            if via is None and call is not None:
+                via = call  # a call in this module: its line is known once positions are
         self.context.findings.append(
-            Finding(code=self.code, name=self.name, node=node, message=message, fix=fix)
+            Finding(code=self.code, name=self.name, node=node, message=message, fix=fix, runs=runs, via=via)
         )
 
     @classmethod

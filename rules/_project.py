@@ -1,0 +1,278 @@
+"""Facts across modules: who calls a function of another module, and how often.
+
+The engine's project index (``torchlint/project.py``) knows no rule and no
+torch; it asks this module one question: in this file, which calls reach the
+function ``qualname`` defined in module ``target`` (a dotted path such as
+``util.misc``), and how often does each call run?
+
+A call reaches the function when its callee resolves, through the file's
+imports (absolute and relative, at module or function level), to that module
+and name:
+
+* ``f(...)`` / ``mod.f(...)`` for a function ``f``;
+* ``Class(...)`` is not a call of a method; ``obj.m(...)`` is a call of
+  ``Class.m`` when ``obj`` is visibly an instance of ``Class``: a name whose
+  binding that reaches the call is ``Class(...)``, ``self.attr`` assigned
+  ``Class(...)`` in the class's methods, or a name bound to the result of a
+  method of this module whose every ``return`` is ``Class(...)``
+  (``posterior = self.encode(x)``; ``posterior.sample()``).
+
+Receivers of unknown type are not guessed (no "every method named ``m``"):
+precision first.  How often a call runs is the caller module's own frequency
+model (``rules/_frequency.py``), so a call in a training loop, in a
+``forward`` or in a function its module calls every step counts as per step.
+"""
+
+from __future__ import annotations
+
+from typing import Dict, List, Optional, Sequence, Tuple
+
+import libcst as cst
+
+from torchlint.nodes import iter_children, walk_nodes
+from torchlint.rules._frequency import UNKNOWN, FrequencyModel, qualified_name, runs_once_by_path
+from torchlint.semantic import Location, SemanticModel, location_of
+
+Site = Tuple[int, int, Optional[str]]  # (level, line, qualified name of the calling function)
+
+
+def module_parts(path: str) -> Tuple[str, ...]:
+    """``pkg/sub/mod.py`` -> ``("pkg", "sub", "mod")`` (``__init__`` names its package)."""
+    parts = [p for p in path.replace("\\", "/").split("/") if p and p != "."]
+    if not parts:
+        return ()
+    last = parts[-1]
+    if last.endswith(".py"):
+        last = last[:-3]
+    parts[-1] = last
+    if parts[-1] == "__init__":
+        parts.pop()
+    return tuple(parts)
+
+
+def names_module(dotted: str, target: Sequence[str]) -> bool:
+    """Whether the dotted module name (from an import) can be the file ``target``
+    (its path's parts): a component-wise suffix of the path."""
+    wanted = tuple(p for p in dotted.split(".") if p)
+    return bool(wanted) and len(wanted) <= len(target) and tuple(target[-len(wanted):]) == wanted
+
+
+class _Imports:
+    """Local names bound by imports -> the dotted name they stand for,
+    relative imports resolved against the file's own package."""
+
+    def __init__(self, module: cst.Module, path: str) -> None:
+        self.package = module_parts(path)[:-1]
+        self.names: Dict[str, str] = {}
+        for node in walk_nodes(module):
+            if isinstance(node, cst.Import):
+                for alias in node.names:
+                    full = _dotted(alias.name)
+                    if full is None:
+                        continue
+                    if alias.asname is not None and isinstance(alias.asname.name, cst.Name):
+                        self.names[alias.asname.name.value] = full
+                    else:
+                        self.names.setdefault(full.split(".", 1)[0], full.split(".", 1)[0])
+            elif isinstance(node, cst.ImportFrom) and not isinstance(node.names, cst.ImportStar):
+                base = _dotted(node.module) if node.module is not None else ""
+                if base is None:
+                    continue
+                if node.relative:
+                    up = len(node.relative) - 1
+                    package = self.package[: len(self.package) - up] if up else self.package
+                    base = ".".join([*package, *([base] if base else [])])
+                for alias in node.names:
+                    if not isinstance(alias.name, cst.Name):
+                        continue
+                    local = alias.name.value
+                    if alias.asname is not None and isinstance(alias.asname.name, cst.Name):
+                        local = alias.asname.name.value
+                    self.names[local] = f"{base}.{alias.name.value}" if base else alias.name.value
+
+    def resolve(self, expr: cst.BaseExpression) -> Optional[str]:
+        """``mod.sub.f`` -> the dotted name through the imports, or None."""
+        parts: List[str] = []
+        while isinstance(expr, cst.Attribute):
+            parts.append(expr.attr.value)
+            expr = expr.value
+        if not isinstance(expr, cst.Name) or expr.value not in self.names:
+            return None
+        return ".".join([self.names[expr.value], *reversed(parts)])
+
+
+def _dotted(expr) -> Optional[str]:
+    parts: List[str] = []
+    while isinstance(expr, cst.Attribute):
+        parts.append(expr.attr.value)
+        expr = expr.value
+    if not isinstance(expr, cst.Name):
+        return None
+    parts.append(expr.value)
+    return ".".join(reversed(parts))
+
+
+def _splits(dotted: str, target: Sequence[str], qualname: str) -> bool:
+    """Whether ``dotted`` names ``qualname`` of the module ``target``."""
+    suffix = "." + qualname
+    return dotted.endswith(suffix) and names_module(dotted[: -len(suffix)], target)
+
+
+class Finder:
+    """One file's answers (parsed once, asked about several functions)."""
+
+    def __init__(self, path: str, module: cst.Module, external: Optional[Dict[str, Tuple[int, str]]] = None) -> None:
+        self.path = path
+        self.module = module
+        self.imports = _Imports(module, path)
+        self.frequency = FrequencyModel(module, external)
+        self.semantic = SemanticModel(module)
+        self.parents: Dict[int, cst.CSTNode] = {}
+
+    def sites(self, target: Sequence[str], qualname: str) -> List[Site]:
+        cls_name, _, method = qualname.rpartition(".")
+        found: List[Site] = []
+        for site in self.frequency.sites:
+            call = site.call
+            if not self._reaches(call, target, qualname, cls_name, method, site.caller):
+                continue
+            level = self.frequency._site_level(site.caller, site.loops)
+            caller = None
+            if site.caller is not None:
+                info = self.frequency.functions.get(site.caller)
+                caller = qualified_name(info) if info is not None else None
+            found.append((level, self._line(call), caller))
+        return found
+
+    def _reaches(self, call: cst.Call, target, qualname, cls_name, method, caller) -> bool:
+        func = call.func
+        if not cls_name:  # a function
+            dotted = self.imports.resolve(func)
+            return dotted is not None and _splits(dotted, target, qualname)
+        if not isinstance(func, cst.Attribute) or func.attr.value != method:
+            return False
+        for dotted in self._classes_of(func.value, call):
+            if _splits(dotted, target, cls_name):
+                return True
+        return False
+
+    def _classes_of(self, expr: cst.BaseExpression, at_node: cst.CSTNode, depth: int = 0) -> List[str]:
+        """The dotted names of the imported classes ``expr`` is visibly an instance of."""
+        if depth > 3:
+            return []
+        if isinstance(expr, cst.Call):
+            dotted = self.imports.resolve(expr.func)
+            if dotted is not None:
+                return [dotted]
+            return self._returned_classes(expr, at_node, depth)
+        stack = self._stack_of(at_node)
+        if stack is None:
+            return []
+        at = location_of(stack)
+        if isinstance(expr, cst.Name):
+            found: List[str] = []
+            for b in self.semantic.reaching(expr.value, at):
+                if b.kind != "value" or not isinstance(b.value, cst.Call):
+                    return []
+                classes = self._classes_of(b.value, b.value, depth + 1)
+                if not classes:
+                    return []
+                found.extend(classes)
+            return found
+        if (
+            isinstance(expr, cst.Attribute)
+            and isinstance(expr.value, cst.Name)
+            and expr.value.value == "self"
+            and len(at.scopes) >= 2
+            and isinstance(at.scopes[-2], cst.ClassDef)
+        ):
+            cls = at.scopes[-2]
+            bindings = self.semantic.attribute_bindings(cls, Location(at.scopes[:-2], ())).get(expr.attr.value, [])
+            found = []
+            for b in bindings:
+                if b.kind != "value" or not isinstance(b.value, cst.Call):
+                    return []
+                dotted = self.imports.resolve(b.value.func)
+                if dotted is None:
+                    return []
+                found.append(dotted)
+            return found
+        return []
+
+    def _returned_classes(self, call: cst.Call, at_node: cst.CSTNode, depth: int) -> List[str]:
+        """``self.encode(x)`` / ``helper(x)`` of this module, every ``return`` of
+        which is an instance of an imported class (built there, or a name bound
+        to one)."""
+        func = call.func
+        candidates: List[cst.FunctionDef] = []
+        if isinstance(func, cst.Name):
+            candidates = [f for f in self.frequency.by_name.get(func.value, ())
+                          if self.frequency.functions[f].cls is None]
+        elif isinstance(func, cst.Attribute) and isinstance(func.value, cst.Name) and func.value.value == "self":
+            stack = self._stack_of(at_node) or []
+            cls = next((n for n in reversed(stack) if isinstance(n, cst.ClassDef)), None)
+            candidates = [f for f in self.frequency.by_name.get(func.attr.value, ())
+                          if cls is not None and self.frequency.functions[f].cls is cls]
+        if len(candidates) != 1:
+            return []
+        values = self.semantic.returns(candidates[0])
+        found: List[str] = []
+        for value in values:
+            classes = self._classes_of(value, value, depth + 1)
+            if not classes:
+                return []
+            found.extend(classes)
+        return found
+
+    def _stack_of(self, node: cst.CSTNode) -> Optional[List[cst.CSTNode]]:
+        """The ancestors of ``node`` (module first), for the semantic model."""
+        if not self.parents:
+            for parent in walk_nodes(self.module):
+                for child in iter_children(parent):
+                    self.parents[id(child)] = parent
+        chain = [node]
+        while chain[-1] is not self.module:
+            parent = self.parents.get(id(chain[-1]))
+            if parent is None:
+                return None
+            chain.append(parent)
+        chain.reverse()
+        return chain
+
+    def _line(self, call: cst.Call) -> int:
+        from torchlint.positions import node_positions
+
+        if not hasattr(self, "_positions"):
+            self._positions = node_positions(self.module)
+        span = self._positions.get(call)
+        return span[0][0] if span is not None else 1
+
+
+def finder(text: str, path: str, external: Optional[Dict[str, Tuple[int, str]]] = None) -> Optional[Finder]:
+    """A file's finder (None for a test or export module, whose calls run once,
+    or a file that does not parse); ``external``: what other modules established
+    about how often its own functions run."""
+    if runs_once_by_path(path):
+        return None
+    try:
+        module = cst.parse_module(text)
+    except Exception:  # noqa: BLE001 - a file that does not parse calls nothing
+        return None
+    return Finder(path, module, external)
+
+
+def call_sites(found: Finder, target_path: str, qualname: str) -> List[Site]:
+    """The calls in ``found``'s file of ``qualname`` defined in the file
+    ``target_path``: (how often each runs, its line, the calling function)."""
+    target = module_parts(target_path)
+    return found.sites(target, qualname) if target else []
+
+
+def might_call(text: str, target_path: str, qualname: str) -> bool:
+    """The cheap textual test before parsing: the file names the function (or
+    method) and the target module."""
+    parts = module_parts(target_path)
+    return bool(parts) and qualname.rsplit(".", 1)[-1] in text and parts[-1] in text
+
+
+UNKNOWN_LEVEL = UNKNOWN

@@ -1,0 +1,171 @@
+"""Facts across modules (torchlint/project.py): a function that its own module
+never calls runs every step because another module of the run calls it there."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from tests.test_cli import run
+
+OPS = """\
+import torch
+
+
+def make_mask(n, device):
+    return torch.ones(n, n).to(device)
+
+
+def unused_helper(device):
+    return torch.zeros(4).to(device)
+"""
+
+TRAIN = """\
+import torch
+from ops import make_mask
+
+
+def train(model, loader, device):
+    for x, y in loader:
+        mask = make_mask(x.shape[1], device)
+        model(x * mask).sum().backward()
+"""
+
+ONCE = """\
+import torch
+from ops import make_mask
+
+
+def build(device):
+    return make_mask(8, device)
+"""
+
+METRICS = """\
+import torch
+
+
+class Logger:
+    def __init__(self):
+        self.values = {}
+
+    def update(self, **kwargs):
+        for name, value in kwargs.items():
+            if isinstance(value, torch.Tensor):
+                value = value.item()
+            self.values[name] = value
+"""
+
+LOOP_WITH_LOGGER = """\
+import torch
+from metrics import Logger
+
+
+def train(model, loader, optimizer):
+    logger = Logger()
+    for x in loader:
+        loss = model(x).sum()
+        loss.backward()
+        optimizer.step()
+        logger.update(loss=loss)
+"""
+
+
+def _concise(runner, *args):
+    result = run(runner, "check", "--output-format", "concise", "--select", "TL101,TL201", *args)
+    return [line.split(" ")[0] + " " + line.split(" ")[1] for line in result.stdout.splitlines() if ": TL" in line]
+
+
+def test_a_helper_called_every_step_from_another_module(runner, workdir):
+    (workdir / "ops.py").write_text(OPS)
+    (workdir / "train.py").write_text(TRAIN)
+    assert _concise(runner, ".") == ["ops.py:5:12: TL201"]  # not `unused_helper`: nobody calls it
+    full = run(runner, "check", "--select", "TL201", ".").stdout
+    assert "= note: runs every step: called from train.py:7" in full
+
+
+def test_a_helper_called_once_from_another_module_is_silent(runner, workdir):
+    (workdir / "ops.py").write_text(OPS)
+    (workdir / "setup.py").write_text(ONCE)
+    assert _concise(runner, ".") == []
+
+
+def test_each_file_alone_knows_nothing_of_the_other(runner, workdir):
+    # pre-commit passes only the changed files: the index covers the files of the run.
+    (workdir / "ops.py").write_text(OPS)
+    (workdir / "train.py").write_text(TRAIN)
+    assert _concise(runner, "ops.py") == []
+
+
+def test_a_method_of_an_instance_built_from_an_imported_class(runner, workdir):
+    (workdir / "metrics.py").write_text(METRICS)
+    (workdir / "train.py").write_text(LOOP_WITH_LOGGER)
+    # A logger converting whatever it is given is silent on its own (usually
+    # called every N steps); called every step from the training loop, it syncs
+    # every step.
+    assert _concise(runner, "metrics.py") == []
+    assert _concise(runner, ".") == ["metrics.py:11:25: TL101"]
+
+
+def test_two_hops_and_a_method_returning_an_imported_class(runner, workdir):
+    (workdir / "pkg").mkdir()
+    (workdir / "pkg" / "__init__.py").write_text("")
+    (workdir / "pkg" / "distributions.py").write_text(
+        "import torch\n\n\nclass Gaussian:\n    def __init__(self, mean):\n        self.mean = mean\n\n"
+        "    def sample(self):\n        return self.mean + torch.randn(self.mean.shape).to(self.mean.device)\n"
+    )
+    (workdir / "pkg" / "autoencoder.py").write_text(
+        "import torch\nfrom .distributions import Gaussian\n\n\nclass AutoEncoder(torch.nn.Module):\n"
+        "    def encode(self, x):\n        return Gaussian(self.encoder(x))\n\n"
+        "    def forward(self, x):\n        posterior = self.encode(x)\n        return self.decoder(posterior.sample())\n"
+    )
+    assert _concise(runner, ".") == ["pkg/distributions.py:9:28: TL201"]
+    (workdir / "pkg" / "helpers.py").write_text(
+        "from pkg.distributions import Gaussian\n\n\ndef draw(mean):\n    return Gaussian(mean).sample()\n"
+    )
+    (workdir / "pkg" / "autoencoder.py").write_text(
+        "import torch\nfrom .helpers import draw\n\n\nclass AutoEncoder(torch.nn.Module):\n"
+        "    def forward(self, x):\n        return self.decoder(draw(self.encoder(x)))\n"
+    )
+    # forward -> helpers.draw -> Gaussian.sample: `draw` alone is of unknown frequency.
+    assert _concise(runner, ".") == ["pkg/distributions.py:9:28: TL201"]
+
+
+def test_the_cache_follows_the_callers(runner, workdir):
+    (workdir / "ops.py").write_text(OPS)
+    (workdir / "train.py").write_text(TRAIN)
+    assert _concise(runner, ".") == ["ops.py:5:12: TL201"]
+    assert _concise(runner, ".") == ["ops.py:5:12: TL201"]  # warm
+    # Only the caller changes: the helper is called once now.
+    (workdir / "train.py").write_text(TRAIN.replace("    for x, y in loader:\n", "    if loader:\n        x = loader\n"))
+    assert _concise(runner, ".") == []
+    (workdir / "train.py").write_text(TRAIN)
+    assert _concise(runner, ".") == ["ops.py:5:12: TL201"]
+
+
+def test_worker_processes_see_the_same_facts(runner, workdir):
+    (workdir / "ops.py").write_text(OPS)
+    (workdir / "train.py").write_text(TRAIN)
+    for i in range(40):
+        (workdir / f"filler{i}.py").write_text(f"import torch\nx{i} = torch.zeros(2)\n")
+    serial = _concise(runner, "-j", "1", "--no-cache", ".")
+    pooled = _concise(runner, "-j", "2", "--no-cache", ".")
+    assert serial == pooled == ["ops.py:5:12: TL201"]
+
+
+def test_json_and_sarif_carry_the_frequency_and_the_call(runner, workdir):
+    (workdir / "ops.py").write_text(OPS)
+    (workdir / "train.py").write_text(TRAIN)
+    (item,) = json.loads(run(runner, "check", "--select", "TL201", "--output-format", "json", ".").stdout)
+    assert (item["frequency"], item["via"]) == ("per step", "train.py:7")
+    sarif = json.loads(run(runner, "check", "--select", "TL201", "--output-format", "sarif", ".").stdout)
+    (result,) = sarif["runs"][0]["results"]
+    assert result["properties"]["frequency"] == "per step" and result["properties"]["via"] == "train.py:7"
+
+
+def test_fix_sees_the_same_facts_as_check(runner, workdir):
+    (workdir / "ops.py").write_text(OPS)
+    (workdir / "train.py").write_text(TRAIN)
+    result = run(runner, "fix", "--select", "TL201", ".")
+    assert result.exit_code == 0, result.output
+    assert "torch.ones(n, n, device=device)" in (workdir / "ops.py").read_text()
+    assert "torch.zeros(4).to(device)" in (workdir / "ops.py").read_text()  # unused_helper: untouched

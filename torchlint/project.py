@@ -1,0 +1,114 @@
+"""The project index: what one module of the run establishes about another.
+
+Rules see one file.  Some of their facts live in other files: a function that
+nothing in its own module calls (``MetricLogger.update``) runs every step
+because the training loop of another module calls it.  The index connects
+them, on demand, after every file has been checked once:
+
+1. While checking a file, a rule that stays silent *only* because the module
+   does not show how often a function runs notes the function
+   (``Context.pending``, kept with the file's result and in the cache).
+2. For each noted function, the index looks for its callers among the other
+   Python files of the run: a cheap textual test first (the file names the
+   function and its module), then the rules' own resolution of the calls
+   (``rules/_project.py``, through the registry: the engine knows no rule) and
+   how often each call runs, by the caller's own frequency model.  A caller
+   whose own frequency is unknown is followed the same way (up to three hops).
+3. A file whose functions are called every step (or once) from elsewhere is
+   checked again with those facts (``Context.project["frequency"]``), and its
+   result replaces the first one.  Diagnostics name the call site that made the
+   code hot (``runs every step: called from engine.py:58``).
+
+The facts are derived from file contents only, so they are cached: the index
+of a run is stored under a key made of every file's path and text hash, and a
+re-checked file's result under its own text hash and the hash of its facts.
+Editing a caller changes the key, so the files whose facts depend on it are
+re-derived.
+
+Only the files of the run are indexed: with pre-commit, which passes only the
+changed files, a function whose per-step caller is in an unchanged file keeps
+its single-module answer (silent: precision first) until a full run.
+Notebooks are neither indexed nor given facts.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from typing import Callable, Dict, List, Optional, Sequence, Tuple
+
+Facts = Dict[str, Tuple[int, str]]  # qualified name -> (level, "path:line")
+MAX_HOPS = 3
+
+
+def facts_digest(facts: Facts) -> str:
+    blob = json.dumps(sorted((k, list(v)) for k, v in facts.items())).encode()
+    return hashlib.blake2b(blob, digest_size=8).hexdigest()
+
+
+def run_key(files: Sequence[Tuple[str, str]], pending: Dict[str, Sequence[str]]) -> str:
+    """A key for the whole run's index: every (path, text hash) and the noted functions."""
+    blob = json.dumps([sorted(files), sorted((k, sorted(v)) for k, v in pending.items())]).encode()
+    return hashlib.blake2b(blob, digest_size=16).hexdigest()
+
+
+def derive(
+    pending: Dict[str, Sequence[str]],
+    files: Sequence[str],
+    read: Callable[[str], Optional[str]],
+) -> Dict[str, Facts]:
+    """Facts for the files in ``pending`` (path -> noted functions), from the
+    other ``files`` of the run (paths), read with ``read`` (None: unreadable)."""
+    from torchlint.registry import project_hooks
+
+    hooks = project_hooks()
+    unknown = hooks.UNKNOWN_LEVEL
+    texts: Dict[str, Optional[str]] = {}
+    finders: Dict[Tuple[str, str], object] = {}
+    facts: Dict[str, Facts] = {}
+
+    def text_of(path: str) -> Optional[str]:
+        if path not in texts:
+            texts[path] = read(path)
+        return texts[path]
+
+    def finder_of(path: str):
+        known = facts.get(path, {})
+        key = (path, facts_digest(known))
+        if key not in finders:
+            text = text_of(path)
+            finders[key] = hooks.finder(text, path, known or None) if text is not None else None
+        return finders[key]
+
+    wanted: List[Tuple[str, str]] = [(p, q) for p, names in pending.items() for q in names]
+    asked = set(wanted)
+    for _ in range(MAX_HOPS):
+        changed = False
+        follow: List[Tuple[str, str]] = []
+        for path, qualname in wanted:
+            best: Optional[Tuple[int, str]] = facts.get(path, {}).get(qualname)
+            for other in files:
+                if other == path:
+                    continue
+                text = text_of(other)
+                if text is None or not hooks.might_call(text, path, qualname):
+                    continue
+                found = finder_of(other)
+                if found is None:
+                    continue
+                for level, line, caller in hooks.call_sites(found, path, qualname):
+                    if level == unknown:
+                        if caller is not None and (other, caller) not in asked:
+                            asked.add((other, caller))
+                            follow.append((other, caller))  # how often does the caller run?
+                        continue
+                    if best is None or level > best[0]:
+                        best = (level, f"{other}:{line}")
+            if best is not None and facts.get(path, {}).get(qualname) != best:
+                facts.setdefault(path, {})[qualname] = best
+                changed = True
+        if follow:
+            wanted = wanted + follow
+        elif not changed:
+            break
+    return {path: found for path, found in facts.items() if path in pending and found}
