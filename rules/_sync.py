@@ -626,12 +626,27 @@ _HOST_API_WORDS = ("pycocotools", "lvis", "panopticapi", "cityscapesscripts")
 
 
 def feeds_host_api(ctx: Context) -> bool:
-    """Whether the module hands results to an evaluation API that takes host
-    lists (pycocotools, LVIS, the COCO panoptic API, Cityscapes scripts): its
-    conversions to Python values are the point, not a slip."""
+    """Whether the module is built around an evaluation API that takes host
+    lists (pycocotools, LVIS, the COCO panoptic API, Cityscapes scripts): it
+    imports one at its top level (also under ``try:``), so its conversions to
+    Python values are the point, not a slip.  A script that imports one inside
+    a function, for a final scoring step, is not such a module."""
     found = ctx.shared.get("feeds-host-api")
     if found is None:
-        found = ctx.shared["feeds-host-api"] = source_mentions(ctx.source, _HOST_APIS, _HOST_API_WORDS)
+        found = False
+        if source_mentions(ctx.source, _HOST_APIS, _HOST_API_WORDS) and ctx.module is not None:
+            todo: List[cst.CSTNode] = list(ctx.module.body)
+            while todo and not found:
+                node = todo.pop()
+                if isinstance(node, (cst.Try, cst.If)):
+                    todo.extend(node.body.body)
+                    continue
+                if isinstance(node, cst.SimpleStatementLine):
+                    for small in node.body:
+                        if isinstance(small, (cst.Import, cst.ImportFrom)):
+                            text = cst.Module([]).code_for_node(small)
+                            found = found or bool(_HOST_APIS.search(text))
+        ctx.shared["feeds-host-api"] = found
     return found
 
 

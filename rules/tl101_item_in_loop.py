@@ -76,9 +76,10 @@ class ItemInLoop(Rule):
     - a module that imports PyTorch only for TensorBoard logging
       (`from torch.utils.tensorboard import SummaryWriter` in a JAX program):
       its arrays are not torch tensors;
-    - conversions in a module that hands results to an evaluation API taking
-      host lists (it imports `pycocotools`, `lvis`, `panopticapi` or
-      `cityscapesscripts`): the host values are the point;
+    - conversions in a module built around an evaluation API taking host
+      lists (it imports `pycocotools`, `lvis`, `panopticapi` or
+      `cityscapesscripts` at its top level; not a script importing one inside
+      a function for a final score): the host values are the point;
     - code that runs once or once per epoch (see "How often code runs" in
       `docs/precision.md`), or in a function whose callers the run does not show;
     - a value read from a state dict or checkpoint (`state_dict.pop(k).item()`,

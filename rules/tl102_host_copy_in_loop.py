@@ -83,7 +83,8 @@ class HostCopyInLoop(Rule):
       handed to such a call later in the loop), or gathered into a list that
       the function writes out after the loop (`all_images.extend(...)` then
       `np.savez(path, np.concatenate(all_images))`), and conversions in a
-      module that hands results to `pycocotools`, LVIS or the panoptic API;
+      module built around `pycocotools`, LVIS or the panoptic API (imported
+      at its top level);
     - a loop whose iteration is a whole pass of work: over epochs
       (`for epoch in ...`, unless the loop itself calls `.backward()`:
       full-batch training), over a streaming generator

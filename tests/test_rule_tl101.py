@@ -657,3 +657,22 @@ def test_a_jax_program_that_imports_torch_only_for_tensorboard() -> None:
     """
     assert positions(code) == []
     assert positions(code.replace("import jax.numpy as jnp", "import torch")) == [(7, 35)]
+
+
+def test_a_module_built_around_a_host_evaluation_api() -> None:
+    # Converting predictions for pycocotools is the point of such a module...
+    code = """
+    import torch
+    from pycocotools.coco import COCO
+    class Evaluator:
+        def forward(self, predictions):
+            results = []
+            for image_id, prediction in predictions:
+                results.append({"image_id": image_id, "boxes": prediction["boxes"].tolist()})
+            return results
+    """
+    assert positions(code) == []
+    # ...but a script that imports it inside a function for a final scoring step is not.
+    moved = code.replace("    from pycocotools.coco import COCO\n", "").replace(
+        "    class Evaluator:", "    def score(path):\n        from pycocotools.coco import COCO\n        return COCO(path)\n    class Evaluator:")
+    assert positions(moved) == [(10, 60)]
