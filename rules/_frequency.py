@@ -277,8 +277,9 @@ class FrequencyModel:
         return level
 
     def _is_outer_loop(self, loop: object) -> bool:
-        """A loop whose iteration is a whole pass: its variable names an epoch, or
-        its body runs another loop (directly, or in a function of the module it calls)."""
+        """A loop whose iteration is a whole pass: its variable names an epoch, its
+        body runs another loop (directly, or in a function of the module it calls),
+        or its body builds a data loader (one per dataset or split)."""
         known = self._outer_loops.get(id(loop))
         if known is not None:
             return known
@@ -287,13 +288,21 @@ class FrequencyModel:
             # ... unless the "epoch" is itself a step: full-batch training calls
             # backward() in the loop's own body
             outer = not _backward_directly(loop.body)
-        elif isinstance(loop, (cst.For, cst.While)):
+        elif isinstance(loop, (cst.For, cst.While)) and not _backward_directly(loop.body):
+            # (A loop that runs a backward pass itself is the step loop, even with
+            # a validation loop inside it every N steps.)
             for node in _walk_shallow(loop.body):
                 kind = type(node)
                 if kind in (cst.For, cst.While) and _over_data(node):
                     outer = True
                 elif kind is cst.Call and isinstance(node.func, cst.Name):
                     outer = any(self._has_data_loop(f) for f in self._named(node.func.value, None))
+                if not outer and kind is cst.Call:
+                    # Builds a data loader every iteration (`for name in test_datasets:
+                    # loader = make_eval_data_loader(name)`): each iteration is a pass.
+                    func = node.func
+                    name = func.attr.value if isinstance(func, cst.Attribute) else func.value if isinstance(func, cst.Name) else ""
+                    outer = "loader" in name.lower()
                 if outer:
                     break
         self._outer_loops[id(loop)] = outer
@@ -547,9 +556,15 @@ def per_step_here(ctx: Context) -> Optional[Frequency]:
     (``ctx.pending``): if another module of the run calls it every step, the
     file is checked again with that fact (see docs/precision.md)."""
     frequency = frequency_here(ctx)
-    if frequency.per_step:
-        return frequency
     fn = frequency.function
+    if frequency.per_step:
+        if fn is not None and model_for(ctx).functions[fn].level == UNKNOWN and frequency.via_text is None:
+            # Per step only because a loop of a function nobody in the module
+            # calls counts as a step loop: its callers elsewhere may run it once.
+            name = model_for(ctx).qualified_name(fn)
+            if name is not None:
+                ctx.pending.add(name)
+        return frequency
     if fn is not None and (frequency.level == UNKNOWN or model_for(ctx).only_by_role(fn)):
         # Unknown, or "once" only because of its name (`make_mask`, `log_*`):
         # a caller in another module may run it every step.

@@ -650,7 +650,7 @@ def feeds_host_api(ctx: Context) -> bool:
     return found
 
 
-def feeds_host_sink(ctx: Context, top_index: int, loop: cst.CSTNode) -> bool:
+def feeds_host_sink(ctx: Context, top_index: int, loop: cst.CSTNode, gathered: bool = False) -> bool:
     """Whether the host copy whose chain ends at ``ctx.stack[top_index]`` goes
     to a call that writes, draws, decodes or tabulates host data, in the same
     statement (``tokenizer.decode(ids.tolist())``) or through a name assigned
@@ -676,8 +676,12 @@ def feeds_host_sink(ctx: Context, top_index: int, loop: cst.CSTNode) -> bool:
             names = target_names(node.target)
         if isinstance(node, _STATEMENTS):
             break
-    if collected and _saved_after(ctx, collected):
-        return True  # host copies gathered to be written out (samples, predictions)
+    if gathered and collected and _saved_after(ctx, collected):
+        # Host copies of tensors gathered to be written out (samples,
+        # predictions): keeping them on the device until then would hold
+        # device memory.  (Not for scalars: `losses.append(loss.item())` for a
+        # plot after training is better kept on the device and converted once.)
+        return True
     if not names:
         return False
     body = loop.body if isinstance(loop, (cst.For, cst.While)) else loop

@@ -210,7 +210,7 @@ class HostCopyInLoop(Rule):
             return
         if in_data_pipeline(ctx) or converts_any_value(ctx, loop, self._facts) or self._host_consumer(index):
             return
-        if feeds_host_sink(ctx, index, loop) or feeds_host_api(ctx):
+        if feeds_host_sink(ctx, index, loop, gathered=True) or feeds_host_api(ctx):
             return  # copied to be written, drawn or decoded on the host: the copy is the point
         if _serialised(ctx.stack, index):
             return  # `t.cpu().numpy().tobytes()`: bytes for pickling or storage

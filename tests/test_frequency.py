@@ -301,3 +301,35 @@ def test_per_step_rules_are_silent_in_export_modules():
     assert codes(lint(loop, select=["TL101"], path="pkg/_export/trace.py")) == []
     assert codes(lint(loop, select=["TL101"], path="pkg/export.py")) == []
     assert codes(lint(loop, select=["TL101"], path="pkg/trace.py")) == ["TL101"]
+
+
+def test_a_loop_that_builds_a_loader_each_iteration_is_an_outer_loop():
+    code = """
+        import torch
+        def run(models, dataset_names):
+            for name in dataset_names:
+                loader = make_eval_data_loader(name)
+                results = evaluate(models, loader)
+                for key, value in results.items():
+                    print(value.item())
+    """
+    assert codes(lint(textwrap.dedent(code), select=["TL101"])) == []
+    per_batch = textwrap.dedent(code).replace("loader = make_eval_data_loader(name)", "loader = name")
+    assert codes(lint(per_batch, select=["TL101"])) == ["TL101"]
+
+
+def test_a_training_loop_with_a_periodic_validation_loop_inside_is_the_step_loop():
+    code = """
+        import torch
+        def train(model, loader, val_loader, optimizer, steps):
+            for epoch in range(10):
+                for batch in loader:
+                    loss = model(batch)
+                    loss.backward()
+                    optimizer.step()
+                    print(loss.item())
+                    if steps % 1000 == 0:
+                        for val_batch in val_loader:
+                            model(val_batch)
+    """
+    assert codes(lint(textwrap.dedent(code), select=["TL101"])) == ["TL101"]

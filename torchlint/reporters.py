@@ -75,8 +75,8 @@ def format_full(diagnostics: Sequence[Diagnostic], sources: Dict[str, str], colo
         excerpt = _excerpt(d, sources.get(d.source_key))
         if excerpt:
             out.extend(excerpt)
-        if d.runs is not None:
-            out.append(f"  = note: {runs_note(d)}")
+        if d.runs is not None and d.via:
+            out.append(f"  = note: {runs_note(d)}")  # only when a call makes it so
         if d.fix is not None:
             hint = f"help: {d.fix.message}"
             if d.fix.applicability is Applicability.UNSAFE:
