@@ -25,6 +25,7 @@ model (``rules/_frequency.py``), so a call in a training loop, in a
 
 from __future__ import annotations
 
+import re
 from typing import Dict, List, Optional, Sequence, Tuple
 
 import libcst as cst
@@ -121,8 +122,10 @@ def _splits(dotted: str, target: Sequence[str], qualname: str) -> bool:
 class Finder:
     """One file's answers (parsed once, asked about several functions)."""
 
-    def __init__(self, path: str, module: cst.Module, external: Optional[Dict[str, Tuple[int, str]]] = None) -> None:
+    def __init__(self, path: str, module: cst.Module, external: Optional[Dict[str, Tuple[int, str]]] = None,
+                 text: str = "") -> None:
         self.path = path
+        self.text = text
         self.module = module
         self.imports = _Imports(module, path)
         self.frequency = FrequencyModel(module, external)
@@ -240,6 +243,13 @@ class Finder:
         return chain
 
     def _line(self, call: cst.Call) -> int:
+        """The call's line: found in the text when its callee is written once
+        there (the common case, and no pass over the tree), else from positions."""
+        callee = cst.Module([]).code_for_node(call.func)
+        text = self.text
+        at = text.find(callee + "(")
+        if at >= 0 and text.find(callee + "(", at + 1) < 0:
+            return text.count("\n", 0, at) + 1
         from torchlint.positions import node_positions
 
         if not hasattr(self, "_positions"):
@@ -258,7 +268,7 @@ def finder(text: str, path: str, external: Optional[Dict[str, Tuple[int, str]]] 
         module = cst.parse_module(text)
     except Exception:  # noqa: BLE001 - a file that does not parse calls nothing
         return None
-    return Finder(path, module, external)
+    return Finder(path, module, external, text)
 
 
 def call_sites(found: Finder, target_path: str, qualname: str) -> List[Site]:
@@ -268,11 +278,31 @@ def call_sites(found: Finder, target_path: str, qualname: str) -> List[Site]:
     return found.sites(target, qualname) if target else []
 
 
+_IMPORT_LINES: Dict[str, "re.Pattern[str]"] = {}
+
+
 def might_call(text: str, target_path: str, qualname: str) -> bool:
-    """The cheap textual test before parsing: the file names the function (or
-    method) and the target module."""
+    """The cheap textual test before parsing: the file calls something by the
+    function's (or method's) name and has an import line naming the target
+    module (``from pkg.misc import ...``, ``import pkg.misc as m``,
+    ``from . import misc``, ``from .misc import ...``)."""
     parts = module_parts(target_path)
-    return bool(parts) and qualname.rsplit(".", 1)[-1] in text and parts[-1] in text
+    if not parts:
+        return False
+    name = qualname.rsplit(".", 1)[-1]
+    if f"{name}(" not in text:
+        return False
+    stem = parts[-1]
+    if stem not in text:
+        return False
+    pattern = _IMPORT_LINES.get(stem)
+    if pattern is None:
+        pattern = _IMPORT_LINES[stem] = re.compile(
+            rf"^[ \t]*(?:from[ \t]+[\w.]*\b{re.escape(stem)}\b|from[ \t]+\.+[ \t]+import[^\n]*\b{re.escape(stem)}\b"
+            rf"|import[ \t]+[\w.]*\b{re.escape(stem)}\b)",
+            re.M,
+        )
+    return pattern.search(text) is not None
 
 
 UNKNOWN_LEVEL = UNKNOWN
