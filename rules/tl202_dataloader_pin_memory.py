@@ -18,7 +18,7 @@ from torchlint.rules._helpers import (
     moves_to_device,
     positional,
 )
-from torchlint.rules._loaders import DATALOADERS, DEVICE, HOST, dataset_argument, placement
+from torchlint.rules._loaders import DATALOADERS, DEVICE, HOST, IN_MEMORY_DATASETS, SUBSETS, dataset_argument, placement
 from torchlint.rules._one_batch import loader_fetches_one_batch
 
 # Device types for which pinned host memory does not help (MPS shares memory
@@ -103,9 +103,9 @@ class DataLoaderPinMemory(Rule):
     It is unsafe otherwise, because the rule cannot see what the batches
     hold:
     - a dataset it cannot see into (a function parameter, `self.train_set`,
-      a class imported from another module, a `TensorDataset` of tensors from
-      a parameter or `torch.load` without `map_location="cpu"`) may yield
-      CUDA tensors, and pinning them raises;
+      a class imported from another module) may yield CUDA tensors, and
+      pinning them raises (a `TensorDataset` of such tensors is not reported
+      at all, see below);
     - a `collate_fn` it cannot see into (imported, or returning an object of
       a class of its own) may build the batch on a device; a batch of a class
       of its own is pinned only through its `pin_memory()` method, which the
@@ -139,6 +139,11 @@ class DataLoaderPinMemory(Rule):
       parameter) or visibly moves the batch (`torch.stack(b).cuda()`): it
       builds the batch on the accelerator already, and the loader cannot pin
       tensors that are not on the host (it raises an error);
+    - a `TensorDataset` (or a subset of one) of tensors not visibly created
+      on the host (computed by a function, loaded, passed in): the program
+      decided where they live (features extracted on the GPU, a
+      `--features-device` option), so pinning may raise, and it helps only if
+      they happen to be on the host;
     - a dataset whose items hold no data to copy: `range(...)`, or an instance
       of a class of this file whose `__getitem__` returns only the index and
       attributes of the dataset itself (a dataset that repeats a prompt N
@@ -260,6 +265,11 @@ class DataLoaderPinMemory(Rule):
             batch = where.collate(collate.value if collate is not None else None, function)
             if DEVICE in (items, batch):
                 continue
+            if items != HOST and self._in_memory(dataset, function, where):
+                # A `TensorDataset` of tensors the program computed where it
+                # chose (`--features-device cuda`): pinning helps only if they
+                # are on the host, and raises if they are not.
+                continue
             safe = (
                 arg is None
                 and items == HOST
@@ -275,6 +285,25 @@ class DataLoaderPinMemory(Rule):
                     lambda call=call, arg=arg: codemod.pin_memory_true(call, arg),
                 ),
             )
+
+    def _in_memory(self, expr, function, where, depth: int = 0) -> bool:
+        """Whether the dataset is a `TensorDataset` (or a subset of one): tensors
+        already in memory, wherever the program put them."""
+        if expr is None or depth > 4:
+            return False
+        if isinstance(expr, cst.Call):
+            qualified = self.context.qualname(expr.func)
+            if qualified in IN_MEMORY_DATASETS:
+                return True
+            if qualified in SUBSETS:
+                first = positional(expr)
+                inner = keyword(expr, "dataset") or (first[0] if first else None)
+                return inner is not None and self._in_memory(inner.value, function, where, depth + 1)
+            return False
+        if isinstance(expr, cst.Name):
+            values = where._lookup(expr.value, function)
+            return bool(values) and all(v is not None and self._in_memory(v, function, where, depth + 1) for v in values)
+        return False
 
     def _is_move(self, node: cst.Call) -> bool:
         name = method_name(node)

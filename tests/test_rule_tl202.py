@@ -666,10 +666,29 @@ UNSAFE_DATASETS = {
 }
 
 
-@pytest.mark.parametrize("body", UNSAFE_DATASETS.values(), ids=UNSAFE_DATASETS.keys())
+# A TensorDataset holds tensors the program already computed, wherever it chose
+# to put them (features extracted on the GPU under a `--features-device`
+# option): TL202 is silent unless they are visibly on the host (issue #13).
+IN_MEMORY_UNKNOWN = ("a TensorDataset of unknown tensors", "a torch.load without map_location",
+                     "factories under a changed default device")
+
+
+@pytest.mark.parametrize(
+    "body", [v for k, v in UNSAFE_DATASETS.items() if k not in IN_MEMORY_UNKNOWN],
+    ids=[k for k in UNSAFE_DATASETS if k not in IN_MEMORY_UNKNOWN],
+)
 def test_dataset_that_may_yield_device_tensors_gets_an_unsafe_fix(body):
     code = textwrap.dedent(_PRELUDE) + textwrap.dedent(body) + "model.cuda()\n"
     assert _one(code) is Applicability.UNSAFE
+
+
+@pytest.mark.parametrize("name", IN_MEMORY_UNKNOWN)
+def test_tensors_in_memory_of_unknown_device_are_not_reported(name):
+    code = textwrap.dedent(_PRELUDE) + textwrap.dedent(UNSAFE_DATASETS[name]) + "model.cuda()\n"
+    assert _lint(code) == []
+    # The same loader over tensors visibly made on the host is reported, with the safe fix.
+    host = textwrap.dedent(_PRELUDE) + "loader = DataLoader(TensorDataset(torch.randn(10, 3)), batch_size=4)\nmodel.cuda()\n"
+    assert _one(host) is Applicability.SAFE
 
 
 def test_only_the_safe_fix_is_applied_by_default():
