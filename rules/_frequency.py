@@ -19,7 +19,9 @@ visited run?" for the rules that need it, from the module alone:
   an optimizer step or a generation).  A loop in a function of unknown frequency counts as
   a step loop, as it always did.  Code under a
   periodic guard (``if step % 100 == 0:``) runs every N steps, which counts
-  as per epoch.
+  as per epoch, and so does the rest of a loop body after
+  ``if <progress counter below a threshold>: continue`` (``if cur_nimg <
+  tick_end: continue``: the code after it runs once per tick).
 * **Functions** run as often as their most frequent caller in the module: a
   call in a step loop makes a function per step, and so does a call from a
   per-step function.  Some functions run per step by their role, whoever
@@ -387,7 +389,38 @@ def _loop_marker(node: cst.CSTNode, child: cst.CSTNode) -> Optional[object]:
         return node if child is not node.for_in else None
     if kind is cst.If and child is node.body and contains_modulo(node.test):
         return _PERIODIC
+    if kind is cst.IndentedBlock:
+        for statement in node.body:
+            if statement is child:
+                break
+            if _periodic_continue(statement):
+                return _PERIODIC  # after `if cur_nimg < tick_end: continue`: once per tick
     return None
+
+
+_PROGRESS_WORDS = ("step", "tick", "nimg", "iter", "count", "seen", "accum")
+
+
+def _periodic_continue(statement: cst.CSTNode) -> bool:
+    """``if <a progress counter below a threshold>: continue`` (no else): the rest of
+    the loop body runs once every so many iterations (a tick), not every one."""
+    if type(statement) is not cst.If or statement.orelse is not None:
+        return False
+    body = statement.body
+    lines = body.body if type(body) is cst.IndentedBlock else [body]
+    if len(lines) != 1:
+        return False
+    line = lines[0]
+    small = line.body if type(line) in (cst.SimpleStatementLine, cst.SimpleStatementSuite) else ()
+    if len(small) != 1 or type(small[0]) is not cst.Continue:
+        return False
+    for node in _walk_shallow(statement.test):
+        if type(node) is cst.Comparison and any(
+            type(target.operator) in (cst.LessThan, cst.LessThanEqual, cst.GreaterThan, cst.GreaterThanEqual)
+            for target in node.comparisons
+        ) and _names_contain([node], _PROGRESS_WORDS):
+            return True
+    return False
 
 
 _STEP_WORDS = ("loader", "dataset", "batch", "step", "iter", "episode")

@@ -285,7 +285,7 @@ def might_call(text: str, target_path: str, qualname: str) -> bool:
     """The cheap textual test before parsing: the file calls something by the
     function's (or method's) name and has an import line naming the target
     module (``from pkg.misc import ...``, ``import pkg.misc as m``,
-    ``from . import misc``, ``from .misc import ...``)."""
+    ``from pkg import misc``, ``from . import misc``, ``from .misc import ...``)."""
     parts = module_parts(target_path)
     if not parts:
         return False
@@ -298,7 +298,7 @@ def might_call(text: str, target_path: str, qualname: str) -> bool:
     pattern = _IMPORT_LINES.get(stem)
     if pattern is None:
         pattern = _IMPORT_LINES[stem] = re.compile(
-            rf"^[ \t]*(?:from[ \t]+[\w.]*\b{re.escape(stem)}\b|from[ \t]+\.+[ \t]+import[^\n]*\b{re.escape(stem)}\b"
+            rf"^[ \t]*(?:from[ \t]+[\w.]*\b{re.escape(stem)}\b|from[ \t]+[\w.]+[ \t]+import[^\n]*\b{re.escape(stem)}\b"
             rf"|import[ \t]+[\w.]*\b{re.escape(stem)}\b)",
             re.M,
         )

@@ -333,3 +333,25 @@ def test_a_training_loop_with_a_periodic_validation_loop_inside_is_the_step_loop
                             model(val_batch)
     """
     assert codes(lint(textwrap.dedent(code), select=["TL101"])) == ["TL101"]
+
+
+def test_code_after_a_progress_continue_runs_once_per_tick():
+    code = """
+        import torch
+        def training_loop(model, batches, kimg_per_tick):
+            cur_nimg = 0
+            tick_start_nimg = 0
+            while True:
+                batch = next(batches)
+                loss = model(batch)
+                loss.backward()
+                cur_nimg += batch.shape[0]
+                if cur_nimg < tick_start_nimg + kimg_per_tick * 1000:
+                    continue
+                print(loss.item())
+                tick_start_nimg = cur_nimg
+    """
+    assert codes(lint(textwrap.dedent(code), select=["TL101"])) == []
+    every_step = textwrap.dedent(code).replace("        if cur_nimg < tick_start_nimg + kimg_per_tick * 1000:\n            continue\n", "")
+    assert "continue" not in every_step
+    assert codes(lint(every_step, select=["TL101"])) == ["TL101"]

@@ -169,3 +169,12 @@ def test_fix_sees_the_same_facts_as_check(runner, workdir):
     assert result.exit_code == 0, result.output
     assert "torch.ones(n, n, device=device)" in (workdir / "ops.py").read_text()
     assert "torch.zeros(4).to(device)" in (workdir / "ops.py").read_text()  # unused_helper: untouched
+
+
+def test_a_module_imported_from_its_package(runner, workdir):
+    (workdir / "training").mkdir()
+    (workdir / "training" / "__init__.py").write_text("")
+    (workdir / "training" / "ops.py").write_text(OPS)
+    (workdir / "train.py").write_text(TRAIN.replace("from ops import make_mask", "from training import ops").replace(
+        "make_mask(x.shape[1], device)", "ops.make_mask(x.shape[1], device)"))
+    assert _concise(runner, ".") == ["training/ops.py:5:12: TL201"]
