@@ -39,6 +39,8 @@ from torchlint.source import SourceError, is_notebook, read_source, text_hash
 # Below this many files to analyse a pool costs more than it saves (starting
 # the workers, shipping results back), whatever ``jobs`` says.
 MIN_FILES_FOR_POOL = 24
+# Caller files the project index parses in worker processes rather than here.
+MIN_CALLERS_FOR_POOL = 4
 # Chunks per worker: enough for the largest-first order to balance the load.
 CHUNKS_PER_WORKER = 8
 MAX_CHUNK_FILES = 32
@@ -446,7 +448,8 @@ def check_files(
         else:
             results.extend(on_large_stack(_serial, pending, inline, profiles, callback))
 
-    replaced, with_facts = _project_index(results, profiles, cache_of if use_cache else (lambda i: None), facts_out)
+    replaced, with_facts = _project_index(results, profiles, cache_of if use_cache else (lambda i: None), facts_out,
+                                          jobs if len(targets) >= MIN_FILES_FOR_POOL else 1)
 
     if use_cache:
         for result in results:
@@ -479,8 +482,47 @@ def check_files(
     return diagnostics, sources
 
 
+def _prefetch(by_display: Dict[str, FileResult], jobs: int):
+    """The index's first round in worker processes when there are enough
+    caller files to parse (None: in this process)."""
+    if jobs <= 1:
+        return None
+
+    def run(queries):
+        if len(queries) < MIN_CALLERS_FOR_POOL:
+            return {}
+        from concurrent.futures import ProcessPoolExecutor
+
+        answers: Dict[str, dict] = {}
+        try:
+            with ProcessPoolExecutor(max_workers=min(jobs, len(queries)), mp_context=_context()) as pool:
+                futures = {
+                    display: pool.submit(_sites_in_file, display, by_display[display].path, wanted)
+                    for display, wanted in queries
+                }
+                for display, future in futures.items():
+                    answers[display] = future.result()
+        except Exception:  # noqa: BLE001 - no pool here: the index asks in this process instead
+            return {}
+        return answers
+
+    return run
+
+
+def _sites_in_file(display: str, path: Optional[str], wanted):
+    from torchlint.engine import on_large_stack
+    from torchlint.project import sites_in
+
+    try:
+        text = read_text(display, Path(path)) if path is not None else None
+    except SourceError:
+        text = None
+    return on_large_stack(sites_in, display, text, wanted)
+
+
 def _project_index(
     results: List[FileResult], profiles: Sequence[Profile], cache_of, facts_out: Optional[Dict[str, dict]] = None,
+    jobs: int = 1,
 ) -> Tuple[Dict[str, FileResult], List[Tuple[str, FileResult]]]:
     """Facts across modules (torchlint/project.py): the files whose functions
     other files of the run call (every step, or once), checked again with those
@@ -506,7 +548,8 @@ def _project_index(
     if facts is None:
         from torchlint.engine import on_large_stack
 
-        facts = on_large_stack(project.derive, noted, [r.display for r in files], read)
+        facts = on_large_stack(project.derive, noted, [r.display for r in files], read,
+                               _prefetch(by_display, jobs))
         if store is not None:
             store.put_index(key, facts)
     if facts_out is not None:

@@ -52,13 +52,33 @@ def run_key(files: Sequence[Tuple[str, str]], pending: Dict[str, Sequence[str]])
     return hashlib.blake2b(blob, digest_size=16).hexdigest()
 
 
+Site = Tuple[int, int, Optional[str]]  # (level, line, calling function)
+# A caller file and what to look for in it: [(file of the function, qualified name)].
+Query = Tuple[str, Sequence[Tuple[str, str]]]
+
+
+def sites_in(display: str, text: Optional[str], wanted: Sequence[Tuple[str, str]]) -> Dict[Tuple[str, str], List[Site]]:
+    """The call sites in one file of each wanted function (run in a worker
+    process for large runs): parse once, answer every question."""
+    from torchlint.registry import project_hooks
+
+    hooks = project_hooks()
+    found = hooks.finder(text, display) if text is not None else None
+    if found is None:
+        return {}
+    return {(path, qualname): hooks.call_sites(found, path, qualname) for path, qualname in wanted}
+
+
 def derive(
     pending: Dict[str, Sequence[str]],
     files: Sequence[str],
     read: Callable[[str], Optional[str]],
+    prefetch: Optional[Callable[[List[Query]], Dict[str, Dict[Tuple[str, str], List[Site]]]]] = None,
 ) -> Dict[str, Facts]:
     """Facts for the files in ``pending`` (path -> noted functions), from the
-    other ``files`` of the run (paths), read with ``read`` (None: unreadable)."""
+    other ``files`` of the run (paths), read with ``read`` (None: unreadable).
+    ``prefetch`` (the worker pool, for large runs) answers the first round's
+    questions file by file in parallel: caller file -> {(path, name): sites}."""
     from torchlint.registry import project_hooks
 
     hooks = project_hooks()
@@ -66,6 +86,7 @@ def derive(
     texts: Dict[str, Optional[str]] = {}
     finders: Dict[Tuple[str, str], object] = {}
     facts: Dict[str, Facts] = {}
+    ready: Dict[str, Dict[Tuple[str, str], List[Site]]] = {}
 
     def text_of(path: str) -> Optional[str]:
         if path not in texts:
@@ -82,6 +103,21 @@ def derive(
 
     wanted: List[Tuple[str, str]] = [(p, q) for p, names in pending.items() for q in names]
     asked = set(wanted)
+    if prefetch is not None:
+        queries: Dict[str, List[Tuple[str, str]]] = {}
+        for path, qualname in wanted:
+            for other in files:
+                text = text_of(other) if other != path else None
+                if text is not None and hooks.might_call(text, path, qualname):
+                    queries.setdefault(other, []).append((path, qualname))
+        ready = prefetch(sorted(queries.items()))
+
+    def sites(other: str, path: str, qualname: str) -> Optional[List[Site]]:
+        if not facts.get(other) and other in ready:
+            return ready[other].get((path, qualname), [])
+        found = finder_of(other)
+        return None if found is None else hooks.call_sites(found, path, qualname)
+
     for _ in range(MAX_HOPS):
         changed = False
         follow: List[Tuple[str, str]] = []
@@ -93,10 +129,10 @@ def derive(
                 text = text_of(other)
                 if text is None or not hooks.might_call(text, path, qualname):
                     continue
-                found = finder_of(other)
-                if found is None:
+                found_sites = sites(other, path, qualname)
+                if found_sites is None:
                     continue
-                for level, line, caller in hooks.call_sites(found, path, qualname):
+                for level, line, caller in found_sites:
                     if level == unknown:
                         if caller is not None and (other, caller) not in asked:
                             asked.add((other, caller))
