@@ -87,6 +87,29 @@ def ratio(value: Optional[float]) -> str:
     return "-" if value is None else f"{value:.2f}x"
 
 
+def measurable(spread: Optional[List[float]]) -> bool:
+    """Whether a speedup range (see ``speedup_of``) shows a change: False when
+    the quartile ranges of before and after overlap, i.e. the range contains 1.
+    Without a range nothing says the difference is more than noise."""
+    if not spread:
+        return False
+    low, high = spread
+    return not (low <= 1.0 <= high)
+
+
+def speedup_text(speedup: Optional[float], spread: Optional[List[float]]) -> str:
+    """``1.52x (1.40-1.65)`` for a change outside the noise, ``no measurable
+    change (0.97-1.04)`` when the quartile ranges overlap, ``-`` without timings."""
+    if speedup is None:
+        return "-"
+    if not spread:
+        return f"{ratio(speedup)} (no range)"
+    low, high = spread
+    if not measurable(spread):
+        return f"no measurable change ({low:.2f}-{high:.2f})"
+    return f"{ratio(speedup)} ({low:.2f}-{high:.2f})"
+
+
 def _yes_no(match: Optional[bool]) -> str:
     return {True: "yes", False: "NO", None: "-"}[match]
 
@@ -133,14 +156,12 @@ def format_entry(report: Dict[str, Any], fmt: str = "table") -> str:
     rows = [["", "median ± iqr", "speedup", "match"]]
     if report.get("before") or report.get("after"):
         rows.append(["original", timing(report.get("before")), "", ""])
-        speedup = ratio(report.get("speedup"))
-        if report.get("speedup_range"):
-            lo, hi = report["speedup_range"]
-            speedup += f" ({lo:.2f}-{hi:.2f})"
+        speedup = speedup_text(report.get("speedup"), report.get("speedup_range"))
         rows.append(["fixed", timing(report.get("after")), speedup, _yes_no(report.get("match"))])
         for row in report.get("each") or []:
             rows.append([
-                f"{row['code']} (line {row['line']}) only", timing(row.get("time")), ratio(row.get("speedup")),
+                f"{row['code']} (line {row['line']}) only", timing(row.get("time")),
+                speedup_text(row.get("speedup"), row.get("speedup_range")),
                 "error" if row.get("error") else _yes_no(row.get("match")),
             ])
         out.extend("  " + line for line in _table(rows))
@@ -158,14 +179,15 @@ def _verdict(report: Dict[str, Any]) -> List[str]:
     error = report.get("error")
     if match is True and not error:
         speed = ""
-        if report.get("speedup") is not None:
-            speed = (
-                f"; speedup {ratio(report['speedup'])} ({seconds(report['before']['median'])} -> "
-                f"{seconds(report['after']['median'])})"
-            )
-        out.append(f"OK: the fixed function returns the same values{speed}.")
         spread = report.get("speedup_range")
-        if spread and spread[0] < 1 < spread[1]:
+        if report.get("speedup") is not None:
+            times = f"{seconds(report['before']['median'])} -> {seconds(report['after']['median'])}"
+            if measurable(spread):
+                speed = f"; speedup {ratio(report['speedup'])} ({times})"
+            else:
+                speed = f"; no measurable change in time ({times})"
+        out.append(f"OK: the fixed function returns the same values{speed}.")
+        if report.get("speedup") is not None and not measurable(spread) and spread:
             out.append(
                 f"  The difference is within the spread of the measurements ({spread[0]:.2f}x to "
                 f"{spread[1]:.2f}x between quartiles); try a longer --min-run-time or a quieter machine."
@@ -216,10 +238,7 @@ def format_rules(report: Dict[str, Any], fmt: str = "table") -> str:
     out = [f"torchlint verify --rules: {_device(report)}", ""]
     rows = [["code", "device", "before", "after", "speedup (quartiles)", "match"]]
     for row in report["rows"]:
-        speedup = ratio(row.get("speedup"))
-        if row.get("speedup_range"):
-            lo, hi = row["speedup_range"]
-            speedup += f" ({lo:.2f}-{hi:.2f})"
+        speedup = speedup_text(row.get("speedup"), row.get("speedup_range"))
         rows.append([
             row["code"], row.get("device") or "-", timing(row.get("before")), timing(row.get("after")),
             speedup, "error" if row.get("error") else _yes_no(row.get("match")),
