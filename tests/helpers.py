@@ -33,3 +33,29 @@ def fix(code: str, select: Sequence[str] = ("ALL",), unsafe: bool = False, path:
 
 def codes(diagnostics: Sequence[Diagnostic]) -> List[str]:
     return [d.code or d.kind.value for d in diagnostics]
+
+
+# A module with a conv's bias before BatchNorm (TL401), the shared example of the
+# CLI, output-format, baseline, action and server tests.
+CONV_BN_MODULE = """\
+import torch
+import torch.nn as nn
+
+
+class Block(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.conv = nn.Conv2d(3, 8, 3)
+        self.bn = nn.BatchNorm2d(8)
+
+    def forward(self, x):
+        return self.bn(self.conv(x))
+"""
+
+# A step that zeroes gradients instead of setting them to None (TL301, unsafe fix).
+ZERO_GRAD_STEP = """\
+def step(optimizer, model, batch):
+    optimizer.zero_grad(set_to_none=False)
+    model(batch).sum().backward()
+    optimizer.step()
+"""

@@ -21,26 +21,15 @@ from typing import Dict, List, Tuple
 
 import pytest
 
+from tests.helpers import CONV_BN_MODULE
+
 yaml = pytest.importorskip("yaml")
 
 ROOT = Path(__file__).resolve().parent.parent
 ACTION = yaml.safe_load((ROOT / "action.yml").read_text())
 EXPR = re.compile(r"\$\{\{\s*(.*?)\s*\}\}")
 
-BAD = """\
-import torch
-import torch.nn as nn
-
-
-class Block(nn.Module):
-    def __init__(self):
-        super().__init__()
-        self.conv = nn.Conv2d(3, 8, 3)
-        self.bn = nn.BatchNorm2d(8)
-
-    def forward(self, x):
-        return self.bn(self.conv(x))
-"""
+BAD = CONV_BN_MODULE
 
 
 def _value(expression: str, inputs: Dict[str, str]) -> str:

@@ -11,14 +11,10 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+from tests.helpers import ZERO_GRAD_STEP
 from tests.test_cli import run
 
-STEP = """\
-def step(optimizer, model, batch):
-    optimizer.zero_grad(set_to_none=False)
-    model(batch).sum().backward()
-    optimizer.step()
-"""
+STEP = ZERO_GRAD_STEP
 
 EVAL = """\
 def evaluate(model, batch):

@@ -8,30 +8,10 @@ import json
 import xml.etree.ElementTree as ET
 from pathlib import Path
 
+from tests.helpers import CONV_BN_MODULE, ZERO_GRAD_STEP
 from tests.test_cli import run
 
-SOURCE = """\
-import torch
-import torch.nn as nn
-
-
-class Block(nn.Module):
-    def __init__(self):
-        super().__init__()
-        self.conv = nn.Conv2d(3, 8, 3)
-        self.bn = nn.BatchNorm2d(8)
-
-    def forward(self, x):
-        return self.bn(self.conv(x))
-
-
-def step(optimizer, model, batch):
-    optimizer.zero_grad(set_to_none=False)
-    model(batch).sum().backward()
-    optimizer.step()
-
-
-def step2(optimizer, model, batch):
+SOURCE = CONV_BN_MODULE + "\n\n" + ZERO_GRAD_STEP + """\n\ndef step2(optimizer, model, batch):
     optimizer.zero_grad(set_to_none=False)
 """
 

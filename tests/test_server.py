@@ -12,28 +12,17 @@ import sys
 import threading
 import queue
 from pathlib import Path
-from typing import Any, Dict, List, Optional
+from typing import Any, Dict, List
 
 import pytest
+
+from tests.helpers import CONV_BN_MODULE
 
 pytest.importorskip("pygls")
 
 from torchlint.server import _minimal_edit, utf16_column  # noqa: E402
 
-SOURCE = """\
-import torch
-import torch.nn as nn
-
-
-class Block(nn.Module):
-    def __init__(self):
-        super().__init__()
-        self.conv = nn.Conv2d(3, 8, 3)
-        self.bn = nn.BatchNorm2d(8)
-
-    def forward(self, x):
-        return self.bn(self.conv(x))
-"""
+SOURCE = CONV_BN_MODULE
 
 
 class Client:
