@@ -194,9 +194,12 @@ def _warn(warnings: Sequence[str]) -> None:
         click.echo(warning, err=True)
 
 
-def _emit(text: str, *, err: bool = False, color: Optional[bool] = None) -> None:
+def _emit(text: str, *, err: bool = False, color: Optional[bool] = None, file=None) -> None:
     if text:
-        click.echo(text, nl=False, err=err, color=color)
+        if file is not None:
+            file.write(text)
+        else:
+            click.echo(text, nl=False, err=err, color=color)
 
 
 def _use_color(err: bool = False) -> bool:
@@ -210,15 +213,16 @@ def _report(
     settings: Settings,
     show_statistics: bool,
     err: bool = False,
+    file=None,
 ) -> None:
     from torchlint import reporters
 
     fmt = settings.output_format
-    color = _use_color(err)
+    color = _use_color(err) and file is None
     if show_statistics:
-        _emit(reporters.statistics(diagnostics, settings.unsafe_fixes, fmt), err=err, color=color)
+        _emit(reporters.statistics(diagnostics, settings.unsafe_fixes, fmt), err=err, color=color, file=file)
         return
-    _emit(reporters.FORMATTERS[fmt](diagnostics, sources, color), err=err, color=color)
+    _emit(reporters.FORMATTERS[fmt](diagnostics, sources, color), err=err, color=color, file=file)
 
 
 # -- shared options ------------------------------------------------------------
@@ -295,9 +299,15 @@ def main() -> None:
               help="Apply fixes but do not report the findings that remain (exit 0 unless --exit-non-zero-on-fix).")
 @click.option("--diff", is_flag=True, help="Print a unified diff of the fixes and write nothing (as `fix --diff`).")
 @click.option("--exit-non-zero-on-fix", is_flag=True, help="With --fix or --fix-only: exit with 1 when any file was changed.")
+@click.option("-o", "--output-file", type=click.Path(dir_okay=False, writable=True), default=None, metavar="FILE",
+              help="Write the report to FILE instead of standard output.")
+@click.option("-q", "--quiet", is_flag=True, help="Print the diagnostics, but no summary.")
+@click.option("--silent", is_flag=True, help="Print nothing; the exit status still says whether findings remain.")
+@click.option("--show-files", is_flag=True, help="List the files that would be checked, and check nothing.")
 def check(paths, select, ignore, extend_select, config, output_format, target_torch,
           stdin_filename, force_exclude, show_statistics, exit_zero, no_cache, jobs, unsafe_fixes,
-          baseline_file, update_baseline, apply_fixes, fix_only, diff, exit_non_zero_on_fix) -> None:
+          baseline_file, update_baseline, apply_fixes, fix_only, diff, exit_non_zero_on_fix,
+          output_file, quiet, silent, show_files) -> None:
     """Report performance anti-patterns in PATHS (default: the current directory).
 
     Use `-` to read from standard input.  `--unsafe-fixes` counts the unsafe
@@ -315,17 +325,37 @@ def check(paths, select, ignore, extend_select, config, output_format, target_to
         _run_fixes(run, diff, show_statistics, exit_zero, fix_only, exit_non_zero_on_fix, use_cache=not no_cache)
     baseline = _load_baseline(baseline_file, update_baseline)
     targets, problems = _targets(run)
+    if show_files:
+        for target in targets:
+            click.echo(target.display)
+        for problem in problems:
+            click.echo(f"torchlint: error: {problem}", err=True)
+        raise click.exceptions.Exit(EXIT_ERROR if problems else EXIT_OK)
     counts: Dict[str, int] = {}
     warnings: List[str] = []
     diagnostics, sources = _check_all(targets, run, jobs, use_cache=not no_cache, stats=counts, warnings=warnings)
-    _warn(warnings)
+    if not silent:
+        _warn(warnings)
     if baseline is not None:
         diagnostics = _apply_baseline(baseline, diagnostics, sources, targets, update_baseline, counts)
-    _report(diagnostics, sources, run.settings, show_statistics)
     from torchlint.reporters import TEXT_FORMATS, summary
 
-    if run.settings.output_format in TEXT_FORMATS and not show_statistics and (diagnostics or not problems):
-        _emit(summary(diagnostics, run.settings.unsafe_fixes, counts.get("fix_total")))  # not "All checks passed!" over an error
+    out = None
+    try:
+        if output_file is not None and not silent:
+            out = open(output_file, "w", encoding="utf-8")
+    except OSError as exc:
+        raise _fail(f"cannot write {output_file}: {exc.strerror or exc}") from None
+    try:
+        if not silent:
+            _report(diagnostics, sources, run.settings, show_statistics, file=out)
+        if (run.settings.output_format in TEXT_FORMATS and not show_statistics and not quiet and not silent
+                and (diagnostics or not problems)):
+            # (not "All checks passed!" over an error)
+            _emit(summary(diagnostics, run.settings.unsafe_fixes, counts.get("fix_total")), file=out)
+    finally:
+        if out is not None:
+            out.close()
     for problem in problems:
         click.echo(f"torchlint: error: {problem}", err=True)
     if not targets and not problems and not run.reads_stdin:
