@@ -26,7 +26,7 @@ _ACCUMULATION_WORDS = re.compile(r"accum|micro|sync|update", re.IGNORECASE)
 _SYNC_CONTROL = ("no_sync", "no_backward_sync", "require_backward_grad_sync", ".accumulate(")
 # A helper whose name says that it wraps a model in DDP (`smart_DDP(model)`,
 # `wrap_ddp(model)`, `to_ddp(model)`): the wrap often sits in a utility module.
-_DDP_HELPER = re.compile(r"(?:^|_)(?:ddp|DDP)(?:$|_)|DistributedDataParallel")
+_DDP_HELPER = re.compile(r"(?:^|_)(?:ddp|DDP)(?:$|_)")
 _DDP_HELPER_TEXT = re.compile(r"(?:\b|_)(?:ddp|DDP)(?:_\w*)?\(")
 
 
