@@ -160,6 +160,7 @@ class ItemInLoop(Rule):
     name = "item-in-loop"
     summary = "`.item()`/`.tolist()` in a loop synchronizes with the device every iteration"
     fix = FixAvailability.UNSAFE
+    needs = ("item", "tolist")
 
     VALID = [
         "import torch\nfor x, y in loader:\n    loss = model(x.cuda()).sum()\n    loss.backward()\n"

@@ -108,6 +108,7 @@ class SynchronizeInLoop(Rule):
     name = "synchronize-in-loop"
     summary = "`torch.cuda.synchronize()` in a loop stalls the host every iteration"
     fix = FixAvailability.NONE
+    needs = ("synchronize",)
 
     VALID = [
         "import torch\nfor x in loader:\n    loss = model(x)\ntorch.cuda.synchronize()\n",

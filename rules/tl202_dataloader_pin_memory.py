@@ -202,6 +202,8 @@ class DataLoaderPinMemory(Rule):
         super().__init__(context)
         # Test files are skipped; so is a file that never says `DataLoader`.
         self._off = context.is_test_file or "DataLoader" not in context.source
+        if self._off:
+            self.walks = False
         # (call, its `pin_memory` argument if given, the function it is in);
         # names, classes and collate functions are looked up afterwards in the
         # module's shared `Placement` (rules/_loaders.py).

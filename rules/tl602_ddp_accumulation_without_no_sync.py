@@ -27,7 +27,6 @@ _SYNC_CONTROL = ("no_sync", "no_backward_sync", "require_backward_grad_sync", ".
 # A helper whose name says that it wraps a model in DDP (`smart_DDP(model)`,
 # `wrap_ddp(model)`, `to_ddp(model)`): the wrap often sits in a utility module.
 _DDP_HELPER = re.compile(r"(?:^|_)(?:ddp|DDP)(?:$|_)")
-_DDP_HELPER_TEXT = re.compile(r"(?:\b|_)(?:ddp|DDP)(?:_\w*)?\(")
 
 
 class _Site:
@@ -181,8 +180,10 @@ class DdpAccumulationWithoutNoSync(Rule):
         super().__init__(context)
         source = context.source
         self._active = (
-            "DistributedDataParallel" in source or _DDP_HELPER_TEXT.search(source) is not None
+            "DistributedDataParallel" in source or "DDP" in source or "ddp" in source
         ) and not any(word in source for word in _SYNC_CONTROL)
+        if not self._active:
+            self.walks = False
         self._has_ddp = False
         self._backwards: List[_Site] = []
         self._steps: List[_Site] = []
