@@ -80,6 +80,11 @@ class ItemInLoop(Rule):
     - a module that imports PyTorch only for TensorBoard logging
       (`from torch.utils.tensorboard import SummaryWriter` in a JAX program):
       its arrays are not torch tensors;
+    - a value read to be written, drawn or decoded on the host (handed to a
+      call named like `save`, `write`, `plot`, `imshow`, `fromarray`, `decode`,
+      directly or through a name), or to an environment's `step`; a console
+      write (`sys.stdout.write(...)`, `tqdm.write(...)`) is a log line like
+      `print` and does not count;
     - conversions in a module built around an evaluation API taking host
       lists (it imports `pycocotools`, `lvis`, `panopticapi` or
       `cityscapesscripts` at its top level; not a script importing one inside
@@ -172,6 +177,8 @@ class ItemInLoop(Rule):
         "import torch\nfor i in range(n.item()):\n    pass\n",
     ]
     INVALID = [
+        "import sys\nimport torch\nfor x, y in loader:\n    loss = model(x.cuda()).sum()\n    loss.backward()\n"
+        "    optimizer.step()\n    sys.stdout.write('loss %f' % loss.item())\n",
         "import torch\ntotal = 0.0\nfor x in loader:\n    total += model(x).item()\n",
         "import torch\nfor x in loader:\n    print(model(x).tolist())\n",
         "import torch\ndef training_step(tensors):\n    values = [t.item() for t in tensors]\n",
