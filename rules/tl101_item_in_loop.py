@@ -33,7 +33,9 @@ class ItemInLoop(Rule):
     ## What it does
     Reports `<tensor>.item()` and `<tensor>.tolist()` called in a loop: in the
     body of a `for`/`while` statement or of a comprehension, in the same
-    function, and not under a periodic guard such as `if step % log_every == 0:`.
+    function, and not under a periodic guard such as `if step % log_every == 0:`
+    (or `if log_now:` where the function only ever assigns `log_now = step %
+    log_every == 0`).
 
     Receivers that are certainly not device tensors are not reported: NumPy and
     pandas values (`np.argmax(a).item()`, `x.cpu().numpy().tolist()`,
@@ -168,6 +170,8 @@ class ItemInLoop(Rule):
     needs = ("item", "tolist")
 
     VALID = [
+        "import torch\nfor step, x in enumerate(loader):\n    loss = model(x)\n"
+        "    log_now = step % 100 == 0\n    if log_now and rank == 0:\n        print(loss.item())\n",
         "import torch\nfor x, y in loader:\n    loss = model(x.cuda()).sum()\n    loss.backward()\n"
         "    optimizer.step()\n    torch.cuda.synchronize()\n    logger.update(loss=loss.item())\n",
         "import torch\nfor k, v in metrics.items():\n    print(k, v)\n",
