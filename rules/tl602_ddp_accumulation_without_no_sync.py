@@ -7,8 +7,9 @@ import libcst as cst
 
 from torchlint.model import FixAvailability
 from torchlint.rule import Rule, contains_modulo
-from torchlint.rules._training import is_backward, is_framework_backward, is_optimizer_step
+from torchlint.rules._training import is_backward, is_ddp_helper, is_framework_backward, is_optimizer_step
 from torchlint.nodes import walk_nodes
+from torchlint.rules._frequency import model_for
 
 _DDP = frozenset(
     {
@@ -24,9 +25,6 @@ _ACCUMULATION_WORDS = re.compile(r"accum|micro|sync|update", re.IGNORECASE)
 # Any of these in the module means the author handles gradient synchronisation.
 # (Lightning Fabric's `fabric.no_backward_sync(model)` included.)
 _SYNC_CONTROL = ("no_sync", "no_backward_sync", "require_backward_grad_sync", ".accumulate(")
-# A helper whose name says that it wraps a model in DDP (`smart_DDP(model)`,
-# `wrap_ddp(model)`, `to_ddp(model)`): the wrap often sits in a utility module.
-_DDP_HELPER = re.compile(r"(?:^|_)(?:ddp|DDP)(?:$|_)")
 
 
 class _Site:
@@ -84,7 +82,10 @@ class DdpAccumulationWithoutNoSync(Rule):
     that neither calls `DistributedDataParallel(...)` nor a helper whose name
     says it wraps in DDP (`smart_DDP(model)`, `wrap_ddp(model)`, often defined
     in a utility module: a name with `ddp`/`DDP` as a word; not `is_ddp(...)`
-    or `unwrap_ddp(...)`), and `FullyShardedDataParallel`: FSDP's
+    or `unwrap_ddp(...)`), unless another module of the run that does wrap in
+    DDP calls the function with the loop (`main.py` wraps the model and calls
+    `train_one_epoch` of `engine.py`: the project index finds the call, and
+    the message names where), and `FullyShardedDataParallel`: FSDP's
     `no_sync()` keeps unsharded gradients in memory, so skipping the
     reduce-scatter is a memory trade-off rather than a plain win.
 
@@ -179,8 +180,11 @@ class DdpAccumulationWithoutNoSync(Rule):
     def __init__(self, context) -> None:
         super().__init__(context)
         source = context.source
+        # Without a DDP wrap in the module, a function whose callers in other
+        # modules wrap one (the project index) may still accumulate on DDP.
         self._active = (
             "DistributedDataParallel" in source or "DDP" in source or "ddp" in source
+            or ("backward" in source and "step" in source)
         ) and not any(word in source for word in _SYNC_CONTROL)
         if not self._active:
             self.walks = False
@@ -267,11 +271,31 @@ class DdpAccumulationWithoutNoSync(Rule):
 
     # -- decision ------------------------------------------------------------------
     def leave_Module(self, node: cst.Module) -> None:
-        if not self._active or not self._has_ddp:
+        if not self._active:
             return
         for backward in self._backwards:
-            if backward.loop is not None and self._accumulates(backward):
+            if backward.loop is None or not self._accumulates(backward):
+                continue
+            if self._has_ddp:
                 self.report(backward.node, self._MESSAGE)
+                continue
+            where = self._ddp_caller(backward.function)
+            if where is not None:
+                self.report(backward.node, f"{self._MESSAGE} (the model is wrapped in DDP in {where}, "
+                            "which calls this function)")
+
+    def _ddp_caller(self, function: Optional[cst.FunctionDef]) -> Optional[str]:
+        """Where a module that wraps a model in DDP calls ``function`` (the
+        project index's answer); the function is noted for the index."""
+        if function is None:
+            return None
+        ctx = self.context
+        name = model_for(ctx).qualified_name(function)
+        if name is None:
+            return None
+        ctx.pending.add(name)
+        fact = ctx.project.get("frequency", {}).get(f"{name}|ddp")
+        return fact[1] if fact else None
 
     def _accumulates(self, backward: _Site) -> bool:
         loop = backward.loop
@@ -335,6 +359,4 @@ def _wraps_in_ddp(node: cst.Call) -> bool:
     model as an argument, of a helper whose name says it wraps in DDP."""
     func = node.func
     name = func.attr.value if isinstance(func, cst.Attribute) else func.value if isinstance(func, cst.Name) else ""
-    if not node.args or name.startswith(("is_", "unwrap", "de_")):
-        return False
-    return _DDP_HELPER.search(name) is not None
+    return bool(node.args) and is_ddp_helper(name)
