@@ -60,7 +60,13 @@ class DdpAccumulationWithoutNoSync(Rule):
     - an inner micro-batch loop calls `backward()` outside any branch and
       contains no optimizer step, and a step follows the inner loop in the
       enclosing loop (or function). This is the shape of nanoGPT's loop,
-      which is silent because it sets `require_backward_grad_sync`.
+      which is silent because it sets `require_backward_grad_sync`;
+    - a loss scaler called every iteration with the loss and an
+      `update_grad=` that says "every N micro-batches" (timm's
+      `NativeScaler`, as DeiT, MAE, ConvNeXt and Swin call it:
+      `loss_scaler(loss, optimizer, update_grad=(i + 1) % accum_iter == 0)`):
+      it runs `backward()` on every call and steps only when `update_grad`
+      is true.
 
     Not reported when the module mentions `no_sync` (`with model.no_sync():`,
     `ctx = model.no_sync if ... else nullcontext`, a helper of one's own),
@@ -144,6 +150,9 @@ class DdpAccumulationWithoutNoSync(Rule):
     fix = FixAvailability.NONE
 
     VALID = [
+        "from torch.nn.parallel import DistributedDataParallel as DDP\nmodel = DDP(model)\n"
+        "for i, (x, y) in enumerate(loader):\n    loss = criterion(model(x), y)\n"
+        "    loss_scaler(loss, optimizer, parameters=model.parameters(), update_grad=True)\n",
         "from utils import unwrap_ddp\nnet = unwrap_ddp(model)\n"
         "for i, (x, y) in enumerate(loader):\n    loss = criterion(model(x), y)\n    loss.backward()\n"
         "    if (i + 1) % accum_steps == 0:\n        optimizer.step()\n        optimizer.zero_grad()\n",
@@ -159,6 +168,10 @@ class DdpAccumulationWithoutNoSync(Rule):
         "    if (i + 1) % 4 == 0:\n        optimizer.step()\n",
     ]
     INVALID = [
+        "from torch.nn.parallel import DistributedDataParallel as DDP\nmodel = DDP(model)\n"
+        "for i, (x, y) in enumerate(loader):\n    loss = criterion(model(x), y) / accum_iter\n"
+        "    loss_scaler(loss, optimizer, parameters=model.parameters(),\n"
+        "                update_grad=(i + 1) % accum_iter == 0)\n",
         "from utils.torch_utils import smart_DDP\nmodel = smart_DDP(model)\n"
         "for i, (x, y) in enumerate(loader):\n    loss = criterion(model(x), y)\n    loss.backward()\n"
         "    if (i + 1) % accum_steps == 0:\n        optimizer.step()\n        optimizer.zero_grad()\n",
@@ -184,12 +197,15 @@ class DdpAccumulationWithoutNoSync(Rule):
         # modules wrap one (the project index) may still accumulate on DDP.
         self._active = (
             "DistributedDataParallel" in source or "DDP" in source or "ddp" in source
-            or ("backward" in source and "step" in source)
+            or (("backward" in source or "scaler" in source) and "step" in source)
         ) and not any(word in source for word in _SYNC_CONTROL)
         if not self._active:
             self.walks = False
         self._has_ddp = False
         self._backwards: List[_Site] = []
+        # Loss scalers that run the backward and step only when told
+        # (timm's `loss_scaler(loss, optimizer, update_grad=(i + 1) % n == 0)`).
+        self._scaled: List[_Site] = []
         self._steps: List[_Site] = []
         self._loop_end: Dict[int, int] = {}
         self._loop_parent: Dict[int, Optional[cst.CSTNode]] = {}
@@ -202,6 +218,13 @@ class DdpAccumulationWithoutNoSync(Rule):
         ctx = self.context
         if ctx.qualname(node.func) in _DDP or _wraps_in_ddp(node):
             self._has_ddp = True
+            return
+        if _scaler_accumulates(node):
+            site = self._site(node)
+            if site is not None and site.loop is not None and not any(
+                isinstance(c, cst.If) and contains_modulo(c.test) for c, _ in site.conditions
+            ):
+                self._scaled.append(site)
             return
         if is_backward(node, ctx):
             if is_framework_backward(node):
@@ -273,9 +296,8 @@ class DdpAccumulationWithoutNoSync(Rule):
     def leave_Module(self, node: cst.Module) -> None:
         if not self._active:
             return
-        for backward in self._backwards:
-            if backward.loop is None or not self._accumulates(backward):
-                continue
+        accumulating = [b for b in self._backwards if b.loop is not None and self._accumulates(b)]
+        for backward in sorted(accumulating + self._scaled, key=lambda site: site.order):
             if self._has_ddp:
                 self.report(backward.node, self._MESSAGE)
                 continue
@@ -360,3 +382,22 @@ def _wraps_in_ddp(node: cst.Call) -> bool:
     func = node.func
     name = func.attr.value if isinstance(func, cst.Attribute) else func.value if isinstance(func, cst.Name) else ""
     return bool(node.args) and is_ddp_helper(name)
+
+
+def _scaler_accumulates(node: cst.Call) -> bool:
+    """A loss scaler called with the loss and an ``update_grad=`` that says
+    "every N micro-batches" (``loss_scaler(loss, optimizer, ...,
+    update_grad=(i + 1) % accum_iter == 0)``, timm's ``NativeScaler`` as DeiT,
+    MAE, ConvNeXt and Swin call it): it runs ``backward()`` on every call and
+    steps only when ``update_grad`` is true."""
+    func = node.func
+    name = func.attr.value if isinstance(func, cst.Attribute) else func.value if isinstance(func, cst.Name) else ""
+    if "scaler" not in name.lower() or not node.args:
+        return False
+    for arg in node.args:
+        if arg.keyword is not None and arg.keyword.value == "update_grad":
+            value = arg.value
+            return contains_modulo(value) or any(
+                isinstance(n, cst.Name) and _ACCUMULATION_WORDS.search(n.value) for n in walk_nodes(value)
+            )
+    return False
