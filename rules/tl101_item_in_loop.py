@@ -17,6 +17,7 @@ from torchlint.rules._sync import (
     converts_any_value,
     enclosing_function_is_one_off,
     feeds_host_api,
+    feeds_finite_guard,
     feeds_host_sink,
     in_data_pipeline,
     is_constant_display,
@@ -56,10 +57,16 @@ class ItemInLoop(Rule):
       `sys.exit(...)`, under `if i == 0:` on the loop counter, under a cap
       (`if shown < 3:` whose body does `shown += 1`), or under a periodic
       guard kept with a counter (`if seen == k:` whose body resets `seen = 0`);
-    - a loop that already waits for the device every iteration: its own
-      body calls `torch.cuda.synchronize()` (or `torch.accelerator`/`xpu`/`mps`
-      `synchronize()`) outside any condition; one more wait there costs
-      nothing, and the sync itself is TL103's finding;
+    - a timing loop, which already waits for the device every iteration on
+      purpose: its own body calls `torch.cuda.synchronize()` (or
+      `torch.accelerator`/`xpu`/`mps` `synchronize()`) outside any condition
+      and reads a clock (`time.time()`, `perf_counter()`); one more wait
+      there costs nothing (a sync without a clock is TL103's finding, and
+      the reads after it are reported: they become the wait once it goes);
+    - a value read to stop the run on a non-finite loss (`if not
+      math.isfinite(loss.item()): sys.exit(1)`, or `loss_value = loss.item()`
+      tested so later in the loop): the guard needs the host value every
+      step by design;
     - a loop whose iteration is a whole pass of work: over epochs
       (`for epoch in ...`, unless the loop itself calls `.backward()`:
       full-batch training, where each "epoch" is one step), over a streaming
@@ -172,8 +179,12 @@ class ItemInLoop(Rule):
     VALID = [
         "import torch\nfor step, x in enumerate(loader):\n    loss = model(x)\n"
         "    log_now = step % 100 == 0\n    if log_now and rank == 0:\n        print(loss.item())\n",
-        "import torch\nfor x, y in loader:\n    loss = model(x.cuda()).sum()\n    loss.backward()\n"
-        "    optimizer.step()\n    torch.cuda.synchronize()\n    logger.update(loss=loss.item())\n",
+        "import time\nimport torch\nfor x, y in loader:\n    loss = model(x.cuda()).sum()\n    loss.backward()\n"
+        "    optimizer.step()\n    torch.cuda.synchronize()\n    batch_time = time.time() - end\n"
+        "    logger.update(loss=loss.item())\n",
+        "import math\nimport sys\nimport torch\nfor x, y in loader:\n    loss = model(x.cuda()).sum()\n"
+        "    loss_value = loss.item()\n    if not math.isfinite(loss_value):\n        sys.exit(1)\n"
+        "    loss.backward()\n    optimizer.step()\n",
         "import torch\nfor k, v in metrics.items():\n    print(k, v)\n",
         "import torch\nfor x in loader:\n    loss = model(x)\nprint(loss.item())\n",
         "import torch\nfor step, x in enumerate(loader):\n    loss = model(x)\n    if step % 100 == 0:\n        print(loss.item())\n",
@@ -181,6 +192,8 @@ class ItemInLoop(Rule):
         "import torch\nfor i in range(n.item()):\n    pass\n",
     ]
     INVALID = [
+        "import torch\nfor x, y in loader:\n    loss = model(x.cuda()).sum()\n    loss.backward()\n"
+        "    optimizer.step()\n    torch.cuda.synchronize()\n    logger.update(loss=loss.item())\n",
         "import sys\nimport torch\nfor x, y in loader:\n    loss = model(x.cuda()).sum()\n    loss.backward()\n"
         "    optimizer.step()\n    sys.stdout.write('loss %f' % loss.item())\n",
         "import torch\ntotal = 0.0\nfor x in loader:\n    total += model(x).item()\n",
@@ -224,10 +237,12 @@ class ItemInLoop(Rule):
         if runs_once(ctx, loop) or runs_once_per_pass(ctx, loop, self._facts):
             return
         facts = loop_facts(ctx, loop, self._facts)
-        if facts.synchronizes:
-            return  # the loop waits for the device every iteration anyway (TL103 reports that sync)
+        if facts.synchronizes and facts.reads_clock:
+            return  # a timing loop: it waits for the device every iteration anyway, to time it
         if facts.exits_on_value:
             return  # the loop waits for a device value every iteration anyway, to decide to stop
+        if feeds_finite_guard(ctx, loop):
+            return  # read to stop the run on a non-finite loss: needed every step, by design
         recv = receiver(node)
         assert recv is not None
         if in_data_pipeline(ctx) or enclosing_function_is_one_off(ctx) or self._reads_checkpoint(recv):
