@@ -85,7 +85,8 @@ class ItemInLoop(Rule):
     - a conversion under `isinstance(v, torch.Tensor)` (or `torch.is_tensor`)
       in a loop that runs no training step (`.backward()`/`.step()`): loggers,
       results tables and input normalisation, which handle values that may not
-      be tensors, unless a caller visibly runs it every step;
+      be tensors, unless a caller visibly runs it every step and not every
+      caller passes only host values (`logger.update(loss=loss.item())`);
     - a module that imports PyTorch only for TensorBoard logging
       (`from torch.utils.tensorboard import SummaryWriter` in a JAX program):
       its arrays are not torch tensors;
