@@ -6,6 +6,7 @@ from typing import Dict, List, Optional, Tuple
 
 import libcst as cst
 
+from torchlint.nodes import target_names
 from torchlint.rule import Context
 from torchlint.rules._helpers import (
     argument,
@@ -170,20 +171,12 @@ def indexes_memory_only(getitem: cst.FunctionDef, ctx: Context) -> bool:
                     return False
                 for t in small.targets:
                     if _names_only(t.target):
-                        local.update(_target_names(t.target))
+                        local.update(target_names(t.target))
                     elif not _item_of_local(t.target, local, ctx):
                         return False
             else:
                 return False
     return True
-
-
-def _target_names(target: cst.BaseExpression) -> List[str]:
-    if isinstance(target, cst.Name):
-        return [target.value]
-    if isinstance(target, (cst.Tuple, cst.List)):
-        return [n for e in target.elements for n in _target_names(e.value)]
-    return []
 
 
 def _item_of_local(target: cst.BaseExpression, local: set, ctx: Context) -> bool:
