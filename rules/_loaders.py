@@ -511,14 +511,19 @@ class LoaderIndex:
         return found
 
     def _mentions(self, name: str) -> int:
-        """How many times ``name`` occurs as an identifier in the module (one
-        walk of the module, done only when a parameter is followed)."""
+        """How many times ``name`` occurs as an identifier in the module, not
+        counting attribute names (``encoder.train()`` does not mention a
+        function ``train``); one walk of the module, done only when a parameter
+        is followed."""
         if self._names is None:
             from torchlint.nodes import walk_nodes
 
             counts: Dict[str, int] = {}
+            attributes = set()
             for node in walk_nodes(self.module):
-                if isinstance(node, cst.Name):
+                if isinstance(node, cst.Attribute):
+                    attributes.add(id(node.attr))
+                elif isinstance(node, cst.Name) and id(node) not in attributes:
                     counts[node.value] = counts.get(node.value, 0) + 1
             self._names = counts
         return self._names.get(name, 0)
