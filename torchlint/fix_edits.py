@@ -35,12 +35,23 @@ def text_edit(before: str, after: str) -> Optional[Dict[str, Any]]:
     while end_before > start and end_after > start and before[end_before - 1] == after[end_after - 1]:
         end_before -= 1
         end_after -= 1
+    # Whole words: `True` for `False`, not `Tru` for `Fals`.
+    while start > 0 and start < end_before and _word(before[start - 1]) and _word(before[start]):
+        start -= 1
+    while end_before < len(before) and _word(before[end_before]) and (
+            end_before > start and _word(before[end_before - 1])):
+        end_before += 1
+        end_after += 1
     starts = [0] + [i + 1 for i, ch in enumerate(before) if ch == "\n"]
     return {
         "content": after[start:end_after],
         "location": _point(starts, start),
         "end_location": _point(starts, end_before),
     }
+
+
+def _word(ch: str) -> bool:
+    return ch.isalnum() or ch == "_"
 
 
 def _point(starts: List[int], offset: int) -> Dict[str, int]:

@@ -433,8 +433,9 @@ def _es(n: int) -> str:
 def summary(diagnostics: Sequence[Diagnostic], unsafe_fixes: Optional[bool], fix_total: Optional[int] = None,
             fixed: int = 0, color: bool = False) -> str:
     """Ruff's summary of ``check`` (and of ``check --fix``, ``fixed`` being the
-    fixes applied): ``Found N errors.`` and what ``--fix`` would do about them.
-    ``unsafe_fixes`` None (not set anywhere) hints at the unsafe fixes, as Ruff does.
+    fixes applied), word for word as Ruff 0.17 prints it: ``Found N errors.`` and
+    what ``--fix`` would do about them. ``unsafe_fixes`` None (not set anywhere)
+    hints at the unsafe fixes, as Ruff does.
 
     ``fix_total`` is how many fixes ``--fix`` would apply in all; more than the
     fixable diagnostics when applying some makes others possible (said on a
@@ -450,17 +451,12 @@ def summary(diagnostics: Sequence[Diagnostic], unsafe_fixes: Optional[bool], fix
         lines = ["All checks passed!"]
     applicable, hidden = _fixables(diagnostics, unsafe_fixes)
     star = "[" + (click.style("*", fg="cyan") if color else "*") + "]"
-    if unsafe_fixes is None:
-        if applicable and hidden:
-            lines.append(f"{star} {applicable} fixable with the `--fix` option ({hidden} hidden fix{_es(hidden)} "
-                         "can be enabled with the `--unsafe-fixes` option).")
-        elif applicable:
-            lines.append(f"{star} {applicable} fixable with the `--fix` option.")
-        elif hidden:
-            lines.append(f"No fixes available ({hidden} hidden fix{_es(hidden)} can be enabled with the "
-                         "`--unsafe-fixes` option).")
-    elif applicable:
-        lines.append(f"{star} {applicable} fixable with the --fix option.")
+    hint = unsafe_fixes is None and hidden  # Ruff hints only when unsafe-fixes is not set
+    unsafe = f"{hidden} unsafe fix{_es(hidden)} available with `--fix --unsafe-fixes`"
+    if applicable:
+        lines.append(f"{star} {applicable} fixable with `--fix`" + (f" ({unsafe})." if hint else "."))
+    elif hint:
+        lines.append(f"{unsafe}.")
     more = (fix_total or 0) - applicable
     if applicable and more > 0:
         lines.append(f"{more} more become{'s' if more == 1 else ''} fixable once these are applied.")
