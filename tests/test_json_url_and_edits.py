@@ -1,0 +1,120 @@
+"""JSON diagnostics with the rule's `url` and the fix's `edits`, SARIF rules with
+`helpUri`, as Ruff's (#16)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from urllib.parse import unquote, urlparse
+
+from tests.test_add_noqa import _notebook
+from tests.test_cli import run
+from torchlint.fix_edits import text_edit
+from torchlint.reporters import docs_url, rule_url
+
+ROOT = Path(__file__).resolve().parent.parent
+
+SOURCE = """\
+import torch
+from torch.utils.data import DataLoader
+
+
+def train(dataset, device):
+    loader = DataLoader(dataset, batch_size=8, num_workers=4)
+    total = 0.0
+    for batch in loader:
+        noise = torch.zeros(3).to(device)
+        total += batch.sum().item()
+        x = batch.to(device)
+"""
+
+
+def _apply(text: str, edits: list) -> str:
+    """Apply Ruff-style edits (rows and columns from 1, end exclusive)."""
+    lines = text.splitlines(keepends=True)
+    starts = [0]
+    for line in lines:
+        starts.append(starts[-1] + len(line))
+
+    def offset(point):
+        return starts[point["row"] - 1] + point["column"] - 1
+
+    for edit in sorted(edits, key=lambda e: offset(e["location"]), reverse=True):
+        text = text[: offset(edit["location"])] + edit["content"] + text[offset(edit["end_location"]):]
+    return text
+
+
+def test_each_edit_applied_alone_gives_what_its_fix_gives(runner, workdir):
+    (workdir / "train.py").write_text(SOURCE)
+    items = json.loads(run(runner, "check", "--output-format", "json", "train.py").output)
+    fixable = [item for item in items if item["fix"] is not None]
+    assert {item["code"] for item in fixable} == {"TL201", "TL202", "TL101"}
+    for item in fixable:
+        edits = item["fix"]["edits"]
+        assert edits, item["code"]
+        fixed = _apply(SOURCE, edits)
+        if item["code"] == "TL201":
+            # the span that changes: `).to(` becomes `, device=`
+            assert edits == [{"content": ", device=", "location": {"row": 9, "column": 30},
+                              "end_location": {"row": 9, "column": 35}}]
+            assert "noise = torch.zeros(3, device=device)\n" in fixed
+        if item["code"] == "TL202":
+            assert "DataLoader(dataset, batch_size=8, num_workers=4, pin_memory=True)" in fixed
+            compile(fixed, "train.py", "exec")
+    # The unsafe fix gets its edits too (the JSON says it is unsafe).
+    (unsafe,) = [item for item in fixable if item["code"] == "TL101"]
+    assert unsafe["fix"]["applicability"] == "unsafe"
+
+
+def test_json_url_points_at_the_rules_section(runner, workdir):
+    (workdir / "train.py").write_text(SOURCE)
+    items = json.loads(run(runner, "check", "--output-format", "json", "train.py").output)
+    for item in items:
+        assert item["url"] == rule_url(item["code"], item["name"])
+        assert item["url"].endswith(f"#{item['code'].lower()}-{item['name']}")
+    rules_md = (ROOT / "docs" / "rules.md").read_text()
+    for item in items:
+        anchor = item["url"].split("#", 1)[1]
+        assert f"](#{anchor})" in rules_md  # the generated index links to the same anchor
+
+
+def test_docs_url_is_where_this_torchlint_comes_from():
+    url = docs_url()
+    parsed = urlparse(url)
+    if parsed.scheme == "file":  # a checkout (this one: an editable install or the source tree)
+        assert Path(unquote(parsed.path)) == ROOT / "docs" / "rules.md"
+    else:
+        assert parsed.scheme == "https" and url.endswith("/docs/rules.md"), url
+
+
+def test_noqa_row_is_where_a_noqa_goes(runner, workdir):
+    (workdir / "train.py").write_text(
+        'import torch\n\n\ndef train(loader, device):\n    for batch in loader:\n'
+        '        noise = torch.zeros(len("""\n1\n""")).to(device)\n'
+    )
+    (item,) = json.loads(run(runner, "check", "--output-format", "json", "train.py").output)
+    assert item["location"]["row"] == 6 and item["noqa_row"] == 8
+
+
+def test_notebook_edits_are_in_the_cell(runner, workdir):
+    (workdir / "nb.ipynb").write_text(_notebook("import torch", "for b in loader:\n    x = torch.zeros(3).cuda()"))
+    (item,) = json.loads(run(runner, "check", "--output-format", "json", "nb.ipynb").output)
+    assert item["cell"] == 2
+    assert item["fix"]["edits"] == [{"content": ", device=\"cuda\"", "cell": 2,
+                                     "location": {"row": 2, "column": 22}, "end_location": {"row": 2, "column": 29}}]
+
+
+def test_sarif_rules_have_help_uri(runner, workdir):
+    (workdir / "train.py").write_text(SOURCE)
+    sarif = json.loads(run(runner, "check", "--output-format", "sarif", "train.py").output)
+    rules = sarif["runs"][0]["tool"]["driver"]["rules"]
+    assert all(rule["helpUri"] == rule_url(rule["id"], rule["name"]) for rule in rules)
+
+
+def test_text_edit_keeps_whole_words_and_positions():
+    assert text_edit("a = f(x=False)\n", "a = f(x=True)\n") == {
+        "content": "True", "location": {"row": 1, "column": 9}, "end_location": {"row": 1, "column": 14}}
+    assert text_edit("a\nb\n", "a\nx\nb\n")["location"] == {"row": 2, "column": 1}
+    assert text_edit("same", "same") is None
+    deletion = text_edit("keep\ndrop\nkeep\n", "keep\nkeep\n")
+    assert deletion["content"] == "" and _apply("keep\ndrop\nkeep\n", [deletion]) == "keep\nkeep\n"
