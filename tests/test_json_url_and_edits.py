@@ -118,3 +118,9 @@ def test_text_edit_keeps_whole_words_and_positions():
     assert text_edit("same", "same") is None
     deletion = text_edit("keep\ndrop\nkeep\n", "keep\nkeep\n")
     assert deletion["content"] == "" and _apply("keep\ndrop\nkeep\n", [deletion]) == "keep\nkeep\n"
+
+
+def test_edits_for_standard_input(runner, workdir):
+    code = "import torch\nfor b in loader:\n    x = torch.zeros(3).cuda()\n"
+    (item,) = json.loads(run(runner, "check", "--output-format", "json", "-", input=code).output)
+    assert _apply(code, item["fix"]["edits"]) == code.replace("torch.zeros(3).cuda()", 'torch.zeros(3, device="cuda")')

@@ -290,7 +290,7 @@ def _common_options(func: Callable) -> Callable:
         click.argument("paths", nargs=-1, type=click.Path()),
         click.option("--select", multiple=True, metavar="CODES",
                      help="Rules to enable (codes or prefixes like TL2, or ALL); replaces the configured "
-                     "selection. Opt-in rules (TL5xx) are enabled only by ALL or a selector with a digit "
+                     "selection. Opt-in rules (TL5xx, TL001) are enabled only by ALL or a selector with a digit "
                      "(TL5, TL503): TL alone means the default rules."),
         click.option("--ignore", multiple=True, metavar="CODES", help="Rules to disable."),
         click.option("--extend-select", multiple=True, metavar="CODES",
@@ -427,7 +427,7 @@ def check(paths, select, ignore, extend_select, config, exclude, extend_exclude,
         raise _fail(f"cannot write {output_file}: {exc.strerror or exc}") from None
     try:
         if not silent:
-            edits = _fix_edits(diagnostics, targets, run, facts) if facts is not None else None
+            edits = _fix_edits(diagnostics, sources, targets, run, facts) if facts is not None else None
             _report(diagnostics, sources, run.settings, show_statistics, file=out, edits=edits)
         text_summary = (run.settings.output_format in TEXT_FORMATS and not show_statistics and not quiet
                         and not silent)
@@ -480,10 +480,12 @@ def _fix_list(fixed: Dict[str, Counter], verb: str, color: bool = False) -> str:
     return "\n".join(lines) + "\n\n"
 
 
-def _fix_edits(diagnostics: Sequence[Diagnostic], targets: Sequence[Target], run: Run,
+def _fix_edits(diagnostics: Sequence[Diagnostic], sources: Dict[str, str], targets: Sequence[Target], run: Run,
                facts: Dict[str, dict]) -> Dict[Tuple, list]:
     """The edits of each fixable diagnostic (JSON's ``fix.edits``): what applying
-    only its fix changes, in the diagnostic's own coordinates (a notebook's cell)."""
+    only its fix changes, in the diagnostic's own coordinates (a notebook's cell).
+    A Python file's text is the one checked (``sources``, standard input too);
+    a notebook is read again for its JSON."""
     from torchlint import fix_edits
 
     by_display = {t.display: t for t in targets}
@@ -493,15 +495,16 @@ def _fix_edits(diagnostics: Sequence[Diagnostic], targets: Sequence[Target], run
         target = by_display.get(display)
         if target is None:
             continue
-        try:
-            source = _read(target) if target.path is not None else None
-        except SourceError:
+        text = sources.get(display)
+        if is_notebook(display):
+            try:
+                text = _read(target).text if target.path is not None else None
+            except SourceError:
+                text = None
+        if text is None:
             continue
-        if source is None:
-            continue  # standard input was read once, by the check
         profile = target.profile or run.profile(target.path)
-        out.update(fix_edits.for_file(source.text, display, profile.settings, profile.codes,
-                                      facts.get(display)))
+        out.update(fix_edits.for_file(text, display, profile.settings, profile.codes, facts.get(display)))
     return out
 
 

@@ -303,7 +303,7 @@ def parse_version(value: Any, where: str = "target-torch") -> Tuple[int, int]:
 #
 # A selector is ``ALL``, a rule's code (``TL503``) or a prefix of codes (``TL``,
 # ``TL2``, ``TL50``).  ``select`` and ``extend-select`` enable the rules whose codes
-# start with a selector, except that an opt-in rule (off by default: TL5xx) is
+# start with a selector, except that an opt-in rule (off by default: TL5xx, TL001) is
 # enabled only by ``ALL`` or by a selector with at least one digit (its family,
 # ``TL5``, or anything more specific): ``select = ["TL"]`` means the default rules.
 # ``ignore`` and ``per-file-ignores`` remove every rule whose code starts with a
