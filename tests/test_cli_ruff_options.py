@@ -248,6 +248,7 @@ def test_config_file_and_overrides_together(runner, workdir):
         ("select = []\nignore = []", "must set exactly one option"),
         ("extend = 'x.toml'", "`extend` cannot be set on the command line"),
         ("missing.toml", "configuration file missing.toml does not exist"),
+        ("select = []", "--config: no rules selected"),
     ],
 )
 def test_bad_config_values_are_usage_errors(runner, workdir, value, message):

@@ -953,7 +953,7 @@ def verify(target, rule_mode, select, ignore, config, unsafe_fixes, each, rtol, 
             except ConfigError as exc:
                 raise _fail(str(exc)) from None
             options = verifier.EntryOptions(
-                unsafe=profile.settings.unsafe_fixes, each=each, rtol=rtol, atol=atol,
+                unsafe=bool(profile.settings.unsafe_fixes), each=each, rtol=rtol, atol=atol,
                 min_run_time=min_run_time, timeout=timeout,
             )
             report = verifier.verify_entry(target[0], profile.settings, profile.codes, options, progress)

@@ -510,9 +510,11 @@ class Resolver:
 
 
 def _nothing_selected(overrides: Overrides, base: Settings, config: Optional[Path]) -> str:
-    where = None
+    where = "--config" if overrides.config else None
     if config is not None:
         where = f"[tool.torchlint] in {config}" if config.name == "pyproject.toml" else str(config)
+        if overrides.config:
+            where += " (with --config overrides)"
     if overrides.select is not None or (overrides.selects and where is None):
         return ("no rules selected: --select, --ignore and --extend-select leave nothing to check "
                 "(an empty --select selects nothing)")
