@@ -163,3 +163,15 @@ def test_tl001_judges_files_that_never_mention_torch():
 
 def test_tl001_can_be_suppressed_like_any_rule():
     assert lint("x = 1  # noqa: TL101, TL001\n", ["TL001", "TL101"]) == []
+
+
+def test_noqa_rows_of_strings_and_continuations():
+    from torchlint.noqa import add_noqa, noqa_rows
+
+    text = 'x = f"""a {1}\nb\n""".upper()\ny = 1 + \\\n    2\nz = 3\n'
+    assert noqa_rows(text) == {1: 3, 2: 3, 4: 5}
+    new, count = add_noqa(text, {1: ["TL1"], 2: ["TL2"], 4: ["TL3"], 6: ["TL4"]})
+    assert count == 3
+    assert new == ('x = f"""a {1}\nb\n""".upper()  # noqa: TL1, TL2\ny = 1 + \\\n    2  # noqa: TL3\n'
+                   'z = 3  # noqa: TL4\n')
+    compile(new, "x.py", "exec")

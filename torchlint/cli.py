@@ -537,6 +537,23 @@ def _add_noqa(run: Run, targets: List[Target], problems: List[str], use_cache: b
     raise click.exceptions.Exit(EXIT_ERROR if errors or problems else EXIT_OK)
 
 
+def _still_parses(before: str, after: str) -> bool:
+    """Whether ``after`` parses as Python when ``before`` did."""
+    import ast
+    import warnings
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        for text in (before, after):
+            try:
+                ast.parse(text)
+            except (SyntaxError, ValueError, RecursionError, MemoryError):
+                if text is before:
+                    return True  # nothing to compare with
+                return False
+    return True
+
+
 def _add_noqa_all(targets: List[Target], run: Run, facts: Dict[str, dict]) -> Tuple[int, List[str]]:
     from torchlint.engine import UNUSED_NOQA, lint_text
     from torchlint.noqa import add_noqa
@@ -560,6 +577,9 @@ def _add_noqa_all(targets: List[Target], run: Run, facts: Dict[str, dict]) -> Tu
                 wanted.setdefault(d.line, set()).add(d.code)
         new_program, count = add_noqa(program, wanted)
         if not count:
+            continue
+        if not _still_parses(program, new_program):  # never expected: a comment where none can go
+            errors.append(f"{target.display}: the `# noqa` comments would not parse; nothing was written")
             continue
         text = new_program
         if notebook is not None:

@@ -220,6 +220,11 @@ def _tokens(text: str) -> List[tokenize.TokenInfo]:
         return []
 
 
+# Python 3.12 tokenizes an f-string in pieces (3.14 a t-string too).
+_STRING_STARTS = {getattr(tokenize, name) for name in ("FSTRING_START", "TSTRING_START") if hasattr(tokenize, name)}
+_STRING_ENDS = {getattr(tokenize, name) for name in ("FSTRING_END", "TSTRING_END") if hasattr(tokenize, name)}
+
+
 def noqa_rows(text: str) -> Dict[int, int]:
     """Line -> the line whose end can hold a comment for it, for the lines that
     cannot (as Ruff's ``noqa_row``): a line inside a multi-line string maps to the
@@ -227,10 +232,18 @@ def noqa_rows(text: str) -> Dict[int, int]:
     Lines not in the map hold their own comment."""
     rows: Dict[int, int] = {}
     tokens = _tokens(text)
+    opened: List[int] = []  # the rows of the f-strings (t-strings) still open (Python 3.12+)
     for tok in tokens:
+        end = None
         if tok.type == tokenize.STRING and tok.end[0] > tok.start[0]:
-            for row in range(tok.start[0], tok.end[0]):
-                rows[row] = tok.end[0]
+            start, end = tok.start[0], tok.end[0]
+        elif tok.type in _STRING_STARTS:
+            opened.append(tok.start[0])
+        elif tok.type in _STRING_ENDS and opened:
+            start, end = opened.pop(), tok.end[0]
+        if end is not None and end > start:
+            for row in range(start, end):
+                rows[row] = end
     lines = text.splitlines()
     for previous, tok in zip(tokens, tokens[1:]):
         # A token on a later line with no NEWLINE/NL between: a backslash joined them.
