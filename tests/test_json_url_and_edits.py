@@ -124,3 +124,15 @@ def test_edits_for_standard_input(runner, workdir):
     code = "import torch\nfor b in loader:\n    x = torch.zeros(3).cuda()\n"
     (item,) = json.loads(run(runner, "check", "--output-format", "json", "-", input=code).output)
     assert _apply(code, item["fix"]["edits"]) == code.replace("torch.zeros(3).cuda()", 'torch.zeros(3, device="cuda")')
+
+
+def test_fix_json_gives_the_edits_of_the_fixes_left(runner, workdir):
+    path = workdir / "train.py"
+    path.write_text(SOURCE)
+    items = json.loads(run(runner, "fix", "--output-format", "json", "train.py").output)
+    fixed = path.read_text()
+    assert "torch.zeros(3, device=device)" in fixed  # the safe fix was applied
+    left = {item["code"]: item for item in items if item["fix"] is not None}
+    assert sorted(left) == ["TL101", "TL202"]  # unsafe here (the dataset is unknown)
+    assert "total += batch.sum().detach()" in _apply(fixed, left["TL101"]["fix"]["edits"])
+    assert "pin_memory=True" in _apply(fixed, left["TL202"]["fix"]["edits"])

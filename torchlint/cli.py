@@ -752,7 +752,9 @@ def _run_fixes(run: Run, diff: bool, show_statistics: bool, exit_zero: bool, fix
     from torchlint.reporters import TEXT_FORMATS, fix_summary, summary
 
     if not diff:
-        _report(remaining, sources, run.settings, show_statistics, err=run.reads_stdin)
+        edits = (_fix_edits(remaining, sources, targets, run, facts)
+                 if run.settings.output_format == "json" else None)  # of the fixes not applied
+        _report(remaining, sources, run.settings, show_statistics, err=run.reads_stdin, edits=edits)
     if run.settings.output_format in TEXT_FORMATS or to_stderr:
         err = to_stderr or run.settings.output_format not in TEXT_FORMATS
         color = _use_color(err)
