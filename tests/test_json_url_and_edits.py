@@ -136,3 +136,21 @@ def test_fix_json_gives_the_edits_of_the_fixes_left(runner, workdir):
     assert sorted(left) == ["TL101", "TL202"]  # unsafe here (the dataset is unknown)
     assert "total += batch.sum().detach()" in _apply(fixed, left["TL101"]["fix"]["edits"])
     assert "pin_memory=True" in _apply(fixed, left["TL202"]["fix"]["edits"])
+
+
+def test_spliced_fixes_equal_the_whole_module_rewrite():
+    """fix_edits.alone splices one-line expression fixes into the text; it must
+    give exactly what engine.single_fixes (the whole module regenerated) gives."""
+    from torchlint.config import Settings
+    from torchlint.engine import single_fixes
+    from torchlint.fix_edits import alone
+    from torchlint.registry import all_codes
+
+    paths = sorted(ROOT.glob("tests/fixtures/*/input.py")) + sorted(ROOT.glob("examples/*.py"))
+    compared = 0
+    for path in paths:
+        text = path.read_text()
+        expected = single_fixes(text, path.name, Settings(), all_codes(), True)
+        assert alone(text, path.name, Settings(), all_codes()) == expected, path
+        compared += sum(1 for _, fixed in expected if fixed is not None)
+    assert compared > 50
