@@ -110,6 +110,7 @@ class DataParallel(Rule):
     name = "data-parallel"
     summary = "`nn.DataParallel` instead of `DistributedDataParallel`"
     fix = FixAvailability.NONE
+    needs = ("DataParallel", "data_parallel")
 
     VALID = [
         "import torch\nif isinstance(model, torch.nn.DataParallel):\n    model = model.module\n",
