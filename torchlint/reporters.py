@@ -45,6 +45,12 @@ def docs_url() -> str:
             return f"{url.removesuffix('.git')}/blob/{ref}/docs/rules.md"
         if url.startswith("https://gitlab.com/"):
             return f"{url.removesuffix('.git')}/-/blob/{ref}/docs/rules.md"
+        if url.startswith("file://"):  # installed from a clone (`pip install ./torchlint`)
+            from urllib.request import url2pathname
+
+            installed_from = Path(url2pathname(url[len("file://"):])) / "docs" / "rules.md"
+            if installed_from.is_file():
+                return installed_from.as_uri()
     local = Path(__file__).resolve().parent.parent / "docs" / "rules.md"
     if local.is_file():
         return local.as_uri()
