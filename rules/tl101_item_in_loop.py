@@ -33,7 +33,9 @@ class ItemInLoop(Rule):
     ## What it does
     Reports `<tensor>.item()` and `<tensor>.tolist()` called in a loop: in the
     body of a `for`/`while` statement or of a comprehension, in the same
-    function, and not under a periodic guard such as `if step % log_every == 0:`.
+    function, and not under a periodic guard such as `if step % log_every == 0:`
+    (or `if log_now:` where the function only ever assigns `log_now = step %
+    log_every == 0`).
 
     Receivers that are certainly not device tensors are not reported: NumPy and
     pandas values (`np.argmax(a).item()`, `x.cpu().numpy().tolist()`,
@@ -80,6 +82,11 @@ class ItemInLoop(Rule):
     - a module that imports PyTorch only for TensorBoard logging
       (`from torch.utils.tensorboard import SummaryWriter` in a JAX program):
       its arrays are not torch tensors;
+    - a value read to be written, drawn or decoded on the host (handed to a
+      call named like `save`, `write`, `plot`, `imshow`, `fromarray`, `decode`,
+      directly or through a name), or to an environment's `step`; a console
+      write (`sys.stdout.write(...)`, `tqdm.write(...)`) is a log line like
+      `print` and does not count;
     - conversions in a module built around an evaluation API taking host
       lists (it imports `pycocotools`, `lvis`, `panopticapi` or
       `cityscapesscripts` at its top level; not a script importing one inside
@@ -163,6 +170,8 @@ class ItemInLoop(Rule):
     needs = ("item", "tolist")
 
     VALID = [
+        "import torch\nfor step, x in enumerate(loader):\n    loss = model(x)\n"
+        "    log_now = step % 100 == 0\n    if log_now and rank == 0:\n        print(loss.item())\n",
         "import torch\nfor x, y in loader:\n    loss = model(x.cuda()).sum()\n    loss.backward()\n"
         "    optimizer.step()\n    torch.cuda.synchronize()\n    logger.update(loss=loss.item())\n",
         "import torch\nfor k, v in metrics.items():\n    print(k, v)\n",
@@ -172,6 +181,8 @@ class ItemInLoop(Rule):
         "import torch\nfor i in range(n.item()):\n    pass\n",
     ]
     INVALID = [
+        "import sys\nimport torch\nfor x, y in loader:\n    loss = model(x.cuda()).sum()\n    loss.backward()\n"
+        "    optimizer.step()\n    sys.stdout.write('loss %f' % loss.item())\n",
         "import torch\ntotal = 0.0\nfor x in loader:\n    total += model(x).item()\n",
         "import torch\nfor x in loader:\n    print(model(x).tolist())\n",
         "import torch\ndef training_step(tensors):\n    values = [t.item() for t in tensors]\n",

@@ -42,10 +42,10 @@ class DataLoaderPinMemory(Rule):
     with direct memory access while the GPU keeps computing.
 
     Measured with `torchlint verify --rules TL202` on a CPU (a 2-core AMD EPYC VM,
-    `OMP_NUM_THREADS=1`, torch 2.13.0+cpu; no GPU was available): 1.57 ms before,
-    1.60 ms after, **0.99x**. Pinning needs CUDA: on a CPU the loader does not pin
-    and both versions do the same work. Run the same command on a GPU machine for
-    the figure that matters there.
+    `OMP_NUM_THREADS=1`, torch 2.13.0+cpu, a busy machine; no GPU was available): 6.32 ms
+    before, 6.29 ms after, **no measurable change** (quartile range 0.93-2.04x). Pinning
+    needs CUDA: on a CPU the loader does not pin and both versions do the same work. Run
+    the same command on a GPU machine for the figure that matters there.
 
     ## Example
     ```python
