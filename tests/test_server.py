@@ -121,9 +121,10 @@ def test_quick_fix_and_noqa_actions(client, tmp_path):
         "textDocument": {"uri": path.as_uri()}, "range": found[0]["range"], "context": {"diagnostics": found},
     })
     titles = [a["title"] for a in actions]
-    assert any("bias=False" in t and "TL401, unsafe" in t for t in titles), titles
+    assert "Pass `bias=False` (TL401) (unsafe)" in titles, titles
     assert "Disable TL401 for this line" in titles
-    fix = next(a for a in actions if "TL401, unsafe" in a["title"])
+    fix = next(a for a in actions if a["title"].endswith("(unsafe)"))
+    assert not fix.get("isPreferred")
     edit = fix["edit"]["documentChanges"][0]["edits"][0]
     lines = SOURCE.split("\n")
     start, end = edit["range"]["start"], edit["range"]["end"]
