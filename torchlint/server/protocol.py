@@ -143,7 +143,9 @@ class Session:
         for target, entry in placed.items():
             text, found = entry if isinstance(entry, tuple) else ("", entry)
             lines = split_lines(text)
-            converted = [self.to_lsp(d, lines) for d in found]
+            path = path_of(uri)
+            folder = self.checker.index.folder_of(path) if path is not None else None
+            converted = [self.to_lsp(d, lines, folder) for d in found]
             self.published[target] = converted
             cell_version = None
             if notebook:
@@ -167,14 +169,17 @@ class Session:
         text = lines[row] if row < len(lines) else ""
         return lsp.Position(line=row, character=units(text, max(column - 1, 0), self.encoding))
 
-    def to_lsp(self, d: Diagnostic, lines: List[str]) -> lsp.Diagnostic:
+    def to_lsp(self, d: Diagnostic, lines: List[str], folder: Optional[Path] = None) -> lsp.Diagnostic:
         from torchlint.docs import rule_url
+        from torchlint.reporters import runs_note
 
         fixable = None if d.fix is None else d.fix.applicability.value
+        note = runs_note(d) if d.runs is not None and d.via else None
         return lsp.Diagnostic(
             range=lsp.Range(start=self.position(lines, d.line, d.column),
                             end=self.position(lines, d.end_line, d.end_column)),
-            message=d.message,
+            message=d.message if note is None else f"{d.message}\n{note}",
+            related_information=self._call_site(d.via, note, folder) if note else None,
             severity=lsp.DiagnosticSeverity.Error if d.kind is not Kind.RULE else lsp.DiagnosticSeverity.Warning,
             code=d.code or d.label,
             code_description=lsp.CodeDescription(href=rule_url(d.code)) if d.code else None,
@@ -182,6 +187,19 @@ class Session:
             data={"fixable": fixable, "fix": None if d.fix is None else d.fix.message,
                   "unsafe": d.fix is not None and d.fix.applicability is Applicability.UNSAFE},
         )
+
+    @staticmethod
+    def _call_site(via: str, note: str, folder: Optional[Path]) -> Optional[List[lsp.DiagnosticRelatedInformation]]:
+        """The call that makes the code hot ("path:line": relative to the workspace
+        folder for another file's call), as a location the editor can open."""
+        name, _, line = via.rpartition(":")
+        path = next((p for p in ((folder / name) if folder else None, Path(name).resolve())
+                     if p is not None and p.is_file()), None)
+        if path is None or not line.isdigit():
+            return None
+        start = lsp.Position(line=max(int(line) - 1, 0), character=0)
+        return [lsp.DiagnosticRelatedInformation(
+            location=lsp.Location(uri=path.as_uri(), range=lsp.Range(start=start, end=start)), message=note)]
 
     def edit(self, changes: Sequence[Tuple[str, str, str]]) -> lsp.WorkspaceEdit:
         edits = []
@@ -302,7 +320,8 @@ def _notebook_features(server: LanguageServer, session: Session) -> None:
         task = session.tasks.pop(uri, None)
         if task is not None:
             task.cancel()
-        for cell in {c.uri for c in params.cell_text_documents} | session.cells_of.pop(uri, set()):
+        published = {c.uri for c in params.cell_text_documents if c.uri in session.published}
+        for cell in sorted(published | session.cells_of.pop(uri, set())):
             session.clear(cell)
 
 
