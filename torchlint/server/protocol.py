@@ -164,42 +164,8 @@ class Session:
 
     # -- conversions --------------------------------------------------------------
 
-    def position(self, lines: List[str], line: int, column: int) -> lsp.Position:
-        row = max(line - 1, 0)
-        text = lines[row] if row < len(lines) else ""
-        return lsp.Position(line=row, character=units(text, max(column - 1, 0), self.encoding))
-
     def to_lsp(self, d: Diagnostic, lines: List[str], folder: Optional[Path] = None) -> lsp.Diagnostic:
-        from torchlint.docs import rule_url
-        from torchlint.reporters import runs_note
-
-        fixable = None if d.fix is None else d.fix.applicability.value
-        note = runs_note(d) if d.runs is not None and d.via else None
-        return lsp.Diagnostic(
-            range=lsp.Range(start=self.position(lines, d.line, d.column),
-                            end=self.position(lines, d.end_line, d.end_column)),
-            message=d.message if note is None else f"{d.message}\n{note}",
-            related_information=self._call_site(d.via, note, folder) if note else None,
-            severity=lsp.DiagnosticSeverity.Error if d.kind is not Kind.RULE else lsp.DiagnosticSeverity.Warning,
-            code=d.code or d.label,
-            code_description=lsp.CodeDescription(href=rule_url(d.code)) if d.code else None,
-            source=SOURCE,
-            data={"fixable": fixable, "fix": None if d.fix is None else d.fix.message,
-                  "unsafe": d.fix is not None and d.fix.applicability is Applicability.UNSAFE},
-        )
-
-    @staticmethod
-    def _call_site(via: str, note: str, folder: Optional[Path]) -> Optional[List[lsp.DiagnosticRelatedInformation]]:
-        """The call that makes the code hot ("path:line": relative to the workspace
-        folder for another file's call), as a location the editor can open."""
-        name, _, line = via.rpartition(":")
-        path = next((p for p in ((folder / name) if folder else None, Path(name).resolve())
-                     if p is not None and p.is_file()), None)
-        if path is None or not line.isdigit():
-            return None
-        start = lsp.Position(line=max(int(line) - 1, 0), character=0)
-        return [lsp.DiagnosticRelatedInformation(
-            location=lsp.Location(uri=path.as_uri(), range=lsp.Range(start=start, end=start)), message=note)]
+        return to_lsp(d, lines, self.encoding, folder)
 
     def edit(self, changes: Sequence[Tuple[str, str, str]]) -> lsp.WorkspaceEdit:
         edits = []
@@ -240,6 +206,46 @@ class Session:
         first = here[0].range
         return lsp.Hover(contents=lsp.MarkupContent(kind=lsp.MarkupKind.Markdown, value="\n---\n\n".join(parts)),
                          range=first)
+
+
+def _position(lines: List[str], line: int, column: int, encoding: str) -> lsp.Position:
+    row = max(line - 1, 0)
+    text = lines[row] if row < len(lines) else ""
+    return lsp.Position(line=row, character=units(text, max(column - 1, 0), encoding))
+
+
+def to_lsp(d: Diagnostic, lines: List[str], encoding: str = "utf-16", folder: Optional[Path] = None) -> lsp.Diagnostic:
+    """A diagnostic in LSP's terms; ``lines``: the text of its document."""
+    from torchlint.docs import rule_url
+    from torchlint.reporters import runs_note
+
+    fixable = None if d.fix is None else d.fix.applicability.value
+    note = runs_note(d) if d.runs is not None and d.via else None
+    return lsp.Diagnostic(
+        range=lsp.Range(start=_position(lines, d.line, d.column, encoding),
+                        end=_position(lines, d.end_line, d.end_column, encoding)),
+        message=d.message if note is None else f"{d.message}\n{note}",
+        related_information=_call_site(d.via, note, folder) if note else None,
+        severity=lsp.DiagnosticSeverity.Error if d.kind is not Kind.RULE else lsp.DiagnosticSeverity.Warning,
+        code=d.code or d.label,
+        code_description=lsp.CodeDescription(href=rule_url(d.code)) if d.code else None,
+        source=SOURCE,
+        data={"fixable": fixable, "fix": None if d.fix is None else d.fix.message,
+              "unsafe": d.fix is not None and d.fix.applicability is Applicability.UNSAFE},
+    )
+
+
+def _call_site(via: str, note: str, folder: Optional[Path]) -> Optional[List[lsp.DiagnosticRelatedInformation]]:
+    """The call that makes the code hot ("path:line": relative to the workspace
+    folder for another file's call), as a location the editor can open."""
+    name, _, line = via.rpartition(":")
+    path = next((p for p in ((folder / name) if folder else None, Path(name).resolve())
+                 if p is not None and p.is_file()), None)
+    if path is None or not line.isdigit():
+        return None
+    start = lsp.Position(line=max(int(line) - 1, 0), character=0)
+    return [lsp.DiagnosticRelatedInformation(
+        location=lsp.Location(uri=path.as_uri(), range=lsp.Range(start=start, end=start)), message=note)]
 
 
 def _contains(r: lsp.Range, line: int, character: int) -> bool:
