@@ -518,3 +518,71 @@ def test_a_changed_configuration_applies_to_open_files(client, tmp_path):
     config.write_text('[tool.torchlint]\nignore = ["TL301"]\n')
     client.notify("workspace/didChangeWatchedFiles", {"changes": [{"uri": config.as_uri(), "type": 1}]})
     assert [d["code"] for d in client.diagnostics_of(path.as_uri())["diagnostics"]] == ["TL201"]
+
+
+# -- the incremental parse ------------------------------------------------------------
+
+
+def _edits(text: str, rng) -> str:
+    """One edit as people make them: a line added, removed or indented, a character typed or deleted."""
+    starts = [0] + [i + 1 for i, c in enumerate(text) if c == "\n"]
+    row = rng.randrange(len(starts))
+    start = starts[row]
+    end = starts[row + 1] if row + 1 < len(starts) else len(text)
+    indent = text[start:end][: len(text[start:end]) - len(text[start:end].lstrip(" "))]
+    kind = rng.random()
+    if kind < 0.25:
+        added = rng.choice(["y = 2", "# note", "pass", "z = f(1)", f"if a:\n{indent}    b = 1"])
+        return text[:start] + indent + added + "\n" + text[start:]
+    if kind < 0.4:
+        return text[:start] + text[end:]
+    if kind < 0.55:
+        return text[:start] + rng.choice(["", "    ", "\n", "# c\n", "    # c\n", "def h():\n    return 1\n"]) + text[start:]
+    at = rng.randrange(len(text) + 1)
+    if kind < 0.9:
+        return text[:at] + rng.choice(["x", "1", " ", "\n", "(", ")", ":", "#", '"', "\\", ",", "=", "\t"]) + text[at:]
+    return text[:at] + text[at + rng.randrange(1, 4):]
+
+
+def test_incremental_parse_gives_the_module_of_a_full_parse():
+    import random
+
+    import libcst as cst
+
+    from torchlint.server.incremental import IncrementalParser
+
+    root = Path(__file__).resolve().parent.parent
+    files = sorted((root / "tests" / "fixtures").glob("*/input.py")) + [root / "benchmarks" / "data" / "training_program.py"]
+    rng = random.Random(16)
+    compared = spliced = 0
+    for path in files:
+        text = path.read_text()
+        parser = IncrementalParser()
+        parser.parse("doc", text)
+        for _ in range(25 if len(text) < 10_000 else 8):  # deep_equals of a big module is slow
+            edited = _edits(text, rng)
+            try:
+                expected = cst.parse_module(edited)
+            except cst.ParserSyntaxError:
+                continue  # mid-edit: the server parses the whole text, and reports it
+            text = edited
+            before = parser.full_parses
+            got = parser.parse("doc", text)
+            compared += 1
+            spliced += parser.full_parses == before
+            assert got.code == expected.code and got.deep_equals(expected), (path.name, text)
+    assert compared > 250 and spliced > compared / 2, (compared, spliced)
+
+
+def test_incremental_parse_falls_back_where_indentation_is_decided():
+    from torchlint.server.incremental import IncrementalParser
+
+    parser = IncrementalParser()
+    text = "import torch\n\n\ndef f():\n    return 1\n\n\ndef g():\n    return 2\n\n\ndef h():\n    return 3\n"
+    parser.parse("doc", text)
+    # Within the last function: only it and its neighbour are parsed again.
+    parser.parse("doc", text.replace("return 3", "return 4"))
+    assert (parser.full_parses, parser.reparsed) == (1, 2)
+    # The file's first block decides LibCST's indentation unit: parsed in full.
+    module = parser.parse("doc", text.replace("    return 1", "  return 1"))
+    assert parser.full_parses == 2 and module.default_indent == "  "

@@ -11,10 +11,13 @@ into minimal edits.
 
 from __future__ import annotations
 
+import gc
 import os
+from contextlib import contextmanager
 from dataclasses import dataclass, field
+from functools import partial
 from pathlib import Path
-from typing import Dict, List, Optional, Sequence, Set, Tuple
+from typing import Dict, Iterator, List, Optional, Sequence, Set, Tuple
 from urllib.parse import unquote, urlparse
 
 from torchlint.config import Resolver, Settings
@@ -22,11 +25,27 @@ from torchlint.discovery import PathPatterns
 from torchlint.engine import codes_for_path, fix_text, lint_text, single_fixes
 from torchlint.model import Applicability, Diagnostic
 from torchlint.notebook import Notebook, from_cells
+from torchlint.server.incremental import IncrementalParser
 from torchlint.server.index import WorkspaceIndex
 from torchlint.server.text import split_lines, with_noqa
 
 FIX_ALL_KIND = "source.fixAll.torchlint"
 QUICK_FIX = "quickfix"
+
+
+@contextmanager
+def paused_gc() -> Iterator[None]:
+    """No cyclic garbage collection while a document is analysed: parsing
+    allocates hundreds of thousands of objects, and each full collection on
+    the way walks every object of the process (what is garbage is collected
+    afterwards)."""
+    enabled = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if enabled:
+            gc.enable()
 
 
 def path_of(uri: str) -> Optional[Path]:
@@ -98,7 +117,13 @@ class Checker:
         self.config = config
         self.resolver = Resolver(config=config)
         self.index = WorkspaceIndex(self._excludes)
+        self.parser = IncrementalParser()
         self._patterns: Dict[Settings, PathPatterns] = {}
+        self._frozen = False
+
+    def forget(self, uri: str) -> None:
+        """A document was closed."""
+        self.parser.forget(uri)
 
     def reload(self) -> None:
         """Forget what was read of configuration files (one changed)."""
@@ -150,12 +175,13 @@ class Checker:
         """The diagnostics of the program, with the workspace's cross-module facts
         for a file in a workspace folder (notebooks get none, as with ``check``)."""
         project = self._project(doc)
-        result = lint_text(doc.program, doc.display, doc.settings, doc.codes, project)
+        parse = partial(self.parser.parse, doc.uri)  # only what the edit touched
+        result = lint_text(doc.program, doc.display, doc.settings, doc.codes, project, parse)
         if doc.notebook is None and doc.path is not None and result.pending:
             facts = self.index.facts(doc.path, result.pending)
             if facts and {"frequency": facts} != project:
                 project = {"frequency": facts}
-                result = lint_text(doc.program, doc.display, doc.settings, doc.codes, project)
+                result = lint_text(doc.program, doc.display, doc.settings, doc.codes, project, parse)
         return result.diagnostics
 
     def check(self, uri: str, text: str) -> List[Diagnostic]:
@@ -166,9 +192,17 @@ class Checker:
         """Document URI -> its diagnostics, positioned in its own text (every
         document of ``doc`` has an entry, so stale findings are cleared)."""
         out: Dict[str, List[Diagnostic]] = {uri: [] for uri in doc.texts}
-        for d in self.lint(doc):
+        with paused_gc():
+            found = self.lint(doc)
+        for d in found:
             uri, located = doc.place(d)
             out.setdefault(uri, []).append(located)
+        if not self._frozen:
+            # What is alive after the first analysis (the modules, the rules)
+            # lives as long as the server: no later collection walks it again.
+            self._frozen = True
+            gc.collect()
+            gc.freeze()
         return out
 
     # -- code actions -----------------------------------------------------------

@@ -28,7 +28,7 @@ from __future__ import annotations
 import bisect
 import warnings
 from dataclasses import dataclass
-from typing import Dict, List, Optional, Tuple
+from typing import Dict, List, Optional
 
 import libcst as cst
 
@@ -207,22 +207,3 @@ def _indented_comment_follows(text: str, offset: int) -> bool:
         offset = end + 1
     return False
 
-
-def parse_twice_and_compare(text: str, edits: List[Tuple[int, int, str]]) -> List[str]:
-    """For tests: apply ``edits`` (start, end, new text) one after the other and
-    return, for each that does not give the module a full parse gives, a
-    description (empty: every incremental parse was exact)."""
-    parser = IncrementalParser()
-    parser.parse("t", text)
-    problems = []
-    for start, end, new in edits:
-        text = text[:start] + new + text[end:]
-        try:
-            expected = _parse(text)
-        except (cst.ParserSyntaxError, RecursionError, ValueError):
-            parser.forget("t")
-            continue
-        got = parser.parse("t", text)
-        if got.code != expected.code or not got.deep_equals(expected):
-            problems.append(f"edit {start}:{end} -> {new!r}")
-    return problems

@@ -304,6 +304,7 @@ def _text_features(server: LanguageServer, session: Session) -> None:
         task = session.tasks.pop(uri, None)
         if task is not None:
             task.cancel()
+        session.executor.submit(session.checker.forget, uri)
         session.clear(uri)
 
 
@@ -326,6 +327,7 @@ def _notebook_features(server: LanguageServer, session: Session) -> None:
         task = session.tasks.pop(uri, None)
         if task is not None:
             task.cancel()
+        session.executor.submit(session.checker.forget, uri)
         published = {c.uri for c in params.cell_text_documents if c.uri in session.published}
         for cell in sorted(published | session.cells_of.pop(uri, set())):
             session.clear(cell)
