@@ -559,7 +559,7 @@ def test_incremental_parse_gives_the_module_of_a_full_parse():
         text = path.read_text()
         parser = IncrementalParser()
         parser.parse("doc", text)
-        for _ in range(25 if len(text) < 10_000 else 8):  # deep_equals of a big module is slow
+        for _ in range(15 if len(text) < 10_000 else 6):  # deep_equals of a big module is slow
             edited = _edits(text, rng)
             try:
                 expected = cst.parse_module(edited)
@@ -571,7 +571,7 @@ def test_incremental_parse_gives_the_module_of_a_full_parse():
             compared += 1
             spliced += parser.full_parses == before
             assert got.code == expected.code and got.deep_equals(expected), (path.name, text)
-    assert compared > 250 and spliced > compared / 2, (compared, spliced)
+    assert compared > 150 and spliced > compared / 2, (compared, spliced)
 
 
 def test_incremental_parse_falls_back_where_indentation_is_decided():
