@@ -586,3 +586,16 @@ def test_incremental_parse_falls_back_where_indentation_is_decided():
     # The file's first block decides LibCST's indentation unit: parsed in full.
     module = parser.parse("doc", text.replace("    return 1", "  return 1"))
     assert parser.full_parses == 2 and module.default_indent == "  "
+
+
+def test_latency_benchmark_runs():
+    import re
+
+    root = Path(__file__).resolve().parent.parent
+    result = subprocess.run([sys.executable, str(root / "benchmarks" / "server_latency.py"), "--rounds", "3"],
+                            capture_output=True, text=True, timeout=300)
+    assert result.returncode == 0, result.stderr
+    assert re.search(r"^file +938 lines, 9 diagnostics, 3 keystrokes \(3 parsed incrementally\)$", result.stdout, re.M), result.stdout
+    assert re.search(r"^parse +\d+\.\d ms", result.stdout, re.M)
+    assert re.search(r"^analysis +\d+\.\d ms", result.stdout, re.M)
+    assert re.search(r"^ratio analysis / parse: \d+\.\d\dx$", result.stdout, re.M)
