@@ -467,6 +467,9 @@ def test_callers_in_other_files_make_a_function_hot_and_refresh(client, tmp_path
     (site,) = found[0]["relatedInformation"]
     assert site["location"]["uri"] == (tmp_path / "train.py").as_uri()
     assert site["location"]["range"]["start"] == {"line": 6, "character": 0}
+    # Its fix is offered too (the code actions use the same facts).
+    titles = [a["title"] for a in _actions(client, ops.as_uri(), found)]
+    assert "Pass `device=` to `torch.ones` (TL201)" in titles, titles
     # The caller changes on disk (the editor's file watcher says so): the finding goes.
     (tmp_path / "train.py").write_text(ONCE)
     client.notify("workspace/didChangeWatchedFiles", {"changes": [

@@ -506,18 +506,19 @@ def _allowed(unsafe: bool) -> set:
 
 
 def single_fixes(
-    text: str, path: str, settings: Settings, codes: Sequence[str], unsafe: bool
+    text: str, path: str, settings: Settings, codes: Sequence[str], unsafe: bool,
+    project: Optional[Dict[str, Any]] = None,
 ) -> List[Tuple[Diagnostic, Optional[str]]]:
     """Each fixable diagnostic of ``text`` with the text that applying only its
     fix gives: ``None`` when that fix alone changes nothing, raises, or makes
     code that does not parse (``fix_text`` reports those itself)."""
     if not codes or not could_concern_torch(text):
         return []
-    return on_large_stack(_single_fixes, text, path, settings, codes, unsafe)
+    return on_large_stack(_single_fixes, text, path, settings, codes, unsafe, project)
 
 
-def _single_fixes(text, path, settings, codes, unsafe) -> List[Tuple[Diagnostic, Optional[str]]]:
-    result = _lint_text(text, path, settings, codes)
+def _single_fixes(text, path, settings, codes, unsafe, project=None) -> List[Tuple[Diagnostic, Optional[str]]]:
+    result = _lint_text(text, path, settings, codes, project)
     if result.module is None:
         return []
     allowed = _allowed(unsafe)

@@ -231,7 +231,7 @@ class Checker:
         actions: List[Action] = []
         unsafe = self._unsafe(doc)
         any_safe = False
-        for d, fixed in single_fixes(doc.program, doc.display, doc.settings, doc.codes, unsafe):
+        for d, fixed in single_fixes(doc.program, doc.display, doc.settings, doc.codes, unsafe, self._project(doc)):
             at, located = doc.place(d)
             if d.fix is None:
                 continue

@@ -295,7 +295,9 @@ def _text_features(server: LanguageServer, session: Session) -> None:
         uri = params.text_document.uri
         session.schedule(uri)
         if uri.endswith((".py", ".pyi")):
-            session.checker.index.changed()  # other files' facts may come from this one
+            # Other files' facts may come from this one (on the analysis thread,
+            # before the analyses scheduled here).
+            session.executor.submit(session.checker.index.changed)
             session.schedule_open(but=uri)
 
     @server.feature(lsp.TEXT_DOCUMENT_DID_CLOSE)
@@ -353,16 +355,16 @@ def _workspace_features(server: LanguageServer, session: Session) -> None:
     def did_change_watched_files(params: lsp.DidChangeWatchedFilesParams) -> None:
         names = [(path_of(c.uri) or Path(c.uri)).name for c in params.changes]
         if any(name in CONFIG_NAMES for name in names):
-            session.checker.reload()
+            session.executor.submit(session.checker.reload)
         elif names:
-            session.checker.index.changed()
+            session.executor.submit(session.checker.index.changed)
         if names:
             session.schedule_open()
 
     @server.feature(lsp.WORKSPACE_DID_CHANGE_WORKSPACE_FOLDERS)
     def did_change_folders(params: lsp.DidChangeWorkspaceFoldersParams) -> None:
         folders = [p for p in (path_of(f.uri) for f in session.workspace.folders.values()) if p is not None]
-        session.checker.index.set_folders(folders)
+        session.executor.submit(session.checker.index.set_folders, folders)
         session.schedule_open()
 
 
