@@ -24,6 +24,7 @@ the workspace folder's files, refreshed when a file is saved or the editor's
 file watcher reports a change.
 
 Modules: ``analysis`` (documents, linting, code actions; no protocol),
+``incremental`` (parsing again only the statements an edit touched),
 ``index`` (the workspace's cross-module facts), ``text`` (positions and
 edits), ``protocol`` (pygls handlers).  Not covered: documents that are not
 files (``untitled:``) are checked with the configuration of the current
