@@ -22,9 +22,13 @@ middle line, so no text is seen twice), then times, in alternating order:
 
   parse     -- `libcst.parse_module(text)`
   analysis  -- what the server does for the new text: the document for its
-               path (configuration lookup), the lint with the selected rules
-               (default: the configuration's), diagnostics positioned in the
-               document, and their conversion to LSP diagnostics
+               path (configuration lookup), the incremental parse (only the
+               statements the keystroke touched), the lint with the selected
+               rules (default: the configuration's), diagnostics positioned in
+               the document, and their conversion to LSP diagnostics
+
+Both run with the cyclic garbage collector paused, as the server analyses
+(and after the server's first analysis has frozen the long-lived heap).
 
 It prints the median and quartiles of each, the ratio of the medians, and
 the number of diagnostics.  `--profile` prints the analysis's top functions
