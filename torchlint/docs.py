@@ -52,24 +52,9 @@ def rule_section(rule: Type[Rule], level: int = 2) -> str:
 
 
 def _anchor(rule: Type[Rule]) -> str:
-    return f"{rule.code}-{rule.name}".lower()
+    from torchlint.registry import rule_anchor
 
-
-# Where the rules' documentation is published: this file (docs/rules.md) in the
-# repository the README's install line names, at the installed release's tag.
-REPOSITORY_URL = "https://github.com/<owner>/torchlint"
-
-
-def rule_url(code: str) -> str:
-    """The address of a rule's section of docs/rules.md (its heading's anchor),
-    for the installed version; the page itself for a code that is not a rule.
-    The one definition that diagnostics' links (editor, JSON output) use."""
-    from torchlint import __version__
-    from torchlint.registry import all_rules
-
-    page = f"{REPOSITORY_URL}/blob/v{__version__}/docs/rules.md"
-    rule = all_rules().get(code.upper()) if code else None
-    return f"{page}#{_anchor(rule)}" if rule is not None else page
+    return rule_anchor(rule.code, rule.name)
 
 
 def render(rules: Iterable[Type[Rule]]) -> str:

@@ -275,10 +275,11 @@ class Checker:
 
 def rule_documentation(code: str) -> Optional[str]:
     """The Markdown that ``torchlint rule CODE`` prints, with the link to it."""
-    from torchlint.docs import rule_section, rule_url
+    from torchlint.docs import rule_section
     from torchlint.registry import all_rules
+    from torchlint.reporters import rule_url
 
     rule = all_rules().get(code)
     if rule is None:
         return None
-    return rule_section(rule, level=1) + f"\n[{code} in the documentation]({rule_url(code)})\n"
+    return rule_section(rule, level=1) + f"\n[{code} in the documentation]({rule_url(code, rule.name)})\n"

@@ -216,8 +216,7 @@ def _position(lines: List[str], line: int, column: int, encoding: str) -> lsp.Po
 
 def to_lsp(d: Diagnostic, lines: List[str], encoding: str = "utf-16", folder: Optional[Path] = None) -> lsp.Diagnostic:
     """A diagnostic in LSP's terms; ``lines``: the text of its document."""
-    from torchlint.docs import rule_url
-    from torchlint.reporters import runs_note
+    from torchlint.reporters import rule_url, runs_note
 
     fixable = None if d.fix is None else d.fix.applicability.value
     note = runs_note(d) if d.runs is not None and d.via else None
@@ -228,7 +227,7 @@ def to_lsp(d: Diagnostic, lines: List[str], encoding: str = "utf-16", folder: Op
         related_information=_call_site(d.via, note, folder) if note else None,
         severity=lsp.DiagnosticSeverity.Error if d.kind is not Kind.RULE else lsp.DiagnosticSeverity.Warning,
         code=d.code or d.label,
-        code_description=lsp.CodeDescription(href=rule_url(d.code)) if d.code else None,
+        code_description=lsp.CodeDescription(href=rule_url(d.code, d.name)) if d.code else None,
         source=SOURCE,
         data={"fixable": fixable, "fix": None if d.fix is None else d.fix.message,
               "unsafe": d.fix is not None and d.fix.applicability is Applicability.UNSAFE},
