@@ -207,27 +207,31 @@ def crashed(path: str, exc: Exception) -> Diagnostic:
 
 
 def lint_text(text: str, path: str, settings: Settings, codes: Sequence[str],
-              project: Optional[Dict[str, Any]] = None) -> LintResult:
+              project: Optional[Dict[str, Any]] = None,
+              parse: Optional[Callable[[str], cst.Module]] = None) -> LintResult:
     """Every diagnostic of the enabled rules ``codes`` for one source text;
     ``project``: what other modules of the run establish about it
-    (``torchlint.project``)."""
+    (``torchlint.project``); ``parse``: how to parse the text, instead of
+    ``libcst.parse_module`` (the editor's incremental parse: the same module,
+    raising the same errors)."""
     if not codes or not could_concern_torch(text, codes):
         return LintResult([])
-    return on_large_stack(_lint_text, text, path, settings, codes, project)
+    return on_large_stack(_lint_text, text, path, settings, codes, project, parse)
 
 
 def _lint_text(text: str, path: str, settings: Settings, codes: Sequence[str],
-               project: Optional[Dict[str, Any]] = None) -> LintResult:
+               project: Optional[Dict[str, Any]] = None,
+               parse: Optional[Callable[[str], cst.Module]] = None) -> LintResult:
     # The callers (lint_text, fix_text) have already applied the textual pre-filter.
     suppressions = parse_suppressions(text)
-    result = _lint_suppressed(text, path, settings, codes, suppressions, project)
+    result = _lint_suppressed(text, path, settings, codes, suppressions, project, parse)
     result.warnings = suppressions.warnings
     return result
 
 
 def _lint_suppressed(
     text: str, path: str, settings: Settings, codes: Sequence[str], suppressions: Suppressions,
-    project: Optional[Dict[str, Any]] = None,
+    project: Optional[Dict[str, Any]] = None, parse: Optional[Callable[[str], cst.Module]] = None,
 ) -> LintResult:
     if suppressions.whole_file:
         return LintResult([])
@@ -242,7 +246,7 @@ def _lint_suppressed(
     try:
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
-            module = cst.parse_module(text)
+            module = (parse or cst.parse_module)(text)
     except cst.ParserSyntaxError as exc:
         return LintResult([_explain_syntax_error(text, path, exc)])
     except RecursionError:

@@ -353,14 +353,15 @@ class Notebook:
             end_column = len(_body(last[-1])) + 1 if last else 1
             if end_line == line:
                 end_column = max(end_column, column)
-        start = self._file_point(cell, line, column)
-        end = self._file_point(cell, end_line, end_column)
+        file_location = None
+        if self.raw:  # not for a notebook made from_cells
+            file_location = (*self._file_point(cell, line, column), *self._file_point(cell, end_line, end_column))
         via = diagnostic.via
         if via is not None and via.startswith(f"{diagnostic.path}:"):
             via = None  # a line of the cells' program, not of the notebook
         return replace(
             diagnostic, line=line, column=column, end_line=end_line, end_column=end_column,
-            cell=number, file_location=(*start, *end), via=via,
+            cell=number, file_location=file_location, via=via,
         )
 
     def sources(self, display: str) -> Dict[str, str]:
@@ -513,11 +514,27 @@ def parse(text: str) -> Notebook:
             if masked is None:
                 continue
             cells.append(CodeCell(number, source, masked, originals, (ms, me), literals, values))
-    program = "".join(
+    return Notebook(raw, bom, cells, _program(cells), len(data["cells"]))
+
+
+def _program(cells: Sequence[CodeCell]) -> str:
+    return "".join(
         _MARKER.format(c.number) + c.masked + ("\n" if c.masked and not c.masked.endswith("\n") else "")
         for c in cells
     )
-    return Notebook(raw, bom, cells, program, len(data["cells"]))
+
+
+def from_cells(sources: Sequence[Tuple[int, str]], cell_count: int) -> Notebook:
+    """A notebook made of code cells' texts, (cell number, source) each, as an
+    editor holds them (LSP notebook documents) rather than as JSON: the same
+    program, masking and ``locate``; no JSON text, so no ``file_location`` and
+    no ``render``."""
+    cells: List[CodeCell] = []
+    for number, source in sources:
+        masked, originals = mask_cell(source)
+        if masked is not None:
+            cells.append(CodeCell(number, source, masked, originals, (0, 0), [], []))
+    return Notebook("", False, cells, _program(cells), cell_count)
 
 
 def _is_python(data: dict) -> bool:
