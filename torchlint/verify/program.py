@@ -105,6 +105,7 @@ class Project:
         self.errors: List[str] = []
         self._fixed: Dict[Path, str] = {}
         self._cache: Dict[Tuple[Path, frozenset], str] = {}
+        self._header_lines: Dict[Path, set] = {}
         for file in files:
             self._add(file)
 
@@ -152,6 +153,31 @@ class Project:
             found = fix_text(self.texts[path], file.display, file.settings, file.codes, self.unsafe,
                              project=file.facts, select=lambda code, line: (code, line) in keys).text
             self._cache[(path, keys)] = found
+        return found
+
+    def run_lines(self, unit: Unit) -> List[int]:
+        """The lines whose running shows that ``unit``'s fix runs: its lines, less
+        the headers of the functions and classes in it (a ``def`` line runs when
+        the module is imported, its body only when the function is called)."""
+        lines = set(range(unit.line, unit.end_line + 1))
+        body = lines - self._headers(unit.file.path)
+        return sorted(body or lines)
+
+    def _headers(self, path: Path) -> set:
+        found = self._header_lines.get(path)
+        if found is None:
+            import ast
+
+            found = set()
+            try:
+                tree = ast.parse(self.texts[path])
+            except (SyntaxError, ValueError):
+                tree = None
+            for node in ast.walk(tree) if tree is not None else ():
+                if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)) and node.body:
+                    first = min([node.lineno] + [d.lineno for d in node.decorator_list])
+                    found.update(range(first, node.body[0].lineno))
+            self._header_lines[path] = found
         return found
 
     def trains(self) -> bool:
@@ -284,7 +310,7 @@ class Launcher:
                 reader.join(timeout=5)
         run.output_tail = b"".join(tail).decode("utf-8", "replace")
         if run.result.get("error"):
-            run.error = f"the program {run.result['error']}"
+            run.error = run.result["error"]
             run.traceback = run.result.get("traceback")
         elif not run.result and run.error is None:
             run.error = self._died(process.returncode, run.output_tail)
@@ -298,10 +324,10 @@ class Launcher:
             except ValueError:
                 how = f"was killed by signal {-returncode}"
         else:
-            how = f"exited with status {returncode} before reporting"
+            how = f"ended (exit status {returncode}) without reporting its steps"
         last = [line for line in _without_noise(output.strip().splitlines()) if line.strip()][-10:]
         detail = ("; the last lines it wrote:\n" + "\n".join(last)) if last else ""
-        return f"the verification process {how}{detail}"
+        return f"{how}{detail}"
 
 
 # -- statistics ---------------------------------------------------------------------------------
@@ -398,6 +424,7 @@ class Verification:
         self.reference: Optional[Run] = None  # the timed run of the original
         self.notes: List[str] = list(self.project.errors)
         self.traceback: Optional[str] = None
+        self.failed: Optional[Run] = None  # the traced run, when it failed
 
     @property
     def units(self) -> List[Unit]:
@@ -411,26 +438,27 @@ class Verification:
         names = ", ".join(self.units[i].label for i in subset) or "no fix"
         run = self.launcher.run(label or f"with {names}", self.project.sources(subset), expected=self.reference.values)
         if run.error:
-            return False, None, run.error
+            return False, None, f"the program {run.error}"
         return run.matches, run.result.get("first_mismatch"), run.result.get("mismatch")
 
     def original(self) -> Optional[str]:
         """The traced and the timed run of the program as written; an error, or None."""
         wanted: Dict[str, List[int]] = {}
         for unit in self.units:
-            wanted.setdefault(str(unit.file.path), []).extend(range(unit.line, unit.end_line + 1))
+            wanted.setdefault(str(unit.file.path), []).extend(self.project.run_lines(unit))
         traced = self.launcher.run("the original, traced", {}, trace=wanted)
         if traced.error:
             self.traceback = traced.traceback
-            return f"the program as written fails: {traced.error}"
+            self.failed = traced
+            return f"the program as written {traced.error}"
         hits = {(name, line) for name, lines in (traced.result.get("lines") or {}).items() for line in lines}
         for unit in self.units:
             name = key(str(unit.file.path))
-            unit.executed = any((name, line) in hits for line in range(unit.line, unit.end_line + 1))
+            unit.executed = any((name, line) in hits for line in self.project.run_lines(unit))
         self.reference = self.launcher.run("the original", {}, expected=traced.values)
         if self.reference.error:
             self.traceback = self.reference.traceback
-            return f"the program as written fails on its second run: {self.reference.error}"
+            return f"the program as written {self.reference.error} (on its second run)"
         if self.reference.result.get("match") is False:
             return ("the program as written gives different results on two runs with the same seeds "
                     f"({self.reference.result.get('mismatch')}): it is not deterministic, so no fix can be "
@@ -473,10 +501,11 @@ def verify_program(script: Path, args: Sequence[str], files: Sequence[ProjectFil
         report["notes"].insert(0, "torchlint has no fix to apply to the project's modules; nothing to verify")
         return report
     error = verification.original()
-    reference = verification.reference
+    reference = verification.reference or verification.failed
     if reference is not None and reference.result:
         report.update({k: reference.result.get(k) for k in ("mode", "device", "device_name", "torch")})
-        report["before"] = _side(reference)
+        if reference is verification.reference:
+            report["before"] = _side(reference)
     report["fixes"] = [u.as_json() for u in verification.units]
     if error is not None:
         report["error"] = error
@@ -489,7 +518,7 @@ def verify_program(script: Path, args: Sequence[str], files: Sequence[ProjectFil
     before_time, after_time = report["before"]["step_time"], (report["after"] or {}).get("step_time")
     report["speedup"], report["speedup_range"] = speedup_of(before_time, after_time)
     if after.error:
-        report["error"] = f"with the fixes, {after.error}"
+        report["error"] = f"with the fixes, the program {after.error}"
         report["traceback"] = after.traceback
         report["match"] = False
     else:
