@@ -43,8 +43,8 @@ def program(tmp_path: Path, monkeypatch, name: str) -> Path:
     return target
 
 
-def run_json(runner, script: str, *args: str):
-    result = runner.invoke(main, ["verify", script, "--output-format", "json", *args])
+def run_json(runner, script: str, *args: str, rounds: int = 1):
+    result = runner.invoke(main, ["verify", script, "--output-format", "json", "--rounds", str(rounds), *args])
     assert result.exception is None or isinstance(result.exception, SystemExit), result.output
     return result, json.loads(result.output)
 
@@ -165,10 +165,14 @@ def test_relative_data_path_is_read_from_the_current_directory(runner, tmp_path,
 
 def test_inference_script_is_timed_per_model_call_or_as_a_whole_run(runner, tmp_path, monkeypatch):
     program(tmp_path, monkeypatch, "infer")
-    result, report = run_json(runner, "predict.py", "--steps", "3", "--unsafe-fixes", "--", "12")
+    result, report = run_json(runner, "predict.py", "--steps", "3", "--unsafe-fixes", "--", "12", rounds=2)
     assert result.exit_code == 0, report
     assert report["mode"] == "inference" and report["match"] is True
-    assert report["before"]["step_time"]["samples"] == 3 and len(report["before"]["losses"]) == 4
+    assert report["before"]["step_kind"] == "output"
+    # two alternated runs of each version, their step times pooled; one traced run more
+    assert report["before"]["runs"] == report["after"]["runs"] == 2 and report["runs"] == 5
+    assert report["before"]["step_time"]["samples"] == 6 and len(report["before"]["losses"]) == 4
+    assert "pooled over 2 runs of the original and 2 of the fixed" in format_program(report)
     result, report = run_json(runner, "predict.py", "--steps", "0", "--unsafe-fixes", "--", "5")
     assert result.exit_code == 0, report
     assert report["mode"] == "whole run" and report["match"] is True
@@ -211,7 +215,7 @@ def test_failing_program_is_an_error_not_a_traceback(runner, tmp_path, monkeypat
         step(model, opt)
         raise RuntimeError("out of data")
     """))
-    result = runner.invoke(main, ["verify", "fails.py", "--steps", "3", "--unsafe-fixes"])
+    result = runner.invoke(main, ["verify", "fails.py", "--steps", "3", "--unsafe-fixes", "--rounds", "1"])
     assert result.exit_code == 1
     assert "FAILED: the program as written raised RuntimeError: out of data" in result.output
     assert result.exception is None or isinstance(result.exception, SystemExit)

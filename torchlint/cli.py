@@ -796,8 +796,11 @@ def _fix_verified(script, args, select, ignore, config, unsafe_fixes, steps, war
               "in program mode, for each run of the program.")
 @click.option("--output-format", type=click.Choice(("table", "json")), default="table", show_default=True)
 @partial(_program_options, tolerances=False)
+@click.option("--rounds", type=click.IntRange(min=1), default=2, show_default=True,
+              help="Program mode: runs of each version, alternated (original, fixed, original, ...), "
+              "whose step times are pooled.")
 def verify(target, rule_mode, select, ignore, config, unsafe_fixes, each, rtol, atol,
-           min_run_time, timeout, output_format, steps, warmup) -> None:
+           min_run_time, timeout, output_format, steps, warmup, rounds) -> None:
     """Check that fixes keep results and measure their speedup (needs PyTorch).
 
     `torchlint verify path/to/module.py::function` runs the zero-argument
@@ -816,7 +819,7 @@ def verify(target, rule_mode, select, ignore, config, unsafe_fixes, each, rtol, 
         raise _fail("give both --rtol and --atol, or neither (torch.testing.assert_close needs both)")
     if not rule_mode and _is_program(target):
         _verify_program(target, select, ignore, config, unsafe_fixes, each, rtol, atol, timeout,
-                        output_format, steps, warmup)
+                        output_format, steps, warmup, rounds)
     progress = verifier.TerminalProgress() if sys.stderr.isatty() else None
     try:
         if rule_mode:
@@ -854,14 +857,14 @@ def verify(target, rule_mode, select, ignore, config, unsafe_fixes, each, rtol, 
 
 
 def _verify_program(target, select, ignore, config, unsafe_fixes, each, rtol, atol, timeout,
-                    output_format, steps, warmup) -> None:
+                    output_format, steps, warmup, rounds) -> None:
     from torchlint.verify import TerminalProgress, UsageError
     from torchlint.verify.program import ProgramOptions, verify_program
     from torchlint.verify.program_report import format_program, program_exit_status
 
     settings, files = _program_files(target[0], select, ignore, config, unsafe_fixes)
     options = ProgramOptions(steps=steps, warmup=warmup, each=each, rtol=rtol, atol=atol, timeout=timeout,
-                             unsafe=settings.unsafe_fixes)
+                             unsafe=settings.unsafe_fixes, rounds=rounds)
     progress = TerminalProgress() if sys.stderr.isatty() else None
     try:
         report = verify_program(Path(target[0]), list(target[1:]), files, options, progress)

@@ -430,7 +430,7 @@ def _measurements(recorder: Recorder, steps: int, warmup: int) -> Dict[str, Any]
     device = "cuda" if recorder.cuda else "cpu"
     name = torch.cuda.get_device_name() if recorder.cuda else None
     return {
-        "mode": mode, "recorded": recorded, "values": recorder.values, "dtype": recorder.dtype,
+        "mode": mode, "step_kind": "loss" if recorder.mode == "training" else "output", "recorded": recorded, "values": recorder.values, "dtype": recorder.dtype,
         "times": [t for t in timed if math.isfinite(t)], "peak_memory": memory, "memory_kind": memory_kind,
         "device": device, "device_name": name, "torch": torch.__version__,
     }

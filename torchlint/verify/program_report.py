@@ -22,7 +22,7 @@ from torchlint.verify.report import (
 _PROGRAM_JSON_KEYS = (
     "target", "args", "steps", "warmup", "mode", "device", "device_name", "torch", "unsafe_fixes", "fixes",
     "before", "after", "speedup", "speedup_range", "match", "first_mismatch", "mismatch", "error",
-    "traceback", "failing_fixes", "each", "notes", "runs", "written",
+    "traceback", "failing_fixes", "each", "notes", "rounds", "runs", "written",
 )
 
 
@@ -60,6 +60,13 @@ def what_is_timed(report: Dict[str, Any]) -> str:
     return "not run"
 
 
+def rounds_text(report: Dict[str, Any]) -> str:
+    runs = ((report.get("before") or {}).get("runs"), (report.get("after") or {}).get("runs"))
+    if not all(runs) or runs == (1, 1):
+        return ""
+    return f" (timings pooled over {runs[0]} runs of the original and {runs[1]} of the fixed, alternated)"
+
+
 def format_program(report: Dict[str, Any], fmt: str = "table") -> str:
     if fmt == "json":
         return as_json({k: report[k] for k in _PROGRAM_JSON_KEYS if k in report})
@@ -69,7 +76,7 @@ def format_program(report: Dict[str, Any], fmt: str = "table") -> str:
     if not fixes:
         out.extend(f"  {note}" for note in report.get("notes") or ["nothing to verify"])
         return "\n".join(out) + "\n"
-    out.append(f"  device: {_device(report)}; {what_is_timed(report)}")
+    out.append(f"  device: {_device(report)}; {what_is_timed(report)}{rounds_text(report)}")
     out.append(f"  fixes ({len(fixes)}):")
     for fix in fixes:
         ran = {True: "", False: " [not executed]", None: ""}[fix.get("executed")]
@@ -110,7 +117,7 @@ def _verdict(report: Dict[str, Any]) -> List[str]:
             b, a = before["step_time"]["median"], report["after"]["step_time"]["median"]
             times = (f"; speedup {ratio(report['speedup'])} ({seconds(b)} -> {seconds(a)})" if measurable(spread)
                      else f"; no measurable change in time ({seconds(b)} -> {seconds(a)})")
-        what = "loss" if report.get("mode") == "training" else "output"
+        what = before.get("step_kind") or "output"
         out.append(f"OK: the fixed program's {what} values match the original's at all {recorded} steps{times}.")
         return out
     if report.get("match") is False and report.get("first_mismatch"):
