@@ -565,7 +565,7 @@ def verify_program(script: Path, args: Sequence[str], files: Sequence[ProjectFil
     executed = verification.executed()
     if not executed:
         report["notes"].append("the program ran none of the fixed lines: any difference measured is noise")
-    if options.each and executed != everything:  # (one fix alone is the fixed program)
+    if options.each and len(executed) > 1:  # (one executed fix alone runs as the fixed program)
         for index in executed:
             unit = verification.units[index]
             run = verification.fixed([index], f"with only {unit.label}")
