@@ -421,7 +421,7 @@ def main(job_path: str) -> int:
 def _measurements(recorder: Recorder, steps: int, warmup: int) -> Dict[str, Any]:
     memory, memory_kind = _peak_memory()
     recorded = len(recorder.values)
-    if steps and recorded:
+    if steps and recorded > warmup:
         timed = recorder.times[warmup:]
         mode = recorder.mode
     else:

@@ -118,7 +118,8 @@ def _verdict(report: Dict[str, Any]) -> List[str]:
             times = (f"; speedup {ratio(report['speedup'])} ({seconds(b)} -> {seconds(a)})" if measurable(spread)
                      else f"; no measurable change in time ({seconds(b)} -> {seconds(a)})")
         what = before.get("step_kind") or "output"
-        out.append(f"OK: the fixed program's {what} values match the original's at all {recorded} steps{times}.")
+        at = f"at all {recorded} steps" if recorded != 1 else "at its one step"
+        out.append(f"OK: the fixed program's {what} values match the original's {at}{times}.")
         return out
     if report.get("match") is False and report.get("first_mismatch"):
         out.append(f"FAILED: the results differ from step {report['first_mismatch']}: {report.get('mismatch')}")
