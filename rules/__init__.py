@@ -8,6 +8,7 @@ LibCST).  ``tests/test_registry.py`` checks it against the rule classes.
 
 CATALOG = {
     # code: (module, enabled by default)
+    "TL001": ("tl001_unused_noqa", False),
     "TL101": ("tl101_item_in_loop", True),
     "TL102": ("tl102_host_copy_in_loop", True),
     "TL103": ("tl103_synchronize_in_loop", True),

@@ -41,8 +41,10 @@ from typing import Dict, List, Optional, Tuple
 
 import libcst as cst
 
+from torchlint.names import dotted_name
 from torchlint.rule import Context, Rule
-from torchlint.rules._helpers import method_name
+from torchlint.rules._helpers import argument, literal_number, method_name
+from torchlint.rules._loaders import DATALOADERS
 from torchlint.rules._training import is_backward, is_framework_backward, is_optimizer_step
 
 
@@ -86,6 +88,45 @@ _CONV_LAYERS = frozenset(
     for dim in (1, 2, 3)
 )
 _BENCHMARK = "torch.backends.cudnn.benchmark"
+_DETERMINISTIC = "torch.backends.cudnn.deterministic"
+# Reinforcement-learning environments: a program that steps one spends its
+# step time in the simulator on the host and in small policy networks, where
+# kernel-level settings (autotuned convolutions, TF32, autocast, compilation)
+# buy nothing measurable.
+_SIMULATORS = frozenset(
+    {"gym", "gymnasium", "envpool", "procgen", "dm_control", "pettingzoo", "mujoco",
+     "isaacgym", "brax", "minigrid", "atari_py", "ale_py", "pybullet_envs", "stable_baselines3"}
+)
+
+
+# Names of transformer-family models and their builders (word parts).
+_TRANSFORMER = re.compile(
+    r"(?:^|_)(?:gpt\d?|transformer|bert|llama\d?|vit|mistral|mixtral|gemma\d?|qwen\d?|bloom|deit|swin)(?:$|_|\d)"
+    r"|GPT|Transformer|Bert|Llama|Mistral|Gemma|Qwen|Bloom",
+    re.IGNORECASE,
+)
+
+
+# Convolutional network families (torchvision, timm names, U-Net).
+_CONVNET = re.compile(
+    r"^(?:resnet|resnext|wide_resnet|vgg|densenet|efficientnet|mobilenet|convnext|regnet|inception"
+    r"|alexnet|squeezenet|shufflenet|mnasnet|googlenet|unet)(?:\d|_|v\d|$)",
+    re.IGNORECASE,
+)
+_RECURRENT = frozenset({"LSTM", "GRU", "RNN", "LSTMCell", "GRUCell", "RNNCell", "pack_padded_sequence"})
+
+
+def _is_false(node: cst.BaseExpression) -> bool:
+    return isinstance(node, cst.Name) and node.value == "False"
+
+
+def _imported_modules(node: cst.CSTNode) -> List[str]:
+    if isinstance(node, cst.Import):
+        return [n for n in (dotted_name(a.name) for a in node.names) if n]
+    if isinstance(node, cst.ImportFrom) and not node.relative and node.module is not None:
+        name = dotted_name(node.module)
+        return [name] if name else []
+    return []
 # Layers and functions whose work is matrix multiplication (TF32 for matmuls
 # matters to them; convolutions already use TF32 by default).
 _MATMUL_TAILS = frozenset(
@@ -138,6 +179,25 @@ class ProgramFacts:
         self.reduced_precision = False
         self.tf32_set = False
         self.compiles = False
+        # The program asked for reproducible kernels (`cudnn.deterministic =
+        # ...`, `torch.use_deterministic_algorithms(...)`, not literally False).
+        self.deterministic = False
+        # The program steps a simulator (gym, Gymnasium, EnvPool, ...): its
+        # step time is the environment's.
+        self.simulator = False
+        # DataLoader calls: loading in the main process (`num_workers` absent
+        # or 0), and with workers (or a value the rule cannot read).
+        self.main_process_loaders = 0
+        self.worker_loaders = 0
+        # A model of the transformer family is named (`GPT(...)`, `vit_b_16`,
+        # `BertModel`): matmul-heavy even when its layers are built elsewhere.
+        self.transformer = False
+        # A convolutional network of a known family is named (`resnet50`,
+        # `models.vgg19`): its cost is convolutions even when built elsewhere.
+        self.convnet = False
+        # Recurrent layers (`nn.LSTM`, `pack_padded_sequence`): cuDNN's fused RNN
+        # kernels and variable lengths leave little for torch.compile.
+        self.recurrent = False
         # One entry per function, lambda or class (None: a class body, where
         # no step is looked for); [0] is the module's top level.
         self._scopes: List[Optional[_Scope]] = [_Scope(nested=False)]
@@ -213,6 +273,15 @@ class ProgramFacts:
                 self.has_matmul = True
         elif tail in _CUDA_CALLS and ctx.qualname(func) == "torch.cuda." + tail:
             self.uses_cuda = True
+        elif tail == "DataLoader" and ctx.qualname(func) in DATALOADERS:
+            known, workers = argument(node, "num_workers", 5)
+            if known and (workers is None or literal_number(workers.value) == 0):
+                self.main_process_loaders += 1
+            else:
+                self.worker_loaders += 1
+        elif tail == "use_deterministic_algorithms" and node.args and not _is_false(node.args[0].value):
+            if ctx.qualname(func) == "torch.use_deterministic_algorithms":
+                self.deterministic = True
 
     def visit_binary(self, node: cst.BinaryOperation) -> None:
         if isinstance(node.operator, cst.MatrixMultiply):
@@ -220,6 +289,12 @@ class ProgramFacts:
 
     def visit_name(self, node: cst.Name) -> None:
         value = node.value
+        if not self.transformer and _TRANSFORMER.search(value):
+            self.transformer = True
+        if not self.convnet and _CONVNET.search(value):
+            self.convnet = True
+        if not self.recurrent and value in _RECURRENT:
+            self.recurrent = True
         for kind in _mentions(value):
             if kind == "reduced":
                 self.reduced_precision = True
@@ -240,15 +315,50 @@ class ProgramFacts:
             self.uses_cuda = True
         elif _REDUCED_PRECISION_STRING.search(text):
             self.reduced_precision = True
+        elif len(text) < 64 and _TRANSFORMER.search(text):
+            self.transformer = True  # a model name: `create_model("vit_base_patch16_224")`
+        elif len(text) < 64 and _CONVNET.search(text):
+            self.convnet = True  # `models.__dict__["resnet50"]`, `--arch resnet50`
 
     def visit_fstring(self, node: cst.FormattedString) -> None:
         if node.parts and isinstance(node.parts[0], cst.FormattedStringText):
             if node.parts[0].value.startswith("cuda"):
                 self.uses_cuda = True
 
-    def visit_assign_target(self, node: cst.AssignTarget) -> None:
-        if self.context.qualname(node.target) == _BENCHMARK:
-            self.benchmark_set = True
+    def visit_assign(self, node: cst.Assign) -> None:
+        for target in node.targets:
+            name = self.context.qualname(target.target)
+            if name == _BENCHMARK:
+                self.benchmark_set = True
+            elif name == _DETERMINISTIC and not _is_false(node.value):
+                self.deterministic = True
+
+    def visit_import(self, node: cst.CSTNode) -> None:
+        for module in _imported_modules(node):
+            if module.split(".", 1)[0] in _SIMULATORS:
+                self.simulator = True
+
+    def kernels_do_not_matter(self) -> bool:
+        """Whether the step time is not the kernels' to begin with: the program
+        steps a simulator, or every loader it builds loads in the main process
+        (input-bound; TL203 reports those loaders)."""
+        return self.simulator or (self.main_process_loaders > 0 and self.worker_loaders == 0)
+
+    def quiet_reason(self) -> Optional[str]:
+        """Why whole-program speed advice that changes numerics does not apply
+        here: the kernels do not set the pace, or the program asked for
+        reproducible kernels."""
+        if self.kernels_do_not_matter():
+            return "input-bound"
+        if self.deterministic:
+            return "deterministic"
+        return None
+
+    def matmul_heavy(self) -> bool:
+        """Whether the model's work is mostly matrix multiplication: a
+        transformer is named, or the module builds matmul layers or operations
+        and no convolution (a conv net's few linear layers are not its cost)."""
+        return self.transformer or (self.has_matmul and not self.has_conv and not self.convnet)
 
     def _is_regex_compile(self, node: cst.Name) -> bool:
         parent = self.context.parent
@@ -377,9 +487,17 @@ class ProgramRule(Rule):
         if self._feeds:
             self.facts.visit_fstring(node)
 
-    def visit_AssignTarget(self, node: cst.AssignTarget) -> None:
+    def visit_Assign(self, node: cst.Assign) -> None:
         if self._feeds:
-            self.facts.visit_assign_target(node)
+            self.facts.visit_assign(node)
+
+    def visit_Import(self, node: cst.Import) -> None:
+        if self._feeds:
+            self.facts.visit_import(node)
+
+    def visit_ImportFrom(self, node: cst.ImportFrom) -> None:
+        if self._feeds:
+            self.facts.visit_import(node)
 
     def leave_Module(self, node: cst.Module) -> None:
         if not self._off:

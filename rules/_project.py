@@ -32,9 +32,12 @@ import libcst as cst
 
 from torchlint.nodes import iter_children, walk_nodes
 from torchlint.rules._frequency import UNKNOWN, FrequencyModel, qualified_name, runs_once_by_path
+from torchlint.rules._training import text_wraps_in_ddp
 from torchlint.semantic import Location, SemanticModel, location_of
 
-Site = Tuple[int, int, Optional[str]]  # (level, line, qualified name of the calling function)
+# (level, line, qualified name of the calling function, whether every argument
+# is visibly a host value: a number, `x.item()`, `float(...)`, a learning rate)
+Site = Tuple[int, int, Optional[str], bool]
 
 
 def module_parts(path: str) -> Tuple[str, ...]:
@@ -144,8 +147,34 @@ class Finder:
             if site.caller is not None:
                 info = self.frequency.functions.get(site.caller)
                 caller = qualified_name(info) if info is not None else None
-            found.append((level, self._line(call), caller))
+            found.append((level, self._line(call), caller, self._host_args(call)))
         return found
+
+    def _host_args(self, call: cst.Call) -> bool:
+        """Whether every argument of ``call`` is visibly a host value (so a
+        function that converts what it is given, `MetricLogger.update`, has
+        nothing to wait for): literals, ``x.item()``, ``float(...)``,
+        ``len(...)``, ``optimizer.param_groups[0]["lr"]``, or a name every
+        reaching assignment of which is one of those."""
+        if not call.args or any(arg.star for arg in call.args):
+            return False
+        location = None
+        for arg in call.args:
+            value = arg.value
+            if _host_expr(value):
+                continue
+            if not isinstance(value, cst.Name):
+                return False
+            if location is None:
+                stack = self._stack_of(call)
+                if stack is None:
+                    return False
+                location = location_of(stack)
+            bindings = self.semantic.reaching(value.value, location)
+            if not bindings or not all(b.kind == "value" and b.value is not None and _host_expr(b.value)
+                                       for b in bindings):
+                return False
+        return True
 
     def _reaches(self, call: cst.Call, target, qualname, cls_name, method, caller) -> bool:
         func = call.func
@@ -245,17 +274,69 @@ class Finder:
     def _line(self, call: cst.Call) -> int:
         """The call's line: found in the text when its callee is written once
         there (the common case, and no pass over the tree), else from positions."""
-        callee = cst.Module([]).code_for_node(call.func)
+        code_for = cst.Module([]).code_for_node
+        callee = code_for(call.func)
         text = self.text
         at = text.find(callee + "(")
         if at >= 0 and text.find(callee + "(", at + 1) < 0:
             return text.count("\n", 0, at) + 1
+        # The whole call as written (LibCST keeps the source text): its n-th
+        # occurrence in the text is the n-th such call in the tree, when the
+        # counts agree (no copy in a comment or string).
+        written = code_for(call)
+        starts = []
+        at = text.find(written)
+        while at >= 0:
+            starts.append(at)
+            at = text.find(written, at + 1)
+        tail = _tail(call.func)
+        same = [n for n in walk_nodes(self.module)
+                if isinstance(n, cst.Call) and (n is call or (_tail(n.func) == tail and code_for(n) == written))
+                ] if starts else []
+        if starts and len(same) == len(starts):
+            return text.count("\n", 0, starts[[id(n) for n in same].index(id(call))]) + 1
         from torchlint.positions import node_positions
 
         if not hasattr(self, "_positions"):
             self._positions = node_positions(self.module)
         span = self._positions.get(call)
         return span[0][0] if span is not None else 1
+
+
+def _tail(func: cst.BaseExpression) -> str:
+    return func.attr.value if isinstance(func, cst.Attribute) else func.value if isinstance(func, cst.Name) else ""
+
+
+_HOST_CALLS = frozenset({"float", "int", "len", "round", "bool", "str"})
+_HOST_METHODS = frozenset({"item", "tolist"})
+
+
+def _host_expr(expr: cst.CSTNode) -> bool:
+    """A value that is visibly on the host: a literal, ``x.item()``,
+    ``float(...)``, ``len(...)``, a subscript of ``optimizer.param_groups``."""
+    if isinstance(expr, (cst.Integer, cst.Float, cst.SimpleString, cst.FormattedString, cst.ConcatenatedString)):
+        return True
+    if isinstance(expr, cst.Name):
+        return expr.value in ("True", "False", "None")
+    if isinstance(expr, cst.UnaryOperation):
+        return _host_expr(expr.expression)
+    if isinstance(expr, cst.Call):
+        func = expr.func
+        if isinstance(func, cst.Name):
+            return func.value in _HOST_CALLS
+        return isinstance(func, cst.Attribute) and func.attr.value in _HOST_METHODS and not expr.args
+    if isinstance(expr, cst.Subscript):
+        root = expr.value
+        while isinstance(root, cst.Subscript):
+            root = root.value
+        return isinstance(root, cst.Attribute) and root.attr.value == "param_groups"
+    return False
+
+
+def traits(text: str) -> Tuple[str, ...]:
+    """What kind of module a caller is, for the rules that ask (TL602: a module
+    that wraps a model in DDP runs the functions it calls on a DDP model)."""
+    return ("ddp",) if text_wraps_in_ddp(text) else ()
 
 
 def finder(text: str, path: str, external: Optional[Dict[str, Tuple[int, str]]] = None) -> Optional[Finder]:

@@ -17,7 +17,7 @@ from typing import Dict, List, Optional, Tuple, Union
 import libcst as cst
 
 from torchlint.rule import Context
-from torchlint.nodes import iter_children
+from torchlint.nodes import iter_children, target_names, walk_nodes
 from torchlint.rules._helpers import source_mentions
 
 _SCOPES = (cst.FunctionDef, cst.Lambda, cst.ClassDef)
@@ -28,6 +28,13 @@ CLOCKS = frozenset(
         "time.time", "time.time_ns", "time.perf_counter", "time.perf_counter_ns",
         "time.monotonic", "time.monotonic_ns", "time.process_time", "time.process_time_ns",
         "timeit.default_timer", "datetime.datetime.now", "datetime.datetime.utcnow",
+    }
+)
+# Calls that wait for all work queued on the device.
+DEVICE_SYNCS = frozenset(
+    {
+        "torch.cuda.synchronize", "torch.accelerator.synchronize", "torch.xpu.synchronize",
+        "torch.mps.synchronize",
     }
 )
 # Allocator statistics: a loop that reads them measures memory per iteration.
@@ -83,21 +90,6 @@ def _exits_process(expr: cst.BaseExpression) -> bool:
     if isinstance(func, cst.Attribute) and isinstance(func.value, cst.Name):
         return (func.value.value, func.attr.value) in (("sys", "exit"), ("os", "_exit"))
     return False
-
-
-def target_names(target: cst.BaseExpression) -> List[str]:
-    """The names a loop target binds (``i``, ``(i, (x, y))``, ``*rest``)."""
-    names: List[str] = []
-    todo: List[cst.CSTNode] = [target]
-    while todo:
-        node = todo.pop()
-        if isinstance(node, cst.Name):
-            names.append(node.value)
-        elif isinstance(node, (cst.Tuple, cst.List)):
-            todo.extend(e.value for e in node.elements)
-        elif isinstance(node, cst.StarredElement):
-            todo.append(node.value)
-    return names
 
 
 def _counters(loop: cst.CSTNode) -> List[str]:
@@ -488,6 +480,11 @@ class LoopFacts:
     steps_directly: bool = False
     """Calls ``.backward()`` in its own body, outside any inner loop or
     comprehension: each iteration is a training step."""
+    synchronizes: bool = False
+    """Calls ``torch.cuda.synchronize()`` (or another whole-device sync) in its
+    own body and not under a condition: it waits for the device every
+    iteration already, so one more read of a value there costs nothing (the
+    sync itself is TL103's finding)."""
     exits_on_value: bool = False
     """Ends the loop (``break``/``return``, not an error exit) on a device value
     read in its own body (``if token.item() in stop_tokens: break``):
@@ -540,6 +537,8 @@ def _scan(ctx: Context, roots: List[cst.CSTNode]) -> LoopFacts:
                 facts.trains = True
                 # `scheduler.step()` once per epoch is not a training step
                 facts.steps_directly = facts.steps_directly or (direct and attr == "backward")
+            elif always and direct and q in DEVICE_SYNCS:
+                facts.synchronizes = True
             elif always and _generates(func):
                 facts.generates = True
             elif isinstance(func, cst.Name) and func.value == "input" and q is None:
@@ -599,6 +598,53 @@ def loop_facts(ctx: Context, loop: cst.CSTNode, cache: Dict[int, LoopFacts]) -> 
     return facts
 
 
+# -- a guard that stops on a non-finite loss ---------------------------------------------
+
+_FINITE_CHECKS = frozenset({"isfinite", "isnan", "isinf"})
+
+
+def _finite_guard(node: cst.CSTNode, names: Optional[List[str]] = None) -> bool:
+    """An ``if`` that stops the run on a non-finite value (``if not
+    math.isfinite(loss_value): sys.exit(1)``), testing one of ``names`` (any
+    value when None)."""
+    if not isinstance(node, cst.If) or not _ends_with_exit(node.body):
+        return False
+    for n in walk_nodes(node.test):
+        if isinstance(n, cst.Call):
+            func = n.func
+            name = func.attr.value if isinstance(func, cst.Attribute) else func.value if isinstance(func, cst.Name) else ""
+            if name in _FINITE_CHECKS and (
+                names is None or any(isinstance(a.value, cst.Name) and a.value.value in names for a in n.args)
+            ):
+                return True
+    return False
+
+
+def feeds_finite_guard(ctx: Context, loop: cst.CSTNode) -> bool:
+    """Whether the value read by the node being visited decides a per-step stop
+    on a non-finite loss: read in the guard's test (``if not
+    math.isfinite(loss.item()):``), or assigned to a name that such a guard in
+    the loop tests (``loss_value = loss.item()`` ... ``if not
+    math.isfinite(loss_value): sys.exit(1)``). The run needs the host value
+    every step for that decision, by design."""
+    stack = ctx.stack
+    for i in range(len(stack) - 2, -1, -1):
+        ancestor = stack[i]
+        if ancestor is loop:
+            break
+        if isinstance(ancestor, cst.If) and stack[i + 1] is ancestor.test:
+            return _finite_guard(ancestor)
+        if isinstance(ancestor, (cst.SimpleStatementLine, cst.SimpleStatementSuite)):
+            statement = stack[i + 1]
+            if not (isinstance(statement, cst.Assign) and len(statement.targets) == 1):
+                return False
+            target = statement.targets[0].target
+            if not isinstance(target, cst.Name):
+                return False
+            return any(_finite_guard(n, [target.value]) for n in walk_nodes(loop))
+    return False
+
+
 # -- host copies that are the point -----------------------------------------------------
 
 # Calls that take host data to write, draw, decode or tabulate it: a copy made for
@@ -618,7 +664,16 @@ def _is_sink(call: cst.Call) -> bool:
         owner = func.value
         owner_name = owner.attr.value if isinstance(owner, cst.Attribute) else owner.value if isinstance(owner, cst.Name) else ""
         return "env" in owner_name.lower()
+    if name == "write" and isinstance(func, cst.Attribute) and _is_console(func.value):
+        return False  # `sys.stdout.write(...)` is a log line, like `print`
     return any(word in lowered for word in _SINK_WORDS)
+
+
+def _is_console(owner: cst.BaseExpression) -> bool:
+    """``sys.stdout``, ``sys.stderr``, ``tqdm`` (``tqdm.write``)."""
+    if isinstance(owner, cst.Attribute) and isinstance(owner.value, cst.Name):
+        return owner.value.value == "sys" and owner.attr.value in ("stdout", "stderr")
+    return isinstance(owner, cst.Name) and owner.value == "tqdm"
 
 
 _HOST_APIS = re.compile(r"\b(?:pycocotools|lvis|panopticapi|cityscapesscripts)\b")

@@ -10,13 +10,14 @@ from torchlint.rule import Rule, contains_modulo
 from torchlint.nodes import iter_children
 from torchlint.rules._helpers import literal_number, method_name, receiver
 from torchlint.rules._device import computes_with_torch, host_values
-from torchlint.rules._frequency import per_step_here
+from torchlint.rules._frequency import model_for, per_step_here
 from torchlint.rules._sync import (
     LoopFacts,
     loop_facts,
     converts_any_value,
     enclosing_function_is_one_off,
     feeds_host_api,
+    feeds_finite_guard,
     feeds_host_sink,
     in_data_pipeline,
     is_constant_display,
@@ -33,7 +34,9 @@ class ItemInLoop(Rule):
     ## What it does
     Reports `<tensor>.item()` and `<tensor>.tolist()` called in a loop: in the
     body of a `for`/`while` statement or of a comprehension, in the same
-    function, and not under a periodic guard such as `if step % log_every == 0:`.
+    function, and not under a periodic guard such as `if step % log_every == 0:`
+    (or `if log_now:` where the function only ever assigns `log_now = step %
+    log_every == 0`).
 
     Receivers that are certainly not device tensors are not reported: NumPy and
     pandas values (`np.argmax(a).item()`, `x.cpu().numpy().tolist()`,
@@ -54,6 +57,16 @@ class ItemInLoop(Rule):
       `sys.exit(...)`, under `if i == 0:` on the loop counter, under a cap
       (`if shown < 3:` whose body does `shown += 1`), or under a periodic
       guard kept with a counter (`if seen == k:` whose body resets `seen = 0`);
+    - a timing loop, which already waits for the device every iteration on
+      purpose: its own body calls `torch.cuda.synchronize()` (or
+      `torch.accelerator`/`xpu`/`mps` `synchronize()`) outside any condition
+      and reads a clock (`time.time()`, `perf_counter()`); one more wait
+      there costs nothing (a sync without a clock is TL103's finding, and
+      the reads after it are reported: they become the wait once it goes);
+    - a value read to stop the run on a non-finite loss (`if not
+      math.isfinite(loss.item()): sys.exit(1)`, or `loss_value = loss.item()`
+      tested so later in the loop): the guard needs the host value every
+      step by design;
     - a loop whose iteration is a whole pass of work: over epochs
       (`for epoch in ...`, unless the loop itself calls `.backward()`:
       full-batch training, where each "epoch" is one step), over a streaming
@@ -72,10 +85,16 @@ class ItemInLoop(Rule):
     - a conversion under `isinstance(v, torch.Tensor)` (or `torch.is_tensor`)
       in a loop that runs no training step (`.backward()`/`.step()`): loggers,
       results tables and input normalisation, which handle values that may not
-      be tensors, unless a caller visibly runs it every step;
+      be tensors, unless a caller visibly runs it every step and not every
+      caller passes only host values (`logger.update(loss=loss.item())`);
     - a module that imports PyTorch only for TensorBoard logging
       (`from torch.utils.tensorboard import SummaryWriter` in a JAX program):
       its arrays are not torch tensors;
+    - a value read to be written, drawn or decoded on the host (handed to a
+      call named like `save`, `write`, `plot`, `imshow`, `fromarray`, `decode`,
+      directly or through a name), or to an environment's `step`; a console
+      write (`sys.stdout.write(...)`, `tqdm.write(...)`) is a log line like
+      `print` and does not count;
     - conversions in a module built around an evaluation API taking host
       lists (it imports `pycocotools`, `lvis`, `panopticapi` or
       `cityscapesscripts` at its top level; not a script importing one inside
@@ -156,8 +175,17 @@ class ItemInLoop(Rule):
     name = "item-in-loop"
     summary = "`.item()`/`.tolist()` in a loop synchronizes with the device every iteration"
     fix = FixAvailability.UNSAFE
+    needs = ("item", "tolist")
 
     VALID = [
+        "import torch\nfor step, x in enumerate(loader):\n    loss = model(x)\n"
+        "    log_now = step % 100 == 0\n    if log_now and rank == 0:\n        print(loss.item())\n",
+        "import time\nimport torch\nfor x, y in loader:\n    loss = model(x.cuda()).sum()\n    loss.backward()\n"
+        "    optimizer.step()\n    torch.cuda.synchronize()\n    batch_time = time.time() - end\n"
+        "    logger.update(loss=loss.item())\n",
+        "import math\nimport sys\nimport torch\nfor x, y in loader:\n    loss = model(x.cuda()).sum()\n"
+        "    loss_value = loss.item()\n    if not math.isfinite(loss_value):\n        sys.exit(1)\n"
+        "    loss.backward()\n    optimizer.step()\n",
         "import torch\nfor k, v in metrics.items():\n    print(k, v)\n",
         "import torch\nfor x in loader:\n    loss = model(x)\nprint(loss.item())\n",
         "import torch\nfor step, x in enumerate(loader):\n    loss = model(x)\n    if step % 100 == 0:\n        print(loss.item())\n",
@@ -165,6 +193,10 @@ class ItemInLoop(Rule):
         "import torch\nfor i in range(n.item()):\n    pass\n",
     ]
     INVALID = [
+        "import torch\nfor x, y in loader:\n    loss = model(x.cuda()).sum()\n    loss.backward()\n"
+        "    optimizer.step()\n    torch.cuda.synchronize()\n    logger.update(loss=loss.item())\n",
+        "import sys\nimport torch\nfor x, y in loader:\n    loss = model(x.cuda()).sum()\n    loss.backward()\n"
+        "    optimizer.step()\n    sys.stdout.write('loss %f' % loss.item())\n",
         "import torch\ntotal = 0.0\nfor x in loader:\n    total += model(x).item()\n",
         "import torch\nfor x in loader:\n    print(model(x).tolist())\n",
         "import torch\ndef training_step(tensors):\n    values = [t.item() for t in tensors]\n",
@@ -205,8 +237,13 @@ class ItemInLoop(Rule):
                 return
         if runs_once(ctx, loop) or runs_once_per_pass(ctx, loop, self._facts):
             return
-        if loop_facts(ctx, loop, self._facts).exits_on_value:
+        facts = loop_facts(ctx, loop, self._facts)
+        if facts.synchronizes and facts.reads_clock:
+            return  # a timing loop: it waits for the device every iteration anyway, to time it
+        if facts.exits_on_value:
             return  # the loop waits for a device value every iteration anyway, to decide to stop
+        if feeds_finite_guard(ctx, loop):
+            return  # read to stop the run on a non-finite loss: needed every step, by design
         recv = receiver(node)
         assert recv is not None
         if in_data_pipeline(ctx) or enclosing_function_is_one_off(ctx) or self._reads_checkpoint(recv):
@@ -218,9 +255,12 @@ class ItemInLoop(Rule):
         frequency = per_step_here(ctx)
         if frequency is None:
             return  # a loop in code that runs once or once per epoch (setup, logging, export)
-        if converts_any_value(ctx, loop, self._facts) and frequency.via is None and frequency.via_text is None:
+        if converts_any_value(ctx, loop, self._facts) and (
+            (frequency.via is None and frequency.via_text is None) or _callers_pass_host_values(ctx, frequency)
+        ):
             # A logger that converts whatever it is given: usually called every N
-            # steps, so reported only when a caller visibly runs it every step.
+            # steps, so reported only when a caller visibly runs it every step,
+            # and not when every caller (project index) passes host values.
             return
         self.report(node, self._MESSAGES[name], fix=self._accumulation_fix(node, recv, loop, self._scope()),
                     frequency=frequency)
@@ -414,3 +454,11 @@ def _used_elsewhere_in_loop(loop: cst.CSTNode, name: str, target: cst.Name) -> b
             continue
         todo.extend(iter_children(node))
     return False
+
+
+def _callers_pass_host_values(ctx, frequency) -> bool:
+    """Whether the project index found that every call of the function passes
+    only host values (``metric_logger.update(loss=loss.item(), lr=lr)``)."""
+    fn = frequency.function
+    name = model_for(ctx).qualified_name(fn) if fn is not None else None
+    return name is not None and f"{name}|host_args" in ctx.project.get("frequency", {})

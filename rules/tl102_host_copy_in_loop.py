@@ -6,6 +6,7 @@ from typing import Dict, Optional, Set
 import libcst as cst
 
 from torchlint.model import FixAvailability
+from torchlint.nodes import walk_nodes
 from torchlint.rule import Rule
 from torchlint.rules._helpers import (
     device_kind,
@@ -82,7 +83,9 @@ class HostCopyInLoop(Rule):
       host (`Image.fromarray(x.cpu().numpy()).save(path)`, through a name
       handed to such a call later in the loop), or gathered into a list that
       the function writes out after the loop (`all_images.extend(...)` then
-      `np.savez(path, np.concatenate(all_images))`), and conversions in a
+      `np.savez(path, np.concatenate(all_images))`; a console write such as
+      `sys.stdout.write(...)` is a log line like `print` and does not count),
+      and conversions in a
       module built around `pycocotools`, LVIS or the panoptic API (imported
       at its top level);
     - a loop whose iteration is a whole pass of work: over epochs
@@ -106,6 +109,15 @@ class HostCopyInLoop(Rule):
       (`for i in range(...)`, `for i, x in enumerate(...)`), under a cap
       (`if shown < 3:` incrementing `shown`), or under a counter reset
       (`if seen == k:` ... `seen = 0`);
+    - a timing loop, which already waits for the device every iteration on
+      purpose: its own body calls `torch.cuda.synchronize()` (or
+      `torch.accelerator`/`xpu`/`mps` `synchronize()`) outside any condition
+      and reads a clock (`time.time()`, `perf_counter()`); one more wait
+      there costs nothing (a sync without a clock is TL103's finding, and
+      the reads after it are reported: they become the wait once it goes);
+    - a copy in the branch a device switch takes to keep data on the host
+      (the `else` of `if args.use_cuda:`, the body of `if not use_gpu:`): a
+      feature bank too large for the GPU is kept on the host on purpose;
     - a comprehension that is not inside a loop statement and copies one
       concatenated tensor per element (`[torch.cat(v).cpu() for v in zip(*results)]`):
       that is already the copy-once form;
@@ -159,6 +171,11 @@ class HostCopyInLoop(Rule):
     fix = FixAvailability.NONE
 
     VALID = [
+        "import torch\nfor x, idx in loader:\n    feats = model(x.cuda())\n    if args.use_cuda:\n"
+        "        bank.index_copy_(0, idx.cuda(), feats)\n    else:\n        bank.index_copy_(0, idx, feats.cpu())\n",
+        "import time\nimport torch\nfor x, y in loader:\n    loss = model(x.cuda()).sum()\n    loss.backward()\n"
+        "    optimizer.step()\n    torch.cuda.synchronize()\n    batch_time = time.perf_counter() - end\n"
+        "    losses.append(loss.detach().cpu())\n",
         "import torch\nfor x in loader:\n    preds.append(model(x))\nall_preds = torch.cat(preds).cpu()\n",
         "import torch\nfor step, x in enumerate(loader):\n    out = model(x)\n    if step % 100 == 0:\n        log(out.cpu())\n",
         "import torch\nfor image in images:\n    array = image.numpy()\n",
@@ -193,7 +210,10 @@ class HostCopyInLoop(Rule):
         loop = self._step_loop()
         if loop is None or runs_once(ctx, loop) or runs_once_per_pass(ctx, loop, self._facts):
             return
-        if loop_facts(ctx, loop, self._facts).exits_on_value:
+        facts = loop_facts(ctx, loop, self._facts)
+        if facts.synchronizes and facts.reads_clock:
+            return  # a timing loop: it waits for the device every iteration anyway, to time it
+        if facts.exits_on_value:
             return  # the loop waits for the device anyway
         recv = receiver(node)
         assert recv is not None
@@ -214,6 +234,8 @@ class HostCopyInLoop(Rule):
             return  # copied to be written, drawn or decoded on the host: the copy is the point
         if _serialised(ctx.stack, index):
             return  # `t.cpu().numpy().tobytes()`: bytes for pickling or storage
+        if _host_branch_of_device_switch(ctx.stack, loop):
+            return  # `if args.use_cuda: ... else: x.cpu()`: the host is the user's choice
         frequency = per_step_here(ctx)
         if frequency is None:
             return  # a loop in code that runs once or once per epoch (or whose callers are not seen)
@@ -357,5 +379,29 @@ def _module_method_follows(stack, top_index: int) -> bool:
     outermost call at ``stack[top_index]``) is a module-only method."""
     for node in stack[top_index:-1]:
         if isinstance(node, cst.Call) and method_name(node) in _MODULE_METHODS:
+            return True
+    return False
+
+
+_DEVICE_SWITCH = re.compile(r"cuda|gpu", re.IGNORECASE)
+
+
+def _host_branch_of_device_switch(stack, loop) -> bool:
+    """Whether the copy is in the branch that a device switch takes to keep
+    data on the host: the ``else`` of ``if args.use_cuda:`` or the body of
+    ``if not use_gpu:`` (a feature bank too large for the GPU)."""
+    for i in range(len(stack) - 2, -1, -1):
+        node = stack[i]
+        if node is loop:
+            return False
+        if not isinstance(node, cst.If):
+            continue
+        test, child = node.test, stack[i + 1]
+        negated = isinstance(test, cst.UnaryOperation) and isinstance(test.operator, cst.Not)
+        subject = test.expression if negated else test
+        names = [n.value for n in walk_nodes(subject) if isinstance(n, cst.Name)]
+        if not any(_DEVICE_SWITCH.search(name) for name in names) or isinstance(subject, cst.Call):
+            continue
+        if (negated and child is node.body) or (not negated and child is node.orelse):
             return True
     return False

@@ -139,6 +139,7 @@ class ConvBiasBeforeBatchNorm(Rule):
     name = "conv-bias-before-batchnorm"
     summary = "Convolution bias cancelled by the following BatchNorm"
     fix = FixAvailability.UNSAFE
+    needs = ("BatchNorm",)
 
     VALID = [
         "import torch.nn as nn\nm = nn.Sequential(nn.Conv2d(3, 8, 3, bias=False), nn.BatchNorm2d(8))\n",

@@ -66,6 +66,17 @@ class CudnnBenchmarkDisabled(ProgramRule):
     import their model from elsewhere (no convolution layer built here); the
     scoped `with torch.backends.cudnn.flags(benchmark=False):`.
 
+    The module check (never sets it) is also silent for a program whose
+    every `DataLoader` loads in the main process (`num_workers` absent or
+    `0`: its steps wait for data; TL203 reports those loaders), for one that
+    imports a reinforcement-learning simulator (`gym`, `gymnasium`,
+    `envpool`, `procgen`, `dm_control`, ...: the step time is the
+    environment's, on the host, and the policy networks are small) and for
+    one that asks for reproducible kernels anywhere (`cudnn.deterministic =
+    ...` or `torch.use_deterministic_algorithms(...)` with anything but the
+    literal `False`, often `args.torch_deterministic`): the autotuner picks
+    algorithms by timing them, so results change from run to run.
+
     ## Why is this bad?
     With `benchmark = True`, cuDNN times the available convolution algorithms
     the first time it sees an input shape and caches the fastest; with
@@ -123,6 +134,11 @@ class CudnnBenchmarkDisabled(ProgramRule):
     fix = FixAvailability.NONE
 
     VALID = [
+        "import gym\nimport torch\nfrom torch import nn\n\nmodel = nn.Conv2d(3, 8, 3).cuda()\n"
+        "for x in loader:\n    model(x).sum().backward()\n    optimizer.step()\n",
+        "import torch\nfrom torch import nn\n\nmodel = nn.Conv2d(3, 8, 3).cuda()\n"
+        "torch.use_deterministic_algorithms(args.deterministic)\n"
+        "for x in loader:\n    model(x).sum().backward()\n    optimizer.step()\n",
         "import torch\ntorch.backends.cudnn.benchmark = True\n",
         "import torch\ntorch.backends.cudnn.benchmark = args.cudnn_benchmark\n",
         "import torch\nif args.deterministic:\n    torch.backends.cudnn.benchmark = False\n",
@@ -149,6 +165,7 @@ class CudnnBenchmarkDisabled(ProgramRule):
         return id(function) if function is not None else None
 
     def visit_Assign(self, node: cst.Assign) -> None:
+        super().visit_Assign(node)
         if self._off:
             return
         qualname = self.context.qualname
@@ -191,6 +208,8 @@ class CudnnBenchmarkDisabled(ProgramRule):
             self.report(node, message)
         if facts.benchmark_set or not (facts.has_conv and facts.entry and facts.uses_cuda):
             return
+        if facts.quiet_reason():
+            return  # input- or simulator-bound, or a program that chose reproducible kernels
         self.report_at_first_step(
             facts,
             "this program trains a convolutional network but never sets "

@@ -43,13 +43,32 @@ class Fp32MatmulPrecision(ProgramRule):
     - Training steps driven by Accelerate, Lightning Fabric or
       `manual_backward` are not reported (their precision is a framework
       option, often set outside the module).
-    - A module that builds convolution layers but no matmul layer or
-      operation (`nn.Linear`, attention, `torch.matmul`, `@`, ...) is not
-      reported: cuDNN convolutions already use TF32 by default.
+    - Only a matmul-heavy model is reported: the module names a model of
+      the transformer family (`GPT`, `Bert...`, `Llama...`, `vit_...`,
+      `swin_...`, as a name or a model string such as
+      `create_model("vit_base_patch16_224")`), or it builds matmul layers or
+      operations (`nn.Linear`, attention, `torch.matmul`, `@`, ...) and no
+      convolution, nor a convolutional network named by its family
+      (`resnet50`, `vgg19`, `efficientnet_b0`, ...: `models.resnet50()`,
+      `--arch resnet50`). cuDNN convolutions already use TF32 by default, so a
+      convolutional network with a linear classifier head gains little, and
+      a model built elsewhere under another name is not reported.
     - Only entry modules are reported (a library module that defines
       `train_one_epoch` leaves process-wide settings to the program), and
       only modules that put work on CUDA (`torch.cuda.is_available()` alone
       does not count).
+    - A program whose every `DataLoader` loads in the main process
+      (`num_workers` absent or `0`) is not reported: its steps wait for data,
+      so TF32 would not change their pace; TL203 reports those loaders.
+    - A program that imports a reinforcement-learning simulator (`gym`,
+      `gymnasium`, `envpool`, `procgen`, `dm_control`, ...) is not reported:
+      its step time is spent stepping environments on the host and in small
+      policy networks, where TF32 buys nothing measurable.
+    - A program that asks for reproducible kernels (`cudnn.deterministic =
+      ...` or `torch.use_deterministic_algorithms(...)` with anything but the
+      literal `False`, often `args.torch_deterministic`) is not reported:
+      it chose reproducibility over speed, and TF32 would change its
+      results from run to run or against its reference.
 
     ## Why is this bad?
     On NVIDIA GPUs since Ampere (A100, RTX 30xx and later), float32 matrix
@@ -101,6 +120,10 @@ class Fp32MatmulPrecision(ProgramRule):
     fix = FixAvailability.NONE
 
     VALID = [
+        "import gymnasium as gym\nimport torch\nenvs = gym.make('CartPole-v1')\n"
+        "for x in loader:\n    model(x.cuda()).sum().backward()\n    optimizer.step()\n",
+        "import torch\ntorch.backends.cudnn.deterministic = args.torch_deterministic\n"
+        "for x in loader:\n    model(x.cuda()).sum().backward()\n    optimizer.step()\n",
         "import torch\ntorch.set_float32_matmul_precision('high')\n"
         "for x in loader:\n    model(x.cuda()).sum().backward()\n    optimizer.step()\n",
         "import torch\n"
@@ -110,9 +133,9 @@ class Fp32MatmulPrecision(ProgramRule):
         "    for x in loader:\n        model(x.cuda()).sum().backward()\n        optimizer.step()\n",
     ]
     INVALID = [
-        "import torch\n"
+        "import torch\nmodel = torch.nn.Linear(1024, 1024).cuda()\n"
         "for x in loader:\n    model(x.cuda()).sum().backward()\n    optimizer.step()\n",
-        "import torch\ndef train(model, loader, optimizer):\n"
+        "import torch\nmodel = GPT(config).cuda()\ndef train(model, loader, optimizer):\n"
         "    for x in loader:\n        model(x.cuda()).sum().backward()\n        optimizer.step()\n"
         "\nif __name__ == '__main__':\n    train(model, loader, optimizer)\n",
     ]
@@ -120,7 +143,9 @@ class Fp32MatmulPrecision(ProgramRule):
     def decide(self, facts: ProgramFacts) -> None:
         if facts.tf32_set or facts.reduced_precision or not (facts.entry and facts.uses_cuda):
             return
-        if facts.has_conv and not facts.has_matmul:
+        if facts.quiet_reason():
+            return  # input- or simulator-bound, or a program that chose reproducible kernels
+        if not facts.matmul_heavy():
             return  # a convolutional network: cuDNN convolutions use TF32 by default
         self.report_at_first_step(
             facts,

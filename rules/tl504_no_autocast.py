@@ -34,6 +34,18 @@ class NoAutocast(ProgramRule):
       `manual_backward` are not reported: mixed precision is the framework's
       option (`Accelerator(mixed_precision="bf16")`,
       `Fabric(precision="bf16-mixed")`, `Trainer(precision=...)`).
+    - A program whose every `DataLoader` loads in the main process
+      (`num_workers` absent or `0`) is not reported: its steps wait for data,
+      so autocast would not change their pace; TL203 reports those loaders.
+    - A program that imports a reinforcement-learning simulator (`gym`,
+      `gymnasium`, `envpool`, `procgen`, `dm_control`, ...) is not reported:
+      its step time is spent stepping environments on the host and in small
+      policy networks, where autocast buys nothing measurable.
+    - A program that asks for reproducible kernels (`cudnn.deterministic =
+      ...` or `torch.use_deterministic_algorithms(...)` with anything but the
+      literal `False`, often `args.torch_deterministic`) is not reported:
+      it chose reproducibility over speed, and autocast would change its
+      results from run to run or against its reference.
     - A module that never mentions CUDA is not reported (CPU autocast
       exists, but the documented gains are on GPUs with tensor cores).
     - Unlike the other whole-program rules, the module need not be an entry
@@ -96,6 +108,10 @@ class NoAutocast(ProgramRule):
     fix = FixAvailability.NONE
 
     VALID = [
+        "import gymnasium as gym\nimport torch\nenvs = gym.make('CartPole-v1')\n"
+        "for x in loader:\n    model(x.cuda()).sum().backward()\n    optimizer.step()\n",
+        "import torch\ntorch.backends.cudnn.deterministic = args.torch_deterministic\n"
+        "for x in loader:\n    model(x.cuda()).sum().backward()\n    optimizer.step()\n",
         "import torch\n"
         "for x in loader:\n    with torch.autocast('cuda', dtype=torch.bfloat16):\n"
         "        loss = model(x.cuda()).sum()\n    loss.backward()\n    optimizer.step()\n",
@@ -113,7 +129,7 @@ class NoAutocast(ProgramRule):
     ]
 
     def decide(self, facts: ProgramFacts) -> None:
-        if facts.reduced_precision or not facts.uses_cuda:
+        if facts.reduced_precision or not facts.uses_cuda or facts.quiet_reason():
             return
         self.report_at_first_step(
             facts,

@@ -35,7 +35,16 @@ class NoCompile(ProgramRule):
     LightningModule is usually compiled by the script that builds it); a
     module that never mentions CUDA is not reported (for a small model on a
     CPU the compile time is rarely repaid); only entry modules are reported,
-    because the model is usually compiled where it is built.
+    because the model is usually compiled where it is built; a program that
+    imports a reinforcement-learning simulator (`gym`, `gymnasium`,
+    `envpool`, `procgen`, `dm_control`, ...) is not reported, since its step
+    time is spent stepping environments on the host, nor one whose every
+    `DataLoader` loads in the main process (`num_workers` absent or `0`): its
+    steps wait for data, which compiling does not change (TL203 reports those
+    loaders), nor a module with recurrent layers (`nn.LSTM`, `nn.GRU`,
+    `LSTMCell`, `pack_padded_sequence`): cuDNN's fused RNN kernels and
+    variable sequence lengths leave little for the compiler to fuse and force
+    recompilations.
 
     ## Why is this bad?
     `torch.compile` captures the model's forward and backward passes as
@@ -88,6 +97,8 @@ class NoCompile(ProgramRule):
     fix = FixAvailability.NONE
 
     VALID = [
+        "import gymnasium as gym\nimport torch\nenvs = gym.make('CartPole-v1')\n"
+        "for x in loader:\n    model(x.cuda()).sum().backward()\n    optimizer.step()\n",
         "import torch\nmodel = torch.compile(Net().cuda())\n"
         "for x in loader:\n    model(x).sum().backward()\n    optimizer.step()\n",
         "import torch\nmodel = Net().cuda()\nif args.compile:\n    model = compile_model(model)\n"
@@ -103,7 +114,7 @@ class NoCompile(ProgramRule):
     ]
 
     def decide(self, facts: ProgramFacts) -> None:
-        if facts.compiles or not (facts.entry and facts.uses_cuda):
+        if facts.compiles or not (facts.entry and facts.uses_cuda) or facts.kernels_do_not_matter() or facts.recurrent:
             return
         if self.context.target_torch < (2, 0):
             return

@@ -7,7 +7,8 @@ import libcst as cst
 
 from torchlint.model import FixAvailability
 from torchlint.rule import Rule
-from torchlint.rules._helpers import CallTable
+from torchlint.rules._helpers import CallTable, method_name
+from torchlint.rules._training import is_backward
 
 # The class and the functional form (`data_parallel(module, inputs)`), which
 # replicates, scatters and gathers in the same way on every call.
@@ -57,6 +58,13 @@ class DataParallel(Rule):
     fallback a user gets by not launching with `torchrun` (often next to a
     warning that recommends DDP); the program already has the better path,
     and the choice is the user's at launch, not the code's.
+
+    Nor is `DataParallel` in an inference module: one that puts a model in
+    eval mode (`.eval()`) and never in train mode (`.train()`) nor runs a
+    backward pass (an offline FID or feature-extraction script). DDP is a
+    training wrapper (it synchronises gradients); splitting inference over
+    GPUs without `DataParallel` means one process per GPU and a rewrite,
+    which a script that runs once per evaluation does not repay.
 
     Test files (`test_*.py`, `*_test.py`, `conftest.py`, `tests/`) are not
     checked: a test wraps a model in `DataParallel` to check that the code
@@ -110,8 +118,11 @@ class DataParallel(Rule):
     name = "data-parallel"
     summary = "`nn.DataParallel` instead of `DistributedDataParallel`"
     fix = FixAvailability.NONE
+    needs = ("DataParallel", "data_parallel")
 
     VALID = [
+        "import torch\ninception = torch.nn.DataParallel(load_inception()).eval().cuda()\n"
+        "with torch.no_grad():\n    for x in loader:\n        feats.append(inception(x.cuda()))\n",
         "import torch\nif isinstance(model, torch.nn.DataParallel):\n    model = model.module\n",
         "import torch\nfrom torch.nn.parallel import DistributedDataParallel as DDP\nmodel = DDP(model, device_ids=[rank])\n",
         "import torch\nclass DataParallel:\n    def __init__(self, m):\n        self.m = m\nwrapped = DataParallel(model)\n",
@@ -122,6 +133,8 @@ class DataParallel(Rule):
         "    model = torch.nn.DataParallel(model)\nif RANK != -1:\n    model = smart_DDP(model)\n",
     ]
     INVALID = [
+        "import torch\nmodel = torch.nn.DataParallel(model).cuda()\nmodel.eval()\nvalidate(model)\n"
+        "model.train()\nfor x, y in loader:\n    loss_fn(model(x), y).backward()\n",
         "import torch\nmodel = torch.nn.DataParallel(model)\n",
         "import torch\nif torch.cuda.device_count() > 1:\n    model = torch.nn.DataParallel(model)\nmodel = add_dropout(model)\n",
         "from torch.nn import DataParallel as DP\nmodel = DP(model, device_ids=[0, 1])\n",
@@ -147,6 +160,9 @@ class DataParallel(Rule):
         self._off = context.is_test_file
         self._found: List[Tuple[cst.Call, str]] = []
         self._offers_ddp = False
+        # An inference module: it puts a model in eval mode, never in train mode,
+        # and never runs a backward pass.
+        self._evaluates = self._trains = False
 
     def visit_Call(self, node: cst.Call) -> None:
         if self._off:
@@ -154,11 +170,19 @@ class DataParallel(Rule):
         kind = _DATA_PARALLEL_CALLS.lookup(node, self.context)
         if kind is not None:
             self._found.append((node, kind))
+            return
+        name = method_name(node)
+        if name == "eval" and not node.args:
+            self._evaluates = True
+        elif name == "train" or (name == "backward" and is_backward(node, self.context)):
+            self._trains = True
         elif not self._offers_ddp and _offers_ddp(node, self.context):
             self._offers_ddp = True
 
     def leave_Module(self, node: cst.Module) -> None:
         if self._offers_ddp:
             return  # DataParallel is the fallback of a program that also runs with DDP
+        if self._evaluates and not self._trains:
+            return  # inference only: DDP is for training, and nothing here trains
         for call, kind in self._found:
             self.report(call, self._MESSAGES[kind])

@@ -7,8 +7,9 @@ import libcst as cst
 
 from torchlint.model import FixAvailability
 from torchlint.rule import Rule, contains_modulo
-from torchlint.rules._training import is_backward, is_framework_backward, is_optimizer_step
+from torchlint.rules._training import is_backward, is_ddp_helper, is_framework_backward, is_optimizer_step
 from torchlint.nodes import walk_nodes
+from torchlint.rules._frequency import model_for
 
 _DDP = frozenset(
     {
@@ -59,7 +60,13 @@ class DdpAccumulationWithoutNoSync(Rule):
     - an inner micro-batch loop calls `backward()` outside any branch and
       contains no optimizer step, and a step follows the inner loop in the
       enclosing loop (or function). This is the shape of nanoGPT's loop,
-      which is silent because it sets `require_backward_grad_sync`.
+      which is silent because it sets `require_backward_grad_sync`;
+    - a loss scaler called every iteration with the loss and an
+      `update_grad=` that says "every N micro-batches" (timm's
+      `NativeScaler`, as DeiT, MAE, ConvNeXt and Swin call it:
+      `loss_scaler(loss, optimizer, update_grad=(i + 1) % accum_iter == 0)`):
+      it runs `backward()` on every call and steps only when `update_grad`
+      is true.
 
     Not reported when the module mentions `no_sync` (`with model.no_sync():`,
     `ctx = model.no_sync if ... else nullcontext`, a helper of one's own),
@@ -78,8 +85,13 @@ class DdpAccumulationWithoutNoSync(Rule):
     to accumulation (`if torch.isfinite(loss):`, or `if use_amp:
     scaler.step(opt) else: opt.step()`, which steps either way), a backward in
     a comprehension, steps in another function than the backward, a module
-    without `DistributedDataParallel(...)` (the wrap in another module cannot
-    be seen), and `FullyShardedDataParallel`: FSDP's
+    that neither calls `DistributedDataParallel(...)` nor a helper whose name
+    says it wraps in DDP (`smart_DDP(model)`, `wrap_ddp(model)`, often defined
+    in a utility module: a name with `ddp`/`DDP` as a word; not `is_ddp(...)`
+    or `unwrap_ddp(...)`), unless another module of the run that does wrap in
+    DDP calls the function with the loop (`main.py` wraps the model and calls
+    `train_one_epoch` of `engine.py`: the project index finds the call, and
+    the message names where), and `FullyShardedDataParallel`: FSDP's
     `no_sync()` keeps unsharded gradients in memory, so skipping the
     reduce-scatter is a memory trade-off rather than a plain win.
 
@@ -138,6 +150,12 @@ class DdpAccumulationWithoutNoSync(Rule):
     fix = FixAvailability.NONE
 
     VALID = [
+        "from torch.nn.parallel import DistributedDataParallel as DDP\nmodel = DDP(model)\n"
+        "for i, (x, y) in enumerate(loader):\n    loss = criterion(model(x), y)\n"
+        "    loss_scaler(loss, optimizer, parameters=model.parameters(), update_grad=True)\n",
+        "from utils import unwrap_ddp\nnet = unwrap_ddp(model)\n"
+        "for i, (x, y) in enumerate(loader):\n    loss = criterion(model(x), y)\n    loss.backward()\n"
+        "    if (i + 1) % accum_steps == 0:\n        optimizer.step()\n        optimizer.zero_grad()\n",
         # no_sync around the micro-batches
         "import contextlib\nfrom torch.nn.parallel import DistributedDataParallel as DDP\nmodel = DDP(net)\n"
         "for i, x in enumerate(loader):\n    ctx = model.no_sync() if (i + 1) % 4 else contextlib.nullcontext()\n"
@@ -150,6 +168,13 @@ class DdpAccumulationWithoutNoSync(Rule):
         "    if (i + 1) % 4 == 0:\n        optimizer.step()\n",
     ]
     INVALID = [
+        "from torch.nn.parallel import DistributedDataParallel as DDP\nmodel = DDP(model)\n"
+        "for i, (x, y) in enumerate(loader):\n    loss = criterion(model(x), y) / accum_iter\n"
+        "    loss_scaler(loss, optimizer, parameters=model.parameters(),\n"
+        "                update_grad=(i + 1) % accum_iter == 0)\n",
+        "from utils.torch_utils import smart_DDP\nmodel = smart_DDP(model)\n"
+        "for i, (x, y) in enumerate(loader):\n    loss = criterion(model(x), y)\n    loss.backward()\n"
+        "    if (i + 1) % accum_steps == 0:\n        optimizer.step()\n        optimizer.zero_grad()\n",
         "import torch\nmodel = torch.nn.parallel.DistributedDataParallel(net)\n"
         "for i, x in enumerate(loader):\n    loss = model(x).sum() / 4\n    loss.backward()\n"
         "    if (i + 1) % 4 == 0:\n        optimizer.step()\n        optimizer.zero_grad()\n",
@@ -168,11 +193,19 @@ class DdpAccumulationWithoutNoSync(Rule):
     def __init__(self, context) -> None:
         super().__init__(context)
         source = context.source
-        self._active = "DistributedDataParallel" in source and not any(
-            word in source for word in _SYNC_CONTROL
-        )
+        # Without a DDP wrap in the module, a function whose callers in other
+        # modules wrap one (the project index) may still accumulate on DDP.
+        self._active = (
+            "DistributedDataParallel" in source or "DDP" in source or "ddp" in source
+            or (("backward" in source or "scaler" in source) and "step" in source)
+        ) and not any(word in source for word in _SYNC_CONTROL)
+        if not self._active:
+            self.walks = False
         self._has_ddp = False
         self._backwards: List[_Site] = []
+        # Loss scalers that run the backward and step only when told
+        # (timm's `loss_scaler(loss, optimizer, update_grad=(i + 1) % n == 0)`).
+        self._scaled: List[_Site] = []
         self._steps: List[_Site] = []
         self._loop_end: Dict[int, int] = {}
         self._loop_parent: Dict[int, Optional[cst.CSTNode]] = {}
@@ -183,8 +216,15 @@ class DdpAccumulationWithoutNoSync(Rule):
         if not self._active:
             return
         ctx = self.context
-        if ctx.qualname(node.func) in _DDP:
+        if ctx.qualname(node.func) in _DDP or _wraps_in_ddp(node):
             self._has_ddp = True
+            return
+        if _scaler_accumulates(node):
+            site = self._site(node)
+            if site is not None and site.loop is not None and not any(
+                isinstance(c, cst.If) and contains_modulo(c.test) for c, _ in site.conditions
+            ):
+                self._scaled.append(site)
             return
         if is_backward(node, ctx):
             if is_framework_backward(node):
@@ -254,11 +294,30 @@ class DdpAccumulationWithoutNoSync(Rule):
 
     # -- decision ------------------------------------------------------------------
     def leave_Module(self, node: cst.Module) -> None:
-        if not self._active or not self._has_ddp:
+        if not self._active:
             return
-        for backward in self._backwards:
-            if backward.loop is not None and self._accumulates(backward):
+        accumulating = [b for b in self._backwards if b.loop is not None and self._accumulates(b)]
+        for backward in sorted(accumulating + self._scaled, key=lambda site: site.order):
+            if self._has_ddp:
                 self.report(backward.node, self._MESSAGE)
+                continue
+            where = self._ddp_caller(backward.function)
+            if where is not None:
+                self.report(backward.node, f"{self._MESSAGE} (the model is wrapped in DDP in {where}, "
+                            "which calls this function)")
+
+    def _ddp_caller(self, function: Optional[cst.FunctionDef]) -> Optional[str]:
+        """Where a module that wraps a model in DDP calls ``function`` (the
+        project index's answer); the function is noted for the index."""
+        if function is None:
+            return None
+        ctx = self.context
+        name = model_for(ctx).qualified_name(function)
+        if name is None:
+            return None
+        ctx.pending.add(name)
+        fact = ctx.project.get("frequency", {}).get(f"{name}|ddp")
+        return fact[1] if fact else None
 
     def _accumulates(self, backward: _Site) -> bool:
         loop = backward.loop
@@ -315,3 +374,30 @@ class DdpAccumulationWithoutNoSync(Rule):
 
 def _branch_ids(site: _Site) -> FrozenSet[Tuple[int, int]]:
     return frozenset((id(node), id(child)) for node, child in site.conditions)
+
+
+def _wraps_in_ddp(node: cst.Call) -> bool:
+    """``smart_DDP(model)``, ``utils.wrap_ddp(model, ...)``: a call, with the
+    model as an argument, of a helper whose name says it wraps in DDP."""
+    func = node.func
+    name = func.attr.value if isinstance(func, cst.Attribute) else func.value if isinstance(func, cst.Name) else ""
+    return bool(node.args) and is_ddp_helper(name)
+
+
+def _scaler_accumulates(node: cst.Call) -> bool:
+    """A loss scaler called with the loss and an ``update_grad=`` that says
+    "every N micro-batches" (``loss_scaler(loss, optimizer, ...,
+    update_grad=(i + 1) % accum_iter == 0)``, timm's ``NativeScaler`` as DeiT,
+    MAE, ConvNeXt and Swin call it): it runs ``backward()`` on every call and
+    steps only when ``update_grad`` is true."""
+    func = node.func
+    name = func.attr.value if isinstance(func, cst.Attribute) else func.value if isinstance(func, cst.Name) else ""
+    if "scaler" not in name.lower() or not node.args:
+        return False
+    for arg in node.args:
+        if arg.keyword is not None and arg.keyword.value == "update_grad":
+            value = arg.value
+            return contains_modulo(value) or any(
+                isinstance(n, cst.Name) and _ACCUMULATION_WORDS.search(n.value) for n in walk_nodes(value)
+            )
+    return False

@@ -6,6 +6,8 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import pytest
+
 from tests.test_cli import run
 
 OPS = """\
@@ -178,3 +180,91 @@ def test_a_module_imported_from_its_package(runner, workdir):
     (workdir / "train.py").write_text(TRAIN.replace("from ops import make_mask", "from training import ops").replace(
         "make_mask(x.shape[1], device)", "ops.make_mask(x.shape[1], device)"))
     assert _concise(runner, ".") == ["training/ops.py:5:12: TL201"]
+
+
+TRAIN_CALLS_TWICE = """\
+import torch
+from ops import make_mask
+
+MASK = make_mask(4, "cpu")  # once, at import
+
+
+def train(model, loader, device):
+    # mask = make_mask(x.shape[1], device)
+    for x, y in loader:
+        mask = make_mask(x.shape[1], device)
+        model(x * mask).sum().backward()
+"""
+
+
+def test_the_call_that_makes_it_hot_is_named_by_its_own_line(runner, workdir):
+    """The callee is written three times (once in a comment): `via` names the
+    line of the call in the loop, not the first text that looks like it."""
+    (workdir / "ops.py").write_text(OPS)
+    (workdir / "train.py").write_text(TRAIN_CALLS_TWICE)
+    (item,) = json.loads(run(runner, "check", "--select", "TL201", "--output-format", "json", ".").stdout)
+    assert (item["frequency"], item["via"]) == ("per step", "train.py:10")
+
+
+ENGINE_ACCUMULATES = """\
+import torch
+
+
+def train_one_epoch(model, loader, optimizer, update_freq):
+    for i, (x, y) in enumerate(loader):
+        loss = model(x.cuda()).sub(y.cuda()).pow(2).mean() / update_freq
+        loss.backward()
+        if (i + 1) % update_freq == 0:
+            optimizer.step()
+            optimizer.zero_grad()
+"""
+
+MAIN_WRAPS_IN_DDP = """\
+import torch
+from engine import train_one_epoch
+
+
+def main(args, model, loader, optimizer):
+    model = torch.nn.parallel.DistributedDataParallel(model, device_ids=[args.gpu])
+    for epoch in range(args.epochs):
+        train_one_epoch(model, loader, optimizer, args.update_freq)
+"""
+
+
+def test_accumulation_on_a_model_wrapped_in_ddp_by_the_calling_module(runner, workdir):
+    """TL602: the DDP wrap is in main.py, the accumulation loop in engine.py."""
+    (workdir / "engine.py").write_text(ENGINE_ACCUMULATES)
+    (workdir / "main.py").write_text(MAIN_WRAPS_IN_DDP)
+    result = run(runner, "check", "--select", "TL602", "--output-format", "concise", ".")
+    (line,) = [line for line in result.stdout.splitlines() if ": TL" in line]
+    assert line.startswith("engine.py:7:9: TL602") and "wrapped in DDP in main.py:8" in line
+    # engine.py alone does not know; a caller without DDP does not make it so
+    assert "TL602" not in run(runner, "check", "--select", "TL602", "engine.py").stdout
+    (workdir / "main.py").write_text(MAIN_WRAPS_IN_DDP.replace(
+        "model = torch.nn.parallel.DistributedDataParallel(model, device_ids=[args.gpu])", "model = model.cuda()"))
+    assert "TL602" not in run(runner, "check", "--select", "TL602", ".").stdout  # the cache follows main.py
+
+
+@pytest.mark.parametrize(
+    "call, reported",
+    [
+        ("logger.update(loss=loss)", True),
+        ("logger.update(loss=loss.item())", False),
+        ("logger.update(loss=loss_value, lr=optimizer.param_groups[0]['lr'])", False),
+        ("logger.update(loss=loss_value, grad=grad_norm)", True),
+        ("logger.update(**losses)", True),
+    ],
+)
+def test_a_logger_whose_callers_pass_only_host_values(runner, workdir, call, reported):
+    """MetricLogger.update converts what it is given: every step, but only
+    tensors cost a wait; callers that pass floats (`loss.item()`, a learning
+    rate) leave nothing to wait for."""
+    loop = LOOP_WITH_LOGGER.replace(
+        "        logger.update(loss=loss)\n",
+        "        loss_value = loss.item()\n        grad_norm = clip(model)\n        losses = {'loss': loss}\n"
+        f"        {call}\n",
+    )
+    (workdir / "metrics.py").write_text(METRICS)
+    (workdir / "train.py").write_text(loop)
+    found = [line for line in _concise(runner, ".") if line.startswith("metrics.py")]
+    assert found == (["metrics.py:11:25: TL101"] if reported else [])

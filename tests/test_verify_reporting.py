@@ -27,7 +27,7 @@ def bench():
     data = TensorDataset(torch.randn(64, 3), torch.randn(64))
     loader = DataLoader(
         data,
-        batch_size=8,
+        batch_size=8, num_workers=2,
     )
     total = 0.0
     for x, y in loader:

@@ -14,6 +14,9 @@ them, on demand, after every file has been checked once:
    (``rules/_project.py``, through the registry: the engine knows no rule) and
    how often each call runs, by the caller's own frequency model.  A caller
    whose own frequency is unknown is followed the same way (up to three hops).
+   The rules may also ask what kind of module a caller is (``traits``: one
+   that wraps a model in DDP), a fact about the function under
+   ``"name|trait"``.
 3. A file whose functions are called every step (or once) from elsewhere is
    checked again with those facts (``Context.project["frequency"]``), and its
    result replaces the first one.  Diagnostics name the call site that made the
@@ -38,6 +41,9 @@ import json
 from typing import Callable, Dict, List, Optional, Sequence, Tuple
 
 Facts = Dict[str, Tuple[int, str]]  # qualified name -> (level, "path:line")
+# A trait of a function's callers (the rules name them: "ddp" for a module that
+# wraps a model in DistributedDataParallel) is a fact under "name|trait".
+TRAIT = "|"
 MAX_HOPS = 3
 
 
@@ -52,7 +58,7 @@ def run_key(files: Sequence[Tuple[str, str]], pending: Dict[str, Sequence[str]])
     return hashlib.blake2b(blob, digest_size=16).hexdigest()
 
 
-Site = Tuple[int, int, Optional[str]]  # (level, line, calling function)
+Site = Tuple[int, int, Optional[str], bool]  # (level, line, calling function, passes only host values)
 # A caller file and what to look for in it: [(file of the function, qualified name)].
 Query = Tuple[str, Sequence[Tuple[str, str]]]
 
@@ -123,6 +129,8 @@ def derive(
         follow: List[Tuple[str, str]] = []
         for path, qualname in wanted:
             best: Optional[Tuple[int, str]] = facts.get(path, {}).get(qualname)
+            host_only: Optional[str] = None  # a call site, while every call passes only host values
+            tensor_maybe = False
             for other in files:
                 if other == path:
                     continue
@@ -132,7 +140,17 @@ def derive(
                 found_sites = sites(other, path, qualname)
                 if found_sites is None:
                     continue
-                for level, line, caller in found_sites:
+                if found_sites:
+                    for trait in hooks.traits(text):
+                        key = f"{qualname}{TRAIT}{trait}"
+                        if key not in facts.get(path, {}):
+                            facts.setdefault(path, {})[key] = (0, f"{other}:{found_sites[0][1]}")
+                            changed = True
+                for level, line, caller, host_args in found_sites:
+                    if host_args:
+                        host_only = host_only or f"{other}:{line}"
+                    else:
+                        tensor_maybe = True
                     if level == unknown:
                         if caller is not None and (other, caller) not in asked:
                             asked.add((other, caller))
@@ -142,6 +160,10 @@ def derive(
                         best = (level, f"{other}:{line}")
             if best is not None and facts.get(path, {}).get(qualname) != best:
                 facts.setdefault(path, {})[qualname] = best
+                changed = True
+            key = f"{qualname}{TRAIT}host_args"
+            if host_only is not None and not tensor_maybe and key not in facts.get(path, {}):
+                facts.setdefault(path, {})[key] = (0, host_only)  # every caller passes host values
                 changed = True
         if follow:
             wanted = wanted + follow

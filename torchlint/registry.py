@@ -47,7 +47,12 @@ def default_codes() -> List[str]:
 
 def project_hooks():
     """The rules' answers for the project index (``torchlint/project.py``):
-    ``finder``, ``call_sites``, ``might_call`` and ``UNKNOWN_LEVEL``."""
+    ``finder``, ``call_sites``, ``might_call``, ``traits`` and ``UNKNOWN_LEVEL``."""
     from torchlint.rules import _project
 
     return _project
+
+
+def rule_anchor(code: str, name: str) -> str:
+    """The anchor of a rule's section in docs/rules.md (``tl201-create-then-move``)."""
+    return f"{code}-{name}".lower()

@@ -102,10 +102,10 @@ _add(RuleBenchmark(
     before=_PREAMBLE + '''from torch.utils.data import DataLoader, TensorDataset
 
 dataset = TensorDataset(torch.randn(512, 1024), torch.randint(0, 10, (512,)))
+loader = DataLoader(dataset, batch_size=128, num_workers=1, persistent_workers=True)
 
 
 def run():
-    loader = DataLoader(dataset, batch_size=128)
     total = torch.zeros((), device=device)
     for x, y in loader:
         x = x.to(device)
@@ -115,10 +115,10 @@ def run():
     after=_PREAMBLE + '''from torch.utils.data import DataLoader, TensorDataset
 
 dataset = TensorDataset(torch.randn(512, 1024), torch.randint(0, 10, (512,)))
+loader = DataLoader(dataset, batch_size=128, num_workers=1, persistent_workers=True, pin_memory=True)
 
 
 def run():
-    loader = DataLoader(dataset, batch_size=128, pin_memory=True)
     total = torch.zeros((), device=device)
     for x, y in loader:
         x = x.to(device)
