@@ -61,6 +61,8 @@ def test_wheel_layout(tmp_path):
     assert "torchlint/codemods/zero_grad.py" in names
     assert "torchlint/cli.py" in names
     assert "torchlint/verify/_child.py" in names
+    assert "torchlint/verify/_program_child.py" in names
+    assert "torchlint/verify/_bootstrap/sitecustomize.py" in names  # package data
     assert "torchlint/docs.py" in names
     # The license that pyproject.toml declares ships in the wheel.
     assert any(n.endswith(".dist-info/LICENSE") or n.endswith("/licenses/LICENSE") for n in names), names

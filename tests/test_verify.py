@@ -274,7 +274,7 @@ def test_timeout_stops_a_runaway_fixed_function(workdir):
 @pytest.mark.parametrize(
     "args, message",
     [
-        (["train.py"], "does not name a function"),
+        (["train"], "does not name a function"),  # (`train.py` alone is a program: test_verify_program.py)
         (["missing.py::f"], "missing.py: no such file"),
         (["train.py::nope"], "the module defines no `nope`"),
         (["train.py::1x"], "is not a function name"),

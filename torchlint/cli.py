@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import difflib
 import os
+from functools import partial
 import sys
 from collections import Counter
 from dataclasses import dataclass
@@ -326,6 +327,27 @@ _UNSAFE_FIXES_OPTION = click.option(
     "--unsafe-fixes/--no-unsafe-fixes", "unsafe_fixes", default=None,
     help="Include fixes that may change behaviour (see each rule's Fix safety); overrides `unsafe-fixes`.",
 )
+
+
+def _program_options(func: Callable, *, tolerances: bool = True) -> Callable:
+    """The options of running a program (`verify SCRIPT`, `fix --verify SCRIPT`)."""
+    options = [
+        click.option("--steps", type=click.IntRange(min=0), default=10, show_default=True,
+                     help="Program mode: steps to time after the warm-up (a step is a backward() call, or a "
+                     "call of the top-level model without one); 0 runs and times the whole program."),
+        click.option("--warmup", type=click.IntRange(min=0), default=1, show_default=True,
+                     help="Program mode: steps run (and compared) before the timed ones."),
+    ]
+    if tolerances:
+        options += [
+            click.option("--timeout", type=click.FloatRange(min=0, min_open=True), default=300, show_default=True,
+                         help="Seconds allowed for each run of the program."),
+            click.option("--rtol", type=float, default=None, help="Relative tolerance of the comparison (with --atol)."),
+            click.option("--atol", type=float, default=None, help="Absolute tolerance of the comparison (with --rtol)."),
+        ]
+    for option in reversed(options):
+        func = option(func)
+    return func
 
 
 class _Group(click.Group):
@@ -714,14 +736,24 @@ def server(config) -> None:
 @click.option("--exit-non-zero-on-fix", is_flag=True, help="Exit with 1 when any file was changed.")
 @click.option("--show-fixes/--no-show-fixes", default=True, show_default=True,
               help="List the fixes applied per file and rule.")
+@click.option("--verify", "verify_script", default=None, metavar="SCRIPT",
+              help="Fix SCRIPT's project, keeping only the fixes that keep the results of running it "
+              "(PATHS are then SCRIPT's arguments; needs PyTorch; see `torchlint verify`).")
+@_program_options
 def fix(paths, select, ignore, extend_select, config, exclude, extend_exclude, output_format, target_torch,
         stdin_filename, force_exclude, show_statistics, exit_zero, no_cache, unsafe_fixes, diff,
-        fix_only, exit_non_zero_on_fix, show_fixes) -> None:
+        fix_only, exit_non_zero_on_fix, show_fixes, verify_script, steps, warmup, timeout, rtol, atol) -> None:
     """Apply fixes to PATHS (default: the current directory), then report what remains.
 
     Safe fixes only, unless --unsafe-fixes.  Use `-` to fix standard input
     (the fixed code goes to standard output).  The same as `check --fix`.
+    `fix --verify train.py [--steps N] [-- ARGS]` runs the program with the
+    fixes and applies only those that keep its results.
     """
+    if verify_script is not None:
+        if diff or stdin_filename or force_exclude:
+            raise _fail("--verify cannot be combined with --diff, --stdin-filename or --force-exclude")
+        _fix_verified(verify_script, paths, select, ignore, config, unsafe_fixes, steps, warmup, timeout, rtol, atol)
     run = _prepare(paths, select, ignore, extend_select, config, output_format, target_torch,
                    stdin_filename, force_exclude, unsafe_fixes, exclude, extend_exclude)
     _run_fixes(run, diff, show_statistics, exit_zero, fix_only, exit_non_zero_on_fix, use_cache=not no_cache,
@@ -924,6 +956,61 @@ def _bold_headings(markdown: str) -> str:
     return "\n".join(out)
 
 
+def _is_program(target: Sequence[str]) -> bool:
+    return bool(target) and "::" not in target[0] and target[0].endswith(".py")
+
+
+def _program_files(script: str, select, ignore, config, unsafe_fixes):
+    """(the script's settings, the project's modules): the tree of the script's
+    configuration file, or the script's directory when it has none."""
+    from torchlint import verify as verifier
+    from torchlint.verify.program import ProjectFile
+
+    if not verifier.torch_available():
+        raise _fail(verifier.TORCH_MISSING)
+    path = Path(script)
+    if not path.is_file():
+        raise _fail(f"{script}: no such file" if not path.exists() else f"{script}: not a file")
+    run = _prepare([script], select, ignore, (), config, None, None, None, False, unsafe_fixes)
+    try:
+        profile = run.profile(path)
+    except ConfigError as exc:
+        raise _fail(str(exc)) from None
+    settings = profile.settings
+    root = settings.root if settings.config_path is not None else path.resolve().parent
+    project = _prepare([str(root)], select, ignore, (), config, None, None, None, False, unsafe_fixes)
+    targets, _ = _targets(project)
+    targets = [t for t in targets if t.path is not None and not is_notebook(t.display)]
+    if not any(t.path.resolve() == path.resolve() for t in targets):  # an excluded script is still run
+        targets.append(Target(_display(path), path, profile))
+    facts = _project_facts(targets, project, use_cache=True)
+    files = [ProjectFile(t.path.resolve(), t.display, (t.profile or profile).settings, (t.profile or profile).codes,
+                         facts.get(t.display)) for t in targets]
+    return settings, files
+
+
+def _fix_verified(script, args, select, ignore, config, unsafe_fixes, steps, warmup, timeout, rtol, atol) -> None:
+    from torchlint.verify import TerminalProgress, UsageError
+    from torchlint.verify.program import ProgramOptions, fix_verified
+    from torchlint.verify.program_report import fix_exit_status, format_fix_verified
+
+    if (rtol is None) != (atol is None):
+        raise _fail("give both --rtol and --atol, or neither (torch.testing.assert_close needs both)")
+    settings, files = _program_files(script, select, ignore, config, unsafe_fixes)
+    options = ProgramOptions(steps=steps, warmup=warmup, rtol=rtol, atol=atol, timeout=timeout,
+                             unsafe=settings.unsafe_fixes)
+    progress = TerminalProgress() if sys.stderr.isatty() else None
+    try:
+        report = fix_verified(Path(script), list(args), files, options, progress)
+    except UsageError as exc:
+        raise _fail(str(exc)) from None
+    finally:
+        if progress is not None:
+            progress.close()
+    _emit(format_fix_verified(report))
+    raise click.exceptions.Exit(fix_exit_status(report))
+
+
 @main.command()
 @click.argument("target", nargs=-1)
 @click.option("--rules", "rule_mode", is_flag=True,
@@ -940,14 +1027,22 @@ def _bold_headings(markdown: str) -> str:
 @click.option("--min-run-time", type=click.FloatRange(min=0, min_open=True), default=0.2, show_default=True,
               help="Seconds of measurement per version (Timer.blocked_autorange).")
 @click.option("--timeout", type=click.FloatRange(min=0, min_open=True), default=300, show_default=True,
-              help="Seconds allowed for each step (an import, a call, a timing) before the run is stopped.")
+              help="Seconds allowed for each step (an import, a call, a timing) before the run is stopped; "
+              "in program mode, for each run of the program.")
 @click.option("--output-format", type=click.Choice(("table", "json")), default="table", show_default=True)
+@partial(_program_options, tolerances=False)
+@click.option("--rounds", type=click.IntRange(min=1), default=2, show_default=True,
+              help="Program mode: runs of each version, alternated (original, fixed, original, ...), "
+              "whose step times are pooled.")
 def verify(target, rule_mode, select, ignore, config, unsafe_fixes, each, rtol, atol,
-           min_run_time, timeout, output_format) -> None:
+           min_run_time, timeout, output_format, steps, warmup, rounds) -> None:
     """Check that fixes keep results and measure their speedup (needs PyTorch).
 
     `torchlint verify path/to/module.py::function` runs the zero-argument
     function as written and as fixed, compares the results and times both.
+    `torchlint verify train.py --steps N [-- ARGS]` runs the program as
+    written and with the fixes of its project's modules, and compares the
+    losses of its first steps.
     `torchlint verify --rules [CODES]` runs the rules' own benchmarks.
     Exit status: 0 verified, 1 a mismatch, an error or a timeout, 2 usage error.
     """
@@ -957,6 +1052,9 @@ def verify(target, rule_mode, select, ignore, config, unsafe_fixes, each, rtol, 
         raise _fail(verifier.TORCH_MISSING)
     if (rtol is None) != (atol is None):
         raise _fail("give both --rtol and --atol, or neither (torch.testing.assert_close needs both)")
+    if not rule_mode and _is_program(target):
+        _verify_program(target, select, ignore, config, unsafe_fixes, each, rtol, atol, timeout,
+                        output_format, steps, warmup, rounds)
     progress = verifier.TerminalProgress() if sys.stderr.isatty() else None
     try:
         if rule_mode:
@@ -991,6 +1089,27 @@ def verify(target, rule_mode, select, ignore, config, unsafe_fixes, each, rtol, 
     formatter = verifier.format_rules if rule_mode else verifier.format_entry
     _emit(formatter(report, output_format))
     raise click.exceptions.Exit(verifier.exit_status(report))
+
+
+def _verify_program(target, select, ignore, config, unsafe_fixes, each, rtol, atol, timeout,
+                    output_format, steps, warmup, rounds) -> None:
+    from torchlint.verify import TerminalProgress, UsageError
+    from torchlint.verify.program import ProgramOptions, verify_program
+    from torchlint.verify.program_report import format_program, program_exit_status
+
+    settings, files = _program_files(target[0], select, ignore, config, unsafe_fixes)
+    options = ProgramOptions(steps=steps, warmup=warmup, each=each, rtol=rtol, atol=atol, timeout=timeout,
+                             unsafe=settings.unsafe_fixes, rounds=rounds)
+    progress = TerminalProgress() if sys.stderr.isatty() else None
+    try:
+        report = verify_program(Path(target[0]), list(target[1:]), files, options, progress)
+    except UsageError as exc:
+        raise _fail(str(exc)) from None
+    finally:
+        if progress is not None:
+            progress.close()
+    _emit(format_program(report, output_format))
+    raise click.exceptions.Exit(program_exit_status(report))
 
 
 if __name__ == "__main__":  # pragma: no cover

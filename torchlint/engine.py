@@ -477,20 +477,26 @@ class FixResult:
 def fix_text(
     text: str, path: str, settings: Settings, codes: Sequence[str], unsafe: bool,
     accept: Optional[Callable[[str], bool]] = None, project: Optional[Dict[str, Any]] = None,
+    select: Optional[Callable[[str, int], bool]] = None,
 ) -> FixResult:
     """Apply fixes in rounds until nothing more changes (at most MAX_FIX_ROUNDS).
 
     ``accept``, if given, is asked about every fixed text (a notebook refuses
-    edits of its masked magic lines and cell boundaries).
+    edits of its masked magic lines and cell boundaries).  ``select``, if
+    given, is asked about every fix by its rule code and its first line in
+    ``text`` (for a later round's fix, mapped back through the earlier
+    rounds' edits): only the fixes it accepts are applied (the verifier's
+    subsets of a file's fixes).
     """
     if not codes or not could_concern_torch(text, codes):
         return FixResult(text, Counter(), [], [])
-    return on_large_stack(_fix_text, text, path, settings, codes, unsafe, accept, project)
+    return on_large_stack(_fix_text, text, path, settings, codes, unsafe, accept, project, select)
 
 
 def _fix_text(
     text: str, path: str, settings: Settings, codes: Sequence[str], unsafe: bool,
     accept: Optional[Callable[[str], bool]] = None, project: Optional[Dict[str, Any]] = None,
+    select: Optional[Callable[[str, int], bool]] = None,
 ) -> FixResult:
     """Apply fixes in rounds until nothing more changes (at most MAX_FIX_ROUNDS).
 
@@ -514,6 +520,12 @@ def _fix_text(
             f for f in result.findings
             if f.fix is not None and f.fix.applicability in allowed and f.code not in disabled
         ]
+        if select is not None:
+            where = _line_map(text, original)
+            candidates = [
+                f for f in candidates
+                if f.diagnostic is not None and select(f.code, where(f.diagnostic.line))
+            ]
         if not candidates:
             break
         if must_compile is None:

@@ -6,6 +6,9 @@ subprocess it starts (``_child.py``); importing it does not import torch.
 
 - ``verify_entry``: entry-point mode, ``torchlint verify path/to/module.py::function``.
 - ``verify_rules``: rule mode, ``torchlint verify --rules [CODES]``.
+- ``program.verify_program`` / ``program.fix_verified``: program mode,
+  ``torchlint verify train.py --steps N [-- ARGS]`` and ``torchlint fix --verify train.py``
+  (the runs in ``_program_child.py``; the import hook in ``_import_hook.py``).
 - ``format_entry`` / ``format_rules``: the table and JSON reports.
 """
 

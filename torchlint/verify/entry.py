@@ -62,8 +62,8 @@ class _Fix:
 def parse_target(spec: str) -> _Target:
     if "::" not in spec:
         raise UsageError(
-            f"`{spec}` does not name a function: give `path/to/module.py::function` "
-            "(or `--rules` to run the rule benchmarks)"
+            f"`{spec}` does not name a function: give `path/to/module.py::function`, "
+            "a program `train.py` to run as a whole, or `--rules` to run the rule benchmarks"
         )
     path_text, function = spec.rsplit("::", 1)
     function = function.strip()
