@@ -6,7 +6,7 @@ import libcst as cst
 
 from torchlint.codemods import dataloader as codemod
 from torchlint.model import Applicability, Fix, FixAvailability
-from torchlint.rule import Rule
+from torchlint.rule import Benchmark, Invalid, Rule, Valid
 from torchlint.rules._helpers import (
     argument,
     device_kind,
@@ -177,20 +177,124 @@ class DataLoaderPinMemory(Rule):
     fix_enables = ("TL204",)  # copies of a pinned loader's batches
 
     VALID = [
-        "import torch\nloader = torch.utils.data.DataLoader(ds, pin_memory=True)\nmodel.cuda()\n",
-        "import torch\nclass Samples(torch.utils.data.Dataset):\n"
-        "    def __getitem__(self, i):\n        return self.x[i].to(self.device)\n"
-        "loader = torch.utils.data.DataLoader(Samples())\nmodel.cuda()\n",
-        "import torch\nloader = torch.utils.data.DataLoader(ds)\n",
-        "import torch\nloader = torch.utils.data.DataLoader(ds, **kw)\nmodel.cuda()\n",
-        "import torch\nclass DataLoader: ...\nloader = DataLoader(ds)\nmodel.cuda()\n",
+        Valid(
+            """
+            import torch
+            loader = torch.utils.data.DataLoader(ds, pin_memory=True)
+            model.cuda()
+            """
+        ),
+        Valid(
+            """
+            import torch
+            class Samples(torch.utils.data.Dataset):
+                def __getitem__(self, i):
+                    return self.x[i].to(self.device)
+            loader = torch.utils.data.DataLoader(Samples())
+            model.cuda()
+            """
+        ),
+        Valid(
+            """
+            import torch
+            loader = torch.utils.data.DataLoader(ds)
+            """
+        ),
+        Valid(
+            """
+            import torch
+            loader = torch.utils.data.DataLoader(ds, **kw)
+            model.cuda()
+            """
+        ),
+        Valid(
+            """
+            import torch
+            class DataLoader: ...
+            loader = DataLoader(ds)
+            model.cuda()
+            """
+        ),
     ]
     INVALID = [
-        "import torch\nloader = torch.utils.data.DataLoader(ds)\nmodel.cuda()\n",
-        "import torch\nx = torch.randn(64, 3)\n"
-        "loader = torch.utils.data.DataLoader(torch.utils.data.TensorDataset(x))\nmodel.cuda()\n",
-        "from torch.utils.data import DataLoader\nloader = DataLoader(ds, pin_memory=False)\nx.to('cuda')\n",
+        Invalid(
+            """
+            import torch
+            loader = torch.utils.data.DataLoader(ds)
+            model.cuda()
+            """,
+            expected_fix="""
+            import torch
+            loader = torch.utils.data.DataLoader(ds, pin_memory=True)
+            model.cuda()
+            """,
+        ),
+        Invalid(
+            """
+            import torch
+            x = torch.randn(64, 3)
+            loader = torch.utils.data.DataLoader(torch.utils.data.TensorDataset(x))
+            model.cuda()
+            """,
+            expected_fix="""
+            import torch
+            x = torch.randn(64, 3)
+            loader = torch.utils.data.DataLoader(torch.utils.data.TensorDataset(x), pin_memory=True)
+            model.cuda()
+            """,
+        ),
+        Invalid(
+            """
+            from torch.utils.data import DataLoader
+            loader = DataLoader(ds, pin_memory=False)
+            x.to('cuda')
+            """,
+            expected_fix="""
+            from torch.utils.data import DataLoader
+            loader = DataLoader(ds, pin_memory=True)
+            x.to('cuda')
+            """,
+        ),
     ]
+
+    BENCHMARK = Benchmark(
+        title="`DataLoader` copying batches to the device, without vs with `pin_memory=True`",
+        before="""
+            import torch
+
+            device = torch.device(DEVICE)
+            from torch.utils.data import DataLoader, TensorDataset
+
+            dataset = TensorDataset(torch.randn(512, 1024), torch.randint(0, 10, (512,)))
+
+
+            def run():
+                loader = DataLoader(dataset, batch_size=128)
+                total = torch.zeros((), device=device)
+                for x, y in loader:
+                    x = x.to(device)
+                    total += x.sum()
+                return total
+            """,
+        after="""
+            import torch
+
+            device = torch.device(DEVICE)
+            from torch.utils.data import DataLoader, TensorDataset
+
+            dataset = TensorDataset(torch.randn(512, 1024), torch.randint(0, 10, (512,)))
+
+
+            def run():
+                loader = DataLoader(dataset, batch_size=128, pin_memory=True)
+                total = torch.zeros((), device=device)
+                for x, y in loader:
+                    x = x.to(device)
+                    total += x.sum()
+                return total
+            """,
+        cpu_note="pinning needs CUDA: on a CPU the loader does not pin and both versions do the same work",
+    )
 
     _MESSAGE = (
         "`DataLoader` without `pin_memory=True` in code that copies batches to the GPU: "

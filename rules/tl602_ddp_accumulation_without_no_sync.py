@@ -6,7 +6,7 @@ from typing import Dict, FrozenSet, List, Optional, Tuple
 import libcst as cst
 
 from torchlint.model import FixAvailability
-from torchlint.rule import Rule, contains_modulo
+from torchlint.rule import Invalid, Rule, Valid, contains_modulo
 from torchlint.rules._training import is_backward, is_framework_backward, is_optimizer_step
 from torchlint.nodes import walk_nodes
 
@@ -138,24 +138,61 @@ class DdpAccumulationWithoutNoSync(Rule):
     fix = FixAvailability.NONE
 
     VALID = [
-        # no_sync around the micro-batches
-        "import contextlib\nfrom torch.nn.parallel import DistributedDataParallel as DDP\nmodel = DDP(net)\n"
-        "for i, x in enumerate(loader):\n    ctx = model.no_sync() if (i + 1) % 4 else contextlib.nullcontext()\n"
-        "    with ctx:\n        model(x).sum().backward()\n    if (i + 1) % 4 == 0:\n        optimizer.step()\n",
-        # no accumulation: step every iteration
-        "from torch.nn.parallel import DistributedDataParallel as DDP\nmodel = DDP(net)\n"
-        "for x in loader:\n    model(x).sum().backward()\n    optimizer.step()\n",
-        # no DDP in the module
-        "import torch\nfor i, x in enumerate(loader):\n    model(x).sum().backward()\n"
-        "    if (i + 1) % 4 == 0:\n        optimizer.step()\n",
+        Valid(
+            """
+            import contextlib
+            from torch.nn.parallel import DistributedDataParallel as DDP
+            model = DDP(net)
+            for i, x in enumerate(loader):
+                ctx = model.no_sync() if (i + 1) % 4 else contextlib.nullcontext()
+                with ctx:
+                    model(x).sum().backward()
+                if (i + 1) % 4 == 0:
+                    optimizer.step()
+            """
+        ),
+        Valid(
+            """
+            from torch.nn.parallel import DistributedDataParallel as DDP
+            model = DDP(net)
+            for x in loader:
+                model(x).sum().backward()
+                optimizer.step()
+            """
+        ),
+        Valid(
+            """
+            import torch
+            for i, x in enumerate(loader):
+                model(x).sum().backward()
+                if (i + 1) % 4 == 0:
+                    optimizer.step()
+            """
+        ),
     ]
     INVALID = [
-        "import torch\nmodel = torch.nn.parallel.DistributedDataParallel(net)\n"
-        "for i, x in enumerate(loader):\n    loss = model(x).sum() / 4\n    loss.backward()\n"
-        "    if (i + 1) % 4 == 0:\n        optimizer.step()\n        optimizer.zero_grad()\n",
-        "from torch.nn.parallel import DistributedDataParallel as DDP\nmodel = DDP(net)\n"
-        "for batch in loader:\n    for micro in batch.chunk(4):\n        model(micro).sum().backward()\n"
-        "    optimizer.step()\n",
+        Invalid(
+            """
+            import torch
+            model = torch.nn.parallel.DistributedDataParallel(net)
+            for i, x in enumerate(loader):
+                loss = model(x).sum() / 4
+                loss.backward()
+                if (i + 1) % 4 == 0:
+                    optimizer.step()
+                    optimizer.zero_grad()
+            """,
+        ),
+        Invalid(
+            """
+            from torch.nn.parallel import DistributedDataParallel as DDP
+            model = DDP(net)
+            for batch in loader:
+                for micro in batch.chunk(4):
+                    model(micro).sum().backward()
+                optimizer.step()
+            """,
+        ),
     ]
 
     _MESSAGE = (
