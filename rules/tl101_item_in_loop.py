@@ -4,7 +4,7 @@ from typing import Dict, Iterator, List, Optional
 
 import libcst as cst
 
-from torchlint.codemods import item_in_loop as codemod
+from torchlint.codemods import calls
 from torchlint.model import Applicability, Fix, FixAvailability
 from torchlint.rule import Benchmark, Invalid, Rule, Valid, contains_modulo
 from torchlint.nodes import iter_children
@@ -409,7 +409,7 @@ class ItemInLoop(Rule):
         return Fix(
             Applicability.UNSAFE,
             f"Accumulate `{text}.detach()` instead (sync once when `{acc}` is read)",
-            lambda: codemod.item_to_detach(node),
+            lambda: calls.rename_method(node, "detach"),
         )
 
 

@@ -6,7 +6,7 @@ from typing import List, Optional, Tuple
 
 import libcst as cst
 
-from torchlint.codemods import create_on_device as codemod
+from torchlint.codemods import calls
 from torchlint.model import Applicability, Fix, FixAvailability
 from torchlint.rule import Benchmark, Invalid, Rule, Valid
 from torchlint.rules._device import host_values
@@ -557,7 +557,7 @@ class CreateThenMove(Rule):
         return Fix(
             applicability,
             f"Pass {names} to `torch.{kind}`",
-            lambda: codemod.create_on_device(node, factory, keywords),
+            lambda: calls.parenthesized_like(node, calls.add_keywords(factory, keywords)),
         )
 
 

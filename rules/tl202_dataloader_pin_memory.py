@@ -4,7 +4,7 @@ from typing import List, Optional, Set, Tuple
 
 import libcst as cst
 
-from torchlint.codemods import dataloader as codemod
+from torchlint.codemods import calls
 from torchlint.model import Applicability, Fix, FixAvailability
 from torchlint.rule import Benchmark, Invalid, Rule, Valid
 from torchlint.rules._helpers import (
@@ -386,7 +386,7 @@ class DataLoaderPinMemory(Rule):
                 fix=Fix(
                     Applicability.SAFE if safe else Applicability.UNSAFE,
                     "Pass `pin_memory=True`",
-                    lambda call=call, arg=arg: codemod.pin_memory_true(call, arg),
+                    lambda call=call, arg=arg: calls.set_keyword(call, "pin_memory", "True", arg),
                 ),
             )
 

@@ -4,7 +4,7 @@ from typing import Dict, List, Optional, Tuple
 
 import libcst as cst
 
-from torchlint.codemods import non_blocking as codemod
+from torchlint.codemods import calls
 from torchlint.model import Applicability, Fix, FixAvailability
 from torchlint.rule import Benchmark, Invalid, Rule, Valid
 from torchlint.rules._helpers import (
@@ -740,7 +740,7 @@ class CopyWithoutNonBlocking(Rule):
             fix=Fix(
                 Applicability.SAFE if safe else Applicability.UNSAFE,
                 "Pass `non_blocking=True`",
-                lambda: codemod.non_blocking_true(call, arg),
+                lambda: calls.set_keyword(call, "non_blocking", "True", arg),
             ),
         )
 

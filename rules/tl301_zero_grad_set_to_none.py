@@ -4,7 +4,7 @@ from typing import Optional
 
 import libcst as cst
 
-from torchlint.codemods import zero_grad as codemod
+from torchlint.codemods import calls, statements
 from torchlint.model import Applicability, Fix, FixAvailability
 from torchlint.rule import Benchmark, Invalid, Rule, Valid
 from torchlint.rules._helpers import argument, literal_bool, literal_number, method_name, string_value
@@ -239,7 +239,7 @@ class ZeroGradSetToNone(Rule):
             fix=Fix(
                 Applicability.UNSAFE,
                 "Pass `set_to_none=True`",
-                lambda: codemod.set_to_none_true(node, arg),
+                lambda: calls.set_keyword(node, "set_to_none", "True", arg),
             ),
         )
 
@@ -266,7 +266,7 @@ class ZeroGradSetToNone(Rule):
             fix = Fix(
                 Applicability.UNSAFE,
                 f"Set `{param}.grad = None`",
-                lambda: codemod.grad_to_none_statement(target),
+                lambda: statements.assign(target, "None"),
                 target=parent,
             )
         self._defer(
@@ -294,7 +294,7 @@ class ZeroGradSetToNone(Rule):
             fix=Fix(
                 Applicability.UNSAFE,
                 f"Set `{param}.grad = None`",
-                lambda: codemod.grad_to_none_assignment(node),
+                lambda: statements.set_value(node, "None"),
             ),
         )
 

@@ -5,7 +5,7 @@ from typing import Dict, List, Optional, Tuple
 
 import libcst as cst
 
-from torchlint.codemods import no_grad as codemod
+from torchlint.codemods import statements
 from torchlint.model import Applicability, Fix, FixAvailability
 from torchlint.names import dotted_name
 from torchlint.rule import Benchmark, Invalid, Rule, Valid
@@ -430,13 +430,11 @@ class EvalWithoutNoGrad(Rule):
             assert function is not None
             if frame.torch_alias is not None and function.asynchronous is None:
                 alias, attribute = frame.torch_alias, frame.alias_is_attribute
-                spelled = f"@{alias}.no_grad()" if attribute else f"@{alias}()"
+                decorator = f"{alias}.no_grad()" if attribute else f"{alias}()"
                 fix = Fix(
                     Applicability.UNSAFE,
-                    f"Decorate `{frame.name}` with `{spelled}`",
-                    lambda function=function, alias=alias, attribute=attribute: codemod.add_no_grad(
-                        function, alias, attribute
-                    ),
+                    f"Decorate `{frame.name}` with `@{decorator}`",
+                    lambda function=function, decorator=decorator: statements.add_decorator(function, decorator),
                 )
             self.report(function, self._MESSAGE.format(name=frame.name, why=why), fix=fix)
 

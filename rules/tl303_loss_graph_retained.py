@@ -4,7 +4,7 @@ from typing import Dict, Iterator, List, Optional, Set, Tuple
 
 import libcst as cst
 
-from torchlint.codemods import detach as codemod
+from torchlint.codemods import calls
 from torchlint.model import Applicability, Fix, FixAvailability
 from torchlint.names import dotted_name
 from torchlint.rule import Benchmark, Invalid, Rule, Valid
@@ -566,7 +566,7 @@ class LossGraphRetained(Rule):
                 fix=Fix(
                     Applicability.SAFE if safe else Applicability.UNSAFE,
                     f"Accumulate `{loss}.detach()`",
-                    lambda occurrence=occurrence: codemod.detach(occurrence),
+                    lambda occurrence=occurrence: calls.call_method(occurrence, "detach"),
                 ),
             )
 

@@ -4,7 +4,7 @@ from typing import Dict, List, NamedTuple, Optional, Sequence, Tuple, Union
 
 import libcst as cst
 
-from torchlint.codemods import conv_bias as codemod
+from torchlint.codemods import calls
 from torchlint.model import Applicability, Fix, FixAvailability
 from torchlint.rule import Benchmark, Invalid, Rule, Valid
 from torchlint.rules._helpers import CallTable, argument, literal_bool
@@ -292,7 +292,7 @@ class ConvBiasBeforeBatchNorm(Rule):
             fix=Fix(
                 Applicability.UNSAFE,
                 "Pass `bias=False`",
-                lambda call=call, arg=arg: codemod.disable_bias(call, arg),
+                lambda call=call, arg=arg: calls.set_keyword(call, "bias", "False", arg),
             ),
         )
 

@@ -4,7 +4,7 @@ from typing import Optional
 
 import libcst as cst
 
-from torchlint.codemods import remove_statement as codemod
+from torchlint.codemods import statements
 from torchlint.model import Applicability, Fix, FixAvailability
 from torchlint.rule import Benchmark, Invalid, Rule, Valid
 from torchlint.rules._helpers import argument, literal_bool, string_value
@@ -244,13 +244,13 @@ class AnomalyDetectionEnabled(Rule):
     def _fix(self, node: cst.Call, item: Optional[cst.WithItem]) -> Optional[Fix]:
         if item is not None:
             with_node = self.context.stack[-3]
-            if not isinstance(with_node, cst.With) or not codemod.can_unwrap(with_node, item):
+            if not isinstance(with_node, cst.With) or not statements.can_unwrap(with_node, item):
                 return None
             message = "Remove the anomaly-detection context manager" if len(with_node.items) > 1 else (
                 "Unwrap the `with` block (its body runs without anomaly detection)"
             )
             return Fix(
-                Applicability.UNSAFE, message, lambda: codemod.unwrap_with(with_node, item), target=with_node
+                Applicability.UNSAFE, message, lambda: statements.unwrap_with(with_node, item), target=with_node
             )
         statement = expression_statement(self.context)
         if statement is None:
@@ -258,8 +258,8 @@ class AnomalyDetectionEnabled(Rule):
         return Fix(
             Applicability.UNSAFE,
             "Remove the `set_detect_anomaly(True)` call",
-            lambda: codemod.remove_statement(statement),
-            target=codemod.removal_target(statement),
+            lambda: statements.remove_statement(statement),
+            target=statements.removal_target(statement),
         )
 
 

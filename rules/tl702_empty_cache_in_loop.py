@@ -4,7 +4,7 @@ from typing import Dict, List
 
 import libcst as cst
 
-from torchlint.codemods import remove_statement as codemod
+from torchlint.codemods import statements
 from torchlint.model import Applicability, Fix, FixAvailability
 from torchlint.rule import Benchmark, Invalid, Rule, Valid
 from torchlint.rules._sync import (
@@ -246,8 +246,8 @@ class EmptyCacheInLoop(Rule):
             fix = Fix(
                 Applicability.UNSAFE,
                 "Remove the `empty_cache()` call",
-                lambda: codemod.remove_statement(statement),
-                target=codemod.removal_target(statement),
+                lambda: statements.remove_statement(statement),
+                target=statements.removal_target(statement),
             )
         self.report(node, self._MESSAGE.format(what=what), fix=fix)
 
