@@ -78,12 +78,12 @@ print("ok")
 
 def test_scaffolded_rule_passes_the_rule_checks(copy: Path) -> None:
     before = {p.relative_to(copy) for p in copy.rglob("*") if p.is_file()}
-    result = python(copy, "-m", "torchlint.new_rule", "TL998", "adam-not-fused")
+    result = python(copy, "-m", "torchlint.new_rule", "TL998", "scaffolded-example")
     assert result.returncode == 0, result.stderr
     assert "wrote" in result.stdout and "Traceback" not in result.stderr
     after = {p.relative_to(copy) for p in copy.rglob("*") if p.is_file() and "__pycache__" not in p.parts}
     written = after - before
-    module = module_name("TL998", "adam-not-fused")
+    module = module_name("TL998", "scaffolded-example")
     # Two files written by hand later (the rule and its fixture's input), and
     # the fixture's rendered expectations; the docs are regenerated in place.
     assert written == {
@@ -91,13 +91,13 @@ def test_scaffolded_rule_passes_the_rule_checks(copy: Path) -> None:
         Path("tests/fixtures/TL998/input.py"),
         Path("tests/fixtures/TL998/expected.txt"),
     }
-    assert f"class {class_name('adam-not-fused')}(Rule)" in (copy / "torchlint/rules" / f"{module}.py").read_text()
+    assert f"class {class_name('scaffolded-example')}(Rule)" in (copy / "torchlint/rules" / f"{module}.py").read_text()
     checks = python(copy, "-c", CHECKS, "TL998", module)
     assert checks.returncode == 0 and checks.stdout.strip() == "ok", checks.stderr
     # The docs check passes, and the CLI knows the rule without other registration.
     assert python(copy, "-m", "torchlint.docs", "--check").returncode == 0
     shown = python(copy, "-m", "torchlint", "rule", "TL998")
-    assert shown.returncode == 0 and "adam-not-fused" in shown.stdout
+    assert shown.returncode == 0 and "scaffolded-example" in shown.stdout
     shutil.copy(copy / "tests/fixtures/TL998/input.py", copy / "train.py")  # not a test file
     checked = python(copy, "-m", "torchlint", "check", "--no-cache", "--select", "TL998",
                      "--output-format", "concise", "train.py")
