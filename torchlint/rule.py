@@ -243,7 +243,11 @@ class Rule:
 
     Class attributes:
       code, name      -- e.g. ``"TL101"``, ``"item-in-loop"``
-      default         -- on unless deselected (False: opt-in)
+      summary         -- one line: the README's rule table and ``docs/rules.md``
+                         show it (``python -m torchlint.docs`` writes them)
+      default         -- on unless deselected (False: opt-in); written
+                         ``default = False`` in the class body, where the
+                         catalog reads it without importing the rule
       fix             -- what the docs say about fixes (FixAvailability)
       fix_enables     -- codes whose fixes this rule's fix can make possible
                          (TL202's ``pin_memory=True`` makes TL204's copies
