@@ -266,6 +266,7 @@ class CreateThenMove(Rule):
                 m = torch.zeros_like(y).to(device)
             """
         ),
+        # Host data is copied whatever you write.
         Valid(
             """
             import torch
@@ -273,6 +274,7 @@ class CreateThenMove(Rule):
                 ids = torch.tensor([1, 2, 3]).to(device)
             """
         ),
+        # Runs once: module set-up, a constructor, an export script's dummy input.
         Valid(
             """
             import torch
@@ -296,6 +298,7 @@ class CreateThenMove(Rule):
                 torch.onnx.export(model, dummy, 'm.onnx')
             """
         ),
+        # Once per epoch.
         Valid(
             """
             import torch

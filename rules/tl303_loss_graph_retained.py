@@ -224,6 +224,7 @@ class LossGraphRetained(Rule):
                     running += loss
             """
         ),
+        # Gradient accumulation whose running loss is started afresh at every optimizer step.
         Valid(
             """
             import torch
@@ -307,6 +308,7 @@ class LossGraphRetained(Rule):
                 epoch_loss = epoch_loss + loss.detach() * x.size(0)
             """,
         ),
+        # Started afresh once per epoch only: every step of the epoch is kept.
         Invalid(
             """
             import torch

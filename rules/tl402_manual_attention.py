@@ -153,6 +153,7 @@ class ManualAttention(Rule):
     fix = FixAvailability.NONE
 
     VALID = [
+        # the fused path exists; the manual one is its fallback
         Valid(
             """
             import torch.nn.functional as F
@@ -163,6 +164,7 @@ class ManualAttention(Rule):
                 return att @ v
             """
         ),
+        # the weights are returned: SDPA does not give them
         Valid(
             """
             import torch
@@ -171,6 +173,7 @@ class ManualAttention(Rule):
                 return att @ v, att
             """
         ),
+        # classification logits, not attention
         Valid(
             """
             import torch

@@ -135,6 +135,7 @@ class DataParallel(Rule):
             wrapped = DataParallel(model)
             """
         ),
+        # A program that also runs with DDP: DataParallel is its fallback.
         Valid(
             """
             import torch

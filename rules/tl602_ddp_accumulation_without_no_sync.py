@@ -138,6 +138,7 @@ class DdpAccumulationWithoutNoSync(Rule):
     fix = FixAvailability.NONE
 
     VALID = [
+        # no_sync around the micro-batches
         Valid(
             """
             import contextlib
@@ -151,6 +152,7 @@ class DdpAccumulationWithoutNoSync(Rule):
                     optimizer.step()
             """
         ),
+        # no accumulation: step every iteration
         Valid(
             """
             from torch.nn.parallel import DistributedDataParallel as DDP
@@ -160,6 +162,7 @@ class DdpAccumulationWithoutNoSync(Rule):
                 optimizer.step()
             """
         ),
+        # no DDP in the module
         Valid(
             """
             import torch
