@@ -57,7 +57,7 @@ def make_dataset(n: int = 512) -> TensorDataset:
 
 
 def evaluate(model: nn.Module, dataset: TensorDataset) -> float:
-    loader = DataLoader(dataset, batch_size=256, num_workers=2, pin_memory=True)
+    loader = DataLoader(dataset, batch_size=256, num_workers=2)
     model.eval()
     correct = 0
     for images, labels in loader:
@@ -94,6 +94,15 @@ def train(epochs: int = 2) -> float:
         accuracy = evaluate(model, val_set)
         print(f"epoch {epoch}: loss {running_loss / len(train_loader):.4f}, accuracy {accuracy:.3f}")
     return running_loss
+
+
+def predict(model: nn.Module, dataset: TensorDataset) -> torch.Tensor:
+    loader = DataLoader(dataset, batch_size=256, num_workers=2, pin_memory=True)
+    outputs = []
+    with torch.no_grad():
+        for images, _ in loader:
+            outputs.append(model(images.to(device)).argmax(dim=1))
+    return torch.cat(outputs).cpu()
 
 
 if __name__ == "__main__":

@@ -41,6 +41,7 @@ from typing import Dict, List, Optional, Tuple
 
 import libcst as cst
 
+from torchlint.names import dotted_name
 from torchlint.rule import Context, Rule
 from torchlint.rules._helpers import method_name
 from torchlint.rules._training import is_backward, is_framework_backward, is_optimizer_step
@@ -86,6 +87,28 @@ _CONV_LAYERS = frozenset(
     for dim in (1, 2, 3)
 )
 _BENCHMARK = "torch.backends.cudnn.benchmark"
+_DETERMINISTIC = "torch.backends.cudnn.deterministic"
+# Reinforcement-learning environments: a program that steps one spends its
+# step time in the simulator on the host and in small policy networks, where
+# kernel-level settings (autotuned convolutions, TF32, autocast, compilation)
+# buy nothing measurable.
+_SIMULATORS = frozenset(
+    {"gym", "gymnasium", "envpool", "procgen", "dm_control", "pettingzoo", "mujoco",
+     "isaacgym", "brax", "minigrid", "atari_py", "ale_py", "pybullet_envs", "stable_baselines3"}
+)
+
+
+def _is_false(node: cst.BaseExpression) -> bool:
+    return isinstance(node, cst.Name) and node.value == "False"
+
+
+def _imported_modules(node: cst.CSTNode) -> List[str]:
+    if isinstance(node, cst.Import):
+        return [n for n in (dotted_name(a.name) for a in node.names) if n]
+    if isinstance(node, cst.ImportFrom) and not node.relative and node.module is not None:
+        name = dotted_name(node.module)
+        return [name] if name else []
+    return []
 # Layers and functions whose work is matrix multiplication (TF32 for matmuls
 # matters to them; convolutions already use TF32 by default).
 _MATMUL_TAILS = frozenset(
@@ -138,6 +161,12 @@ class ProgramFacts:
         self.reduced_precision = False
         self.tf32_set = False
         self.compiles = False
+        # The program asked for reproducible kernels (`cudnn.deterministic =
+        # ...`, `torch.use_deterministic_algorithms(...)`, not literally False).
+        self.deterministic = False
+        # The program steps a simulator (gym, Gymnasium, EnvPool, ...): its
+        # step time is the environment's.
+        self.simulator = False
         # One entry per function, lambda or class (None: a class body, where
         # no step is looked for); [0] is the module's top level.
         self._scopes: List[Optional[_Scope]] = [_Scope(nested=False)]
@@ -213,6 +242,9 @@ class ProgramFacts:
                 self.has_matmul = True
         elif tail in _CUDA_CALLS and ctx.qualname(func) == "torch.cuda." + tail:
             self.uses_cuda = True
+        elif tail == "use_deterministic_algorithms" and node.args and not _is_false(node.args[0].value):
+            if ctx.qualname(func) == "torch.use_deterministic_algorithms":
+                self.deterministic = True
 
     def visit_binary(self, node: cst.BinaryOperation) -> None:
         if isinstance(node.operator, cst.MatrixMultiply):
@@ -246,9 +278,27 @@ class ProgramFacts:
             if node.parts[0].value.startswith("cuda"):
                 self.uses_cuda = True
 
-    def visit_assign_target(self, node: cst.AssignTarget) -> None:
-        if self.context.qualname(node.target) == _BENCHMARK:
-            self.benchmark_set = True
+    def visit_assign(self, node: cst.Assign) -> None:
+        for target in node.targets:
+            name = self.context.qualname(target.target)
+            if name == _BENCHMARK:
+                self.benchmark_set = True
+            elif name == _DETERMINISTIC and not _is_false(node.value):
+                self.deterministic = True
+
+    def visit_import(self, node: cst.CSTNode) -> None:
+        for module in _imported_modules(node):
+            if module.split(".", 1)[0] in _SIMULATORS:
+                self.simulator = True
+
+    def quiet_reason(self) -> Optional[str]:
+        """Why whole-program speed advice about kernels does not apply here:
+        the program steps a simulator, or asked for reproducible kernels."""
+        if self.simulator:
+            return "simulator"
+        if self.deterministic:
+            return "deterministic"
+        return None
 
     def _is_regex_compile(self, node: cst.Name) -> bool:
         parent = self.context.parent
@@ -377,9 +427,17 @@ class ProgramRule(Rule):
         if self._feeds:
             self.facts.visit_fstring(node)
 
-    def visit_AssignTarget(self, node: cst.AssignTarget) -> None:
+    def visit_Assign(self, node: cst.Assign) -> None:
         if self._feeds:
-            self.facts.visit_assign_target(node)
+            self.facts.visit_assign(node)
+
+    def visit_Import(self, node: cst.Import) -> None:
+        if self._feeds:
+            self.facts.visit_import(node)
+
+    def visit_ImportFrom(self, node: cst.ImportFrom) -> None:
+        if self._feeds:
+            self.facts.visit_import(node)
 
     def leave_Module(self, node: cst.Module) -> None:
         if not self._off:

@@ -245,17 +245,37 @@ class Finder:
     def _line(self, call: cst.Call) -> int:
         """The call's line: found in the text when its callee is written once
         there (the common case, and no pass over the tree), else from positions."""
-        callee = cst.Module([]).code_for_node(call.func)
+        code_for = cst.Module([]).code_for_node
+        callee = code_for(call.func)
         text = self.text
         at = text.find(callee + "(")
         if at >= 0 and text.find(callee + "(", at + 1) < 0:
             return text.count("\n", 0, at) + 1
+        # The whole call as written (LibCST keeps the source text): its n-th
+        # occurrence in the text is the n-th such call in the tree, when the
+        # counts agree (no copy in a comment or string).
+        written = code_for(call)
+        starts = []
+        at = text.find(written)
+        while at >= 0:
+            starts.append(at)
+            at = text.find(written, at + 1)
+        tail = _tail(call.func)
+        same = [n for n in walk_nodes(self.module)
+                if isinstance(n, cst.Call) and (n is call or (_tail(n.func) == tail and code_for(n) == written))
+                ] if starts else []
+        if starts and len(same) == len(starts):
+            return text.count("\n", 0, starts[[id(n) for n in same].index(id(call))]) + 1
         from torchlint.positions import node_positions
 
         if not hasattr(self, "_positions"):
             self._positions = node_positions(self.module)
         span = self._positions.get(call)
         return span[0][0] if span is not None else 1
+
+
+def _tail(func: cst.BaseExpression) -> str:
+    return func.attr.value if isinstance(func, cst.Attribute) else func.value if isinstance(func, cst.Name) else ""
 
 
 def finder(text: str, path: str, external: Optional[Dict[str, Tuple[int, str]]] = None) -> Optional[Finder]:

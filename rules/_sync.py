@@ -30,6 +30,13 @@ CLOCKS = frozenset(
         "timeit.default_timer", "datetime.datetime.now", "datetime.datetime.utcnow",
     }
 )
+# Calls that wait for all work queued on the device.
+DEVICE_SYNCS = frozenset(
+    {
+        "torch.cuda.synchronize", "torch.accelerator.synchronize", "torch.xpu.synchronize",
+        "torch.mps.synchronize",
+    }
+)
 # Allocator statistics: a loop that reads them measures memory per iteration.
 _MEMORY_STATS = frozenset(
     {
@@ -488,6 +495,11 @@ class LoopFacts:
     steps_directly: bool = False
     """Calls ``.backward()`` in its own body, outside any inner loop or
     comprehension: each iteration is a training step."""
+    synchronizes: bool = False
+    """Calls ``torch.cuda.synchronize()`` (or another whole-device sync) in its
+    own body and not under a condition: it waits for the device every
+    iteration already, so one more read of a value there costs nothing (the
+    sync itself is TL103's finding)."""
     exits_on_value: bool = False
     """Ends the loop (``break``/``return``, not an error exit) on a device value
     read in its own body (``if token.item() in stop_tokens: break``):
@@ -540,6 +552,8 @@ def _scan(ctx: Context, roots: List[cst.CSTNode]) -> LoopFacts:
                 facts.trains = True
                 # `scheduler.step()` once per epoch is not a training step
                 facts.steps_directly = facts.steps_directly or (direct and attr == "backward")
+            elif always and direct and q in DEVICE_SYNCS:
+                facts.synchronizes = True
             elif always and _generates(func):
                 facts.generates = True
             elif isinstance(func, cst.Name) and func.value == "input" and q is None:

@@ -54,6 +54,10 @@ class ItemInLoop(Rule):
       `sys.exit(...)`, under `if i == 0:` on the loop counter, under a cap
       (`if shown < 3:` whose body does `shown += 1`), or under a periodic
       guard kept with a counter (`if seen == k:` whose body resets `seen = 0`);
+    - a loop that already waits for the device every iteration: its own
+      body calls `torch.cuda.synchronize()` (or `torch.accelerator`/`xpu`/`mps`
+      `synchronize()`) outside any condition; one more wait there costs
+      nothing, and the sync itself is TL103's finding;
     - a loop whose iteration is a whole pass of work: over epochs
       (`for epoch in ...`, unless the loop itself calls `.backward()`:
       full-batch training, where each "epoch" is one step), over a streaming
@@ -156,8 +160,20 @@ class ItemInLoop(Rule):
     name = "item-in-loop"
     summary = "`.item()`/`.tolist()` in a loop synchronizes with the device every iteration"
     fix = FixAvailability.UNSAFE
+    needs = ("item", "tolist")
 
     VALID = [
+        Valid(
+            """
+            import torch
+            for x, y in loader:
+                loss = model(x.cuda()).sum()
+                loss.backward()
+                optimizer.step()
+                torch.cuda.synchronize()
+                logger.update(loss=loss.item())
+            """
+        ),
         Valid(
             """
             import torch
@@ -306,7 +322,10 @@ class ItemInLoop(Rule):
                 return
         if runs_once(ctx, loop) or runs_once_per_pass(ctx, loop, self._facts):
             return
-        if loop_facts(ctx, loop, self._facts).exits_on_value:
+        facts = loop_facts(ctx, loop, self._facts)
+        if facts.synchronizes:
+            return  # the loop waits for the device every iteration anyway (TL103 reports that sync)
+        if facts.exits_on_value:
             return  # the loop waits for a device value every iteration anyway, to decide to stop
         recv = receiver(node)
         assert recv is not None

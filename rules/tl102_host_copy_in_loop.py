@@ -106,6 +106,10 @@ class HostCopyInLoop(Rule):
       (`for i in range(...)`, `for i, x in enumerate(...)`), under a cap
       (`if shown < 3:` incrementing `shown`), or under a counter reset
       (`if seen == k:` ... `seen = 0`);
+    - a loop that already waits for the device every iteration: its own
+      body calls `torch.cuda.synchronize()` (or `torch.accelerator`/`xpu`/`mps`
+      `synchronize()`) outside any condition; one more wait there costs
+      nothing, and the sync itself is TL103's finding;
     - a comprehension that is not inside a loop statement and copies one
       concatenated tensor per element (`[torch.cat(v).cpu() for v in zip(*results)]`):
       that is already the copy-once form;
@@ -159,6 +163,17 @@ class HostCopyInLoop(Rule):
     fix = FixAvailability.NONE
 
     VALID = [
+        Valid(
+            """
+            import torch
+            for x, y in loader:
+                loss = model(x.cuda()).sum()
+                loss.backward()
+                optimizer.step()
+                torch.cuda.synchronize()
+                losses.append(loss.detach().cpu())
+            """
+        ),
         Valid(
             """
             import torch
@@ -238,7 +253,10 @@ class HostCopyInLoop(Rule):
         loop = self._step_loop()
         if loop is None or runs_once(ctx, loop) or runs_once_per_pass(ctx, loop, self._facts):
             return
-        if loop_facts(ctx, loop, self._facts).exits_on_value:
+        facts = loop_facts(ctx, loop, self._facts)
+        if facts.synchronizes:
+            return  # the loop waits for the device every iteration anyway (TL103 reports that sync)
+        if facts.exits_on_value:
             return  # the loop waits for the device anyway
         recv = receiver(node)
         assert recv is not None

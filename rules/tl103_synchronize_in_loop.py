@@ -8,15 +8,8 @@ import libcst as cst
 from torchlint.model import FixAvailability
 from torchlint.rule import Invalid, Rule, Valid
 from torchlint.rules._helpers import method_name, receiver, source_mentions
-from torchlint.rules._sync import LoopFacts, loop_facts, runs_once, runs_once_per_pass
+from torchlint.rules._sync import DEVICE_SYNCS as _DEVICE_SYNCS, LoopFacts, loop_facts, runs_once, runs_once_per_pass
 
-# Functions that block the host until every queued kernel on the device is done.
-_DEVICE_SYNCS = frozenset(
-    {
-        "torch.cuda.synchronize", "torch.accelerator.synchronize", "torch.xpu.synchronize",
-        "torch.mps.synchronize",
-    }
-)
 # Reading a clock, and reading allocator statistics (see `__init__`).
 _CLOCK_TEXT = re.compile(r"\b(?:perf_counter|monotonic|process_time|default_timer|elapsed_time)\b|\btime\.time\(")
 _CLOCK_WORDS = ("perf_counter", "monotonic", "process_time", "default_timer", "elapsed_time", "time(")
@@ -115,6 +108,7 @@ class SynchronizeInLoop(Rule):
     name = "synchronize-in-loop"
     summary = "`torch.cuda.synchronize()` in a loop stalls the host every iteration"
     fix = FixAvailability.NONE
+    needs = ("synchronize",)
 
     VALID = [
         Valid(

@@ -198,6 +198,8 @@ class DataLoaderNumWorkers(Rule):
         super().__init__(context)
         # A file that never says `DataLoader` cannot call it; tests are skipped.
         self._active = not context.is_test_file and "DataLoader" in context.source
+        if not self._active:
+            self.walks = False
         self._candidates: List[Tuple[cst.Call, Optional[cst.FunctionDef], Optional[cst.ClassDef], bool]] = []
         # (scope key, name) -> [(value, is one part of an unpacked value, function, class)]
         self._values: Dict[Tuple[object, str], List[_Value]] = {}

@@ -340,6 +340,8 @@ class CopyWithoutNonBlocking(Rule):
         # Without a literal `pin_memory` there is no pinned loader to find
         # (`pin_memory=True` is essentially never written positionally).
         self._active = "DataLoader" in source and "pin_memory" in source
+        if not self._active:
+            self.walks = False
         self._index = LoaderIndex(context)
         self._frames: List[List[_Loop]] = [[]]
         self._loops: List[_Loop] = []

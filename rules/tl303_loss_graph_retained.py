@@ -23,7 +23,8 @@ _ARITHMETIC = (cst.Add, cst.Subtract, cst.Multiply, cst.Divide, cst.FloorDivide,
 class _Scope:
     """What one function (or the module's top level) does, for the decision at its end."""
 
-    __slots__ = ("losses", "backpropagated", "assignments", "accumulations", "retained", "bindings", "resets")
+    __slots__ = ("losses", "backpropagated", "assignments", "accumulations", "retained", "bindings", "resets",
+                 "assigned_in_loops")
 
     def __init__(self) -> None:
         # loops whose backward call keeps the graph (`retain_graph=`, `create_graph=`)
@@ -42,6 +43,10 @@ class _Scope:
         # accumulator key -> ids of the loops around a statement that starts it afresh
         # (`running_loss = 0`, `losses = []`, `losses.clear()`)
         self.resets: Dict[str, Set[int]] = {}
+        # Assignments in a loop that may start an accumulator afresh: (key, value,
+        # ids of the loops around it); whether the value reads the key is only
+        # asked for the few keys that turn out to be accumulators.
+        self.assigned_in_loops: List[Tuple[str, cst.BaseExpression, Tuple[int, ...]]] = []
 
 
 class LossGraphRetained(Rule):
@@ -494,8 +499,10 @@ class LossGraphRetained(Rule):
             scope.assignments.append((target.target, node.value))
             self._rebind(target.target, node.value)
             key = _accumulator_key(target.target)
-            if key is not None and not _mentions_key(node.value, key):
-                self._record_reset(key)
+            if key is not None:
+                loops = tuple(id(loop) for loop in self.context.enclosing_loops(periodic_guard=False))
+                if loops:
+                    scope.assigned_in_loops.append((key, node.value, loops))
         value = node.value
         if len(node.targets) != 1 or not (
             isinstance(value, cst.BinaryOperation) and isinstance(value.operator, cst.Add)
@@ -538,7 +545,10 @@ class LossGraphRetained(Rule):
             keys = scope.losses.get(id(loop))
             if not keys:
                 continue
-            if id(loop) in scope.resets.get(acc, ()):
+            if id(loop) in scope.resets.get(acc, ()) or any(
+                key == acc and id(loop) in loops and not _mentions_key(value, acc)
+                for key, value, loops in scope.assigned_in_loops
+            ):
                 continue  # started afresh inside the loop: the history it keeps is bounded
             occurrence = _find_loss(added, keys)
             if occurrence is not None:

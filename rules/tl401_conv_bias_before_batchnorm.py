@@ -139,6 +139,7 @@ class ConvBiasBeforeBatchNorm(Rule):
     name = "conv-bias-before-batchnorm"
     summary = "Convolution bias cancelled by the following BatchNorm"
     fix = FixAvailability.UNSAFE
+    needs = ("BatchNorm",)
 
     VALID = [
         Valid(

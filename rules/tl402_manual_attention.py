@@ -151,6 +151,7 @@ class ManualAttention(Rule):
     name = "manual-attention"
     summary = "Attention written out instead of `F.scaled_dot_product_attention`"
     fix = FixAvailability.NONE
+    needs = ("softmax", "Softmax")
 
     VALID = [
         # the fused path exists; the manual one is its fallback

@@ -67,6 +67,15 @@ class CudnnBenchmarkDisabled(ProgramRule):
     import their model from elsewhere (no convolution layer built here); the
     scoped `with torch.backends.cudnn.flags(benchmark=False):`.
 
+    The module check (never sets it) is also silent for a program that
+    imports a reinforcement-learning simulator (`gym`, `gymnasium`,
+    `envpool`, `procgen`, `dm_control`, ...: the step time is the
+    environment's, on the host, and the policy networks are small) and for
+    one that asks for reproducible kernels anywhere (`cudnn.deterministic =
+    ...` or `torch.use_deterministic_algorithms(...)` with anything but the
+    literal `False`, often `args.torch_deterministic`): the autotuner picks
+    algorithms by timing them, so results change from run to run.
+
     ## Why is this bad?
     With `benchmark = True`, cuDNN times the available convolution algorithms
     the first time it sees an input shape and caches the fastest; with
@@ -124,6 +133,30 @@ class CudnnBenchmarkDisabled(ProgramRule):
     fix = FixAvailability.NONE
 
     VALID = [
+        Valid(
+            """
+            import gym
+            import torch
+            from torch import nn
+
+            model = nn.Conv2d(3, 8, 3).cuda()
+            for x in loader:
+                model(x).sum().backward()
+                optimizer.step()
+            """
+        ),
+        Valid(
+            """
+            import torch
+            from torch import nn
+
+            model = nn.Conv2d(3, 8, 3).cuda()
+            torch.use_deterministic_algorithms(args.deterministic)
+            for x in loader:
+                model(x).sum().backward()
+                optimizer.step()
+            """
+        ),
         Valid(
             """
             import torch
@@ -195,6 +228,7 @@ class CudnnBenchmarkDisabled(ProgramRule):
         return id(function) if function is not None else None
 
     def visit_Assign(self, node: cst.Assign) -> None:
+        super().visit_Assign(node)
         if self._off:
             return
         qualname = self.context.qualname
@@ -237,6 +271,8 @@ class CudnnBenchmarkDisabled(ProgramRule):
             self.report(node, message)
         if facts.benchmark_set or not (facts.has_conv and facts.entry and facts.uses_cuda):
             return
+        if facts.quiet_reason():
+            return  # a simulator-bound program, or one that chose reproducible kernels
         self.report_at_first_step(
             facts,
             "this program trains a convolutional network but never sets "

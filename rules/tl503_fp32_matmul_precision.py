@@ -51,6 +51,15 @@ class Fp32MatmulPrecision(ProgramRule):
       `train_one_epoch` leaves process-wide settings to the program), and
       only modules that put work on CUDA (`torch.cuda.is_available()` alone
       does not count).
+    - A program that imports a reinforcement-learning simulator (`gym`,
+      `gymnasium`, `envpool`, `procgen`, `dm_control`, ...) is not reported:
+      its step time is spent stepping environments on the host and in small
+      policy networks, where TF32 buys nothing measurable.
+    - A program that asks for reproducible kernels (`cudnn.deterministic =
+      ...` or `torch.use_deterministic_algorithms(...)` with anything but the
+      literal `False`, often `args.torch_deterministic`) is not reported:
+      it chose reproducibility over speed, and TF32 would change its
+      results from run to run or against its reference.
 
     ## Why is this bad?
     On NVIDIA GPUs since Ampere (A100, RTX 30xx and later), float32 matrix
@@ -102,6 +111,25 @@ class Fp32MatmulPrecision(ProgramRule):
     fix = FixAvailability.NONE
 
     VALID = [
+        Valid(
+            """
+            import gymnasium as gym
+            import torch
+            envs = gym.make('CartPole-v1')
+            for x in loader:
+                model(x.cuda()).sum().backward()
+                optimizer.step()
+            """
+        ),
+        Valid(
+            """
+            import torch
+            torch.backends.cudnn.deterministic = args.torch_deterministic
+            for x in loader:
+                model(x.cuda()).sum().backward()
+                optimizer.step()
+            """
+        ),
         Valid(
             """
             import torch
@@ -157,6 +185,8 @@ class Fp32MatmulPrecision(ProgramRule):
     def decide(self, facts: ProgramFacts) -> None:
         if facts.tf32_set or facts.reduced_precision or not (facts.entry and facts.uses_cuda):
             return
+        if facts.quiet_reason():
+            return  # a simulator-bound program, or one that chose reproducible kernels
         if facts.has_conv and not facts.has_matmul:
             return  # a convolutional network: cuDNN convolutions use TF32 by default
         self.report_at_first_step(

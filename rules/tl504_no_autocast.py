@@ -35,6 +35,15 @@ class NoAutocast(ProgramRule):
       `manual_backward` are not reported: mixed precision is the framework's
       option (`Accelerator(mixed_precision="bf16")`,
       `Fabric(precision="bf16-mixed")`, `Trainer(precision=...)`).
+    - A program that imports a reinforcement-learning simulator (`gym`,
+      `gymnasium`, `envpool`, `procgen`, `dm_control`, ...) is not reported:
+      its step time is spent stepping environments on the host and in small
+      policy networks, where autocast buys nothing measurable.
+    - A program that asks for reproducible kernels (`cudnn.deterministic =
+      ...` or `torch.use_deterministic_algorithms(...)` with anything but the
+      literal `False`, often `args.torch_deterministic`) is not reported:
+      it chose reproducibility over speed, and autocast would change its
+      results from run to run or against its reference.
     - A module that never mentions CUDA is not reported (CPU autocast
       exists, but the documented gains are on GPUs with tensor cores).
     - Unlike the other whole-program rules, the module need not be an entry
@@ -99,6 +108,25 @@ class NoAutocast(ProgramRule):
     VALID = [
         Valid(
             """
+            import gymnasium as gym
+            import torch
+            envs = gym.make('CartPole-v1')
+            for x in loader:
+                model(x.cuda()).sum().backward()
+                optimizer.step()
+            """
+        ),
+        Valid(
+            """
+            import torch
+            torch.backends.cudnn.deterministic = args.torch_deterministic
+            for x in loader:
+                model(x.cuda()).sum().backward()
+                optimizer.step()
+            """
+        ),
+        Valid(
+            """
             import torch
             for x in loader:
                 with torch.autocast('cuda', dtype=torch.bfloat16):
@@ -147,7 +175,7 @@ class NoAutocast(ProgramRule):
     ]
 
     def decide(self, facts: ProgramFacts) -> None:
-        if facts.reduced_precision or not facts.uses_cuda:
+        if facts.reduced_precision or not facts.uses_cuda or facts.quiet_reason():
             return
         self.report_at_first_step(
             facts,

@@ -36,7 +36,10 @@ class NoCompile(ProgramRule):
     LightningModule is usually compiled by the script that builds it); a
     module that never mentions CUDA is not reported (for a small model on a
     CPU the compile time is rarely repaid); only entry modules are reported,
-    because the model is usually compiled where it is built.
+    because the model is usually compiled where it is built; a program that
+    imports a reinforcement-learning simulator (`gym`, `gymnasium`,
+    `envpool`, `procgen`, `dm_control`, ...) is not reported, since its step
+    time is spent stepping environments on the host.
 
     ## Why is this bad?
     `torch.compile` captures the model's forward and backward passes as
@@ -89,6 +92,16 @@ class NoCompile(ProgramRule):
     fix = FixAvailability.NONE
 
     VALID = [
+        Valid(
+            """
+            import gymnasium as gym
+            import torch
+            envs = gym.make('CartPole-v1')
+            for x in loader:
+                model(x.cuda()).sum().backward()
+                optimizer.step()
+            """
+        ),
         Valid(
             """
             import torch
@@ -145,7 +158,7 @@ class NoCompile(ProgramRule):
     ]
 
     def decide(self, facts: ProgramFacts) -> None:
-        if facts.compiles or not (facts.entry and facts.uses_cuda):
+        if facts.compiles or not (facts.entry and facts.uses_cuda) or facts.simulator:
             return
         if self.context.target_torch < (2, 0):
             return

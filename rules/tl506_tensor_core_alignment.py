@@ -80,6 +80,7 @@ class TensorCoreAlignment(Rule):
     summary = "Large layer size that is not a multiple of 64 (tensor-core alignment)"
     default = False
     fix = FixAvailability.NONE
+    needs = ("Linear", "Embedding")
 
     VALID = [
         Valid(

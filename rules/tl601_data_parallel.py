@@ -110,6 +110,7 @@ class DataParallel(Rule):
     name = "data-parallel"
     summary = "`nn.DataParallel` instead of `DistributedDataParallel`"
     fix = FixAvailability.NONE
+    needs = ("DataParallel", "data_parallel")
 
     VALID = [
         Valid(

@@ -24,6 +24,9 @@ _ACCUMULATION_WORDS = re.compile(r"accum|micro|sync|update", re.IGNORECASE)
 # Any of these in the module means the author handles gradient synchronisation.
 # (Lightning Fabric's `fabric.no_backward_sync(model)` included.)
 _SYNC_CONTROL = ("no_sync", "no_backward_sync", "require_backward_grad_sync", ".accumulate(")
+# A helper whose name says that it wraps a model in DDP (`smart_DDP(model)`,
+# `wrap_ddp(model)`, `to_ddp(model)`): the wrap often sits in a utility module.
+_DDP_HELPER = re.compile(r"(?:^|_)(?:ddp|DDP)(?:$|_)")
 
 
 class _Site:
@@ -78,8 +81,10 @@ class DdpAccumulationWithoutNoSync(Rule):
     to accumulation (`if torch.isfinite(loss):`, or `if use_amp:
     scaler.step(opt) else: opt.step()`, which steps either way), a backward in
     a comprehension, steps in another function than the backward, a module
-    without `DistributedDataParallel(...)` (the wrap in another module cannot
-    be seen), and `FullyShardedDataParallel`: FSDP's
+    that neither calls `DistributedDataParallel(...)` nor a helper whose name
+    says it wraps in DDP (`smart_DDP(model)`, `wrap_ddp(model)`, often defined
+    in a utility module: a name with `ddp`/`DDP` as a word; not `is_ddp(...)`
+    or `unwrap_ddp(...)`), and `FullyShardedDataParallel`: FSDP's
     `no_sync()` keeps unsharded gradients in memory, so skipping the
     reduce-scatter is a memory trade-off rather than a plain win.
 
@@ -138,6 +143,18 @@ class DdpAccumulationWithoutNoSync(Rule):
     fix = FixAvailability.NONE
 
     VALID = [
+        Valid(
+            """
+            from utils import unwrap_ddp
+            net = unwrap_ddp(model)
+            for i, (x, y) in enumerate(loader):
+                loss = criterion(model(x), y)
+                loss.backward()
+                if (i + 1) % accum_steps == 0:
+                    optimizer.step()
+                    optimizer.zero_grad()
+            """
+        ),
         # no_sync around the micro-batches
         Valid(
             """
@@ -176,6 +193,18 @@ class DdpAccumulationWithoutNoSync(Rule):
     INVALID = [
         Invalid(
             """
+            from utils.torch_utils import smart_DDP
+            model = smart_DDP(model)
+            for i, (x, y) in enumerate(loader):
+                loss = criterion(model(x), y)
+                loss.backward()
+                if (i + 1) % accum_steps == 0:
+                    optimizer.step()
+                    optimizer.zero_grad()
+            """,
+        ),
+        Invalid(
+            """
             import torch
             model = torch.nn.parallel.DistributedDataParallel(net)
             for i, x in enumerate(loader):
@@ -208,9 +237,11 @@ class DdpAccumulationWithoutNoSync(Rule):
     def __init__(self, context) -> None:
         super().__init__(context)
         source = context.source
-        self._active = "DistributedDataParallel" in source and not any(
-            word in source for word in _SYNC_CONTROL
-        )
+        self._active = (
+            "DistributedDataParallel" in source or "DDP" in source or "ddp" in source
+        ) and not any(word in source for word in _SYNC_CONTROL)
+        if not self._active:
+            self.walks = False
         self._has_ddp = False
         self._backwards: List[_Site] = []
         self._steps: List[_Site] = []
@@ -223,7 +254,7 @@ class DdpAccumulationWithoutNoSync(Rule):
         if not self._active:
             return
         ctx = self.context
-        if ctx.qualname(node.func) in _DDP:
+        if ctx.qualname(node.func) in _DDP or _wraps_in_ddp(node):
             self._has_ddp = True
             return
         if is_backward(node, ctx):
@@ -355,3 +386,13 @@ class DdpAccumulationWithoutNoSync(Rule):
 
 def _branch_ids(site: _Site) -> FrozenSet[Tuple[int, int]]:
     return frozenset((id(node), id(child)) for node, child in site.conditions)
+
+
+def _wraps_in_ddp(node: cst.Call) -> bool:
+    """``smart_DDP(model)``, ``utils.wrap_ddp(model, ...)``: a call, with the
+    model as an argument, of a helper whose name says it wraps in DDP."""
+    func = node.func
+    name = func.attr.value if isinstance(func, cst.Attribute) else func.value if isinstance(func, cst.Name) else ""
+    if not node.args or name.startswith(("is_", "unwrap", "de_")):
+        return False
+    return _DDP_HELPER.search(name) is not None

@@ -73,6 +73,7 @@ class DdpFindUnusedParameters(Rule):
     name = "ddp-find-unused-parameters"
     summary = "DDP searches the autograd graph for unused parameters every iteration"
     fix = FixAvailability.NONE
+    needs = ("find_unused_parameters",)
 
     VALID = [
         Valid(

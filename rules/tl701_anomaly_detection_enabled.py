@@ -91,6 +91,7 @@ class AnomalyDetectionEnabled(Rule):
     name = "anomaly-detection-enabled"
     summary = "Autograd anomaly detection left on slows down every forward and backward pass"
     fix = FixAvailability.UNSAFE
+    needs = ("anomaly",)
 
     VALID = [
         Valid(

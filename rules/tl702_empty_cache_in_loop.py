@@ -116,6 +116,7 @@ class EmptyCacheInLoop(Rule):
     name = "empty-cache-in-loop"
     summary = "`torch.cuda.empty_cache()` in a loop throws away the allocator's cache every iteration"
     fix = FixAvailability.UNSAFE
+    needs = ("empty_cache",)
 
     VALID = [
         Valid(

@@ -178,3 +178,27 @@ def test_a_module_imported_from_its_package(runner, workdir):
     (workdir / "train.py").write_text(TRAIN.replace("from ops import make_mask", "from training import ops").replace(
         "make_mask(x.shape[1], device)", "ops.make_mask(x.shape[1], device)"))
     assert _concise(runner, ".") == ["training/ops.py:5:12: TL201"]
+
+
+TRAIN_CALLS_TWICE = """\
+import torch
+from ops import make_mask
+
+MASK = make_mask(4, "cpu")  # once, at import
+
+
+def train(model, loader, device):
+    # mask = make_mask(x.shape[1], device)
+    for x, y in loader:
+        mask = make_mask(x.shape[1], device)
+        model(x * mask).sum().backward()
+"""
+
+
+def test_the_call_that_makes_it_hot_is_named_by_its_own_line(runner, workdir):
+    """The callee is written three times (once in a comment): `via` names the
+    line of the call in the loop, not the first text that looks like it."""
+    (workdir / "ops.py").write_text(OPS)
+    (workdir / "train.py").write_text(TRAIN_CALLS_TWICE)
+    (item,) = json.loads(run(runner, "check", "--select", "TL201", "--output-format", "json", ".").stdout)
+    assert (item["frequency"], item["via"]) == ("per step", "train.py:10")

@@ -41,7 +41,7 @@ def _fixed(code: str, unsafe: bool = False) -> str:
     ],
 )
 def test_module_that_moves_data(evidence):
-    code = f"import torch\nloader = torch.utils.data.DataLoader(ds, batch_size=8)\n{evidence}\n"
+    code = f"import torch\nloader = torch.utils.data.DataLoader(ds, num_workers=2, batch_size=8)\n{evidence}\n"
     assert codes(_lint(code)) == ["TL202"]
 
 
@@ -64,7 +64,7 @@ def test_module_that_moves_data(evidence):
     ],
 )
 def test_module_that_never_moves_data_is_silent(other):
-    code = f"import torch\nloader = torch.utils.data.DataLoader(ds, batch_size=8)\n{other}\n"
+    code = f"import torch\nloader = torch.utils.data.DataLoader(ds, num_workers=2, batch_size=8)\n{other}\n"
     assert _lint(code) == []
 
 
@@ -78,10 +78,10 @@ def test_evidence_before_or_after_the_loader_and_in_other_functions():
 
         def loaders(n):
             ds = torch.utils.data.TensorDataset(torch.randn(n, 3))
-            return DataLoader(ds), DataLoader(ds, pin_memory=False)
+            return DataLoader(ds, num_workers=2), DataLoader(ds, num_workers=2, pin_memory=False)
     """
     diagnostics = _lint(code)
-    assert [(d.line, d.column) for d in diagnostics] == [(10, 12), (10, 28)]
+    assert [(d.line, d.column) for d in diagnostics] == [(10, 12), (10, 43)]
     assert [d.fix.applicability for d in diagnostics] == [Applicability.SAFE, Applicability.UNSAFE]
     assert "pin_memory=True" in diagnostics[0].message
 
@@ -91,9 +91,9 @@ def test_evidence_before_or_after_the_loader_and_in_other_functions():
     [
         "DataLoader(ds, **kwargs)",
         "DataLoader(*args)",
-        "DataLoader(ds, pin_memory=True)",
-        "DataLoader(ds, pin_memory=cfg.pin_memory)",
-        "DataLoader(ds, pin_memory=use_cuda)",
+        "DataLoader(ds, num_workers=2, pin_memory=True)",
+        "DataLoader(ds, num_workers=2, pin_memory=cfg.pin_memory)",
+        "DataLoader(ds, num_workers=2, pin_memory=use_cuda)",
         "DataLoader(ds, 8, True, None, None, 2, None, True)",
         "DataLoader(ds, 8, True, None, None, 2, None, pin)",
     ],
@@ -117,7 +117,7 @@ def test_users_own_dataloader_is_silent():
             def __init__(self, ds):
                 self.ds = ds
 
-        loader = DataLoader(ds)
+        loader = DataLoader(ds, num_workers=2)
         model.cuda()
     """
     assert _lint(code) == []
@@ -128,7 +128,7 @@ def test_other_library_dataloader_is_silent():
         import torch
         from torch_geometric.loader import DataLoader
 
-        loader = DataLoader(ds)
+        loader = DataLoader(ds, num_workers=2)
         model.cuda()
     """
     assert _lint(code) == []
@@ -137,16 +137,25 @@ def test_other_library_dataloader_is_silent():
 @pytest.mark.parametrize(
     "imports, call",
     [
-        ("from torch.utils.data import DataLoader as DL", "DL(ds)"),
-        ("from torch.utils import data", "data.DataLoader(ds)"),
-        ("import torch.utils.data as tud", "tud.DataLoader(ds)"),
-        ("from torch.utils.data.dataloader import DataLoader", "DataLoader(ds)"),
-        ("import torch as T", "T.utils.data.DataLoader(ds)"),
+        ("from torch.utils.data import DataLoader as DL", "DL(ds, num_workers=2)"),
+        ("from torch.utils import data", "data.DataLoader(ds, num_workers=2)"),
+        ("import torch.utils.data as tud", "tud.DataLoader(ds, num_workers=2)"),
+        ("from torch.utils.data.dataloader import DataLoader", "DataLoader(ds, num_workers=2)"),
+        ("import torch as T", "T.utils.data.DataLoader(ds, num_workers=2)"),
     ],
 )
 def test_import_aliases(imports, call):
     code = f"import torch\n{imports}\nloader = {call}\nmodel.cuda()\n"
     assert codes(_lint(code)) == ["TL202"]
+
+
+@pytest.mark.parametrize("workers", ["", ", num_workers=0", ", 8, True, None, None, 0"])
+def test_loader_without_workers_is_left_to_tl203(workers):
+    """Loading in the main process: pinning would run in the same thread,
+    before the copy it is meant to speed up (TL203 reports the loader)."""
+    code = f"import torch\nloader = torch.utils.data.DataLoader(ds{workers})\nmodel.cuda()\n"
+    assert _lint(code) == []
+    assert codes(_lint(code.replace(workers, ", num_workers=4") if workers else code.replace("(ds)", "(ds, num_workers=4)"))) == ["TL202"]
 
 
 def test_import_inside_function():
@@ -155,7 +164,7 @@ def test_import_inside_function():
 
         def make(ds):
             from torch.utils.data import DataLoader as Loader
-            return Loader(ds, batch_size=4)
+            return Loader(ds, batch_size=4, num_workers=2)
 
         def other(ds):
             return Loader(ds)
@@ -172,19 +181,19 @@ def test_fix_adds_or_sets_pin_memory():
         import torch
         from torch.utils.data import DataLoader
         ds = torch.utils.data.TensorDataset(torch.zeros(8, 3))
-        a = DataLoader(ds, batch_size=8)
-        b = DataLoader(ds, pin_memory=False)
+        a = DataLoader(ds, num_workers=2, batch_size=8)
+        b = DataLoader(ds, num_workers=2, pin_memory=False)
         c = DataLoader(ds, 8, True, None, None, 2, None, False)
-        d = DataLoader(ds)
+        d = DataLoader(ds, num_workers=2)
         model.cuda()
         """
     )
     safe = _fixed(code)
     assert safe == code.replace(
-        "a = DataLoader(ds, batch_size=8)", "a = DataLoader(ds, batch_size=8, pin_memory=True)"
-    ).replace("d = DataLoader(ds)", "d = DataLoader(ds, pin_memory=True)")
+        "a = DataLoader(ds, num_workers=2, batch_size=8)", "a = DataLoader(ds, num_workers=2, batch_size=8, pin_memory=True)"
+    ).replace("d = DataLoader(ds, num_workers=2)", "d = DataLoader(ds, num_workers=2, pin_memory=True)")
     unsafe = _fixed(code, unsafe=True)
-    assert "b = DataLoader(ds, pin_memory=True)" in unsafe
+    assert "b = DataLoader(ds, num_workers=2, pin_memory=True)" in unsafe
     assert "c = DataLoader(ds, 8, True, None, None, 2, None, True)" in unsafe
     assert "False" not in unsafe
 
@@ -197,9 +206,11 @@ def test_fix_keeps_comments_and_layout():
         loader = torch.utils.data.DataLoader(
             ds,  # training split
             batch_size=8,  # per device
+            num_workers=4,
             # more options later
         )
         other = torch.utils.data.DataLoader(ds,
+                                            num_workers=4,
                                             batch_size=8  # per device
                                             )
         model.cuda()
@@ -212,10 +223,12 @@ def test_fix_keeps_comments_and_layout():
         loader = torch.utils.data.DataLoader(
             ds,  # training split
             batch_size=8,  # per device
+            num_workers=4,
             pin_memory=True,
             # more options later
         )
         other = torch.utils.data.DataLoader(ds,
+                                            num_workers=4,
                                             batch_size=8,  # per device
                                             pin_memory=True
                                             )
@@ -224,17 +237,18 @@ def test_fix_keeps_comments_and_layout():
     )
 
 
-def test_single_argument_multiline_call():
-    code = "import torch\nloader = torch.utils.data.DataLoader(\n    ds,\n)\nmodel.cuda()\n"
+def test_multiline_call_with_a_trailing_comma():
+    code = "import torch\nloader = torch.utils.data.DataLoader(\n    ds,\n    num_workers=2,\n)\nmodel.cuda()\n"
     assert _fixed(code) == code  # `ds` is unknown: the fix is unsafe
     assert _fixed(code, unsafe=True) == (
-        "import torch\nloader = torch.utils.data.DataLoader(\n    ds,\n    pin_memory=True,\n)\nmodel.cuda()\n"
+        "import torch\nloader = torch.utils.data.DataLoader(\n    ds,\n    num_workers=2,\n    pin_memory=True,\n)\n"
+        "model.cuda()\n"
     )
 
 
 @pytest.mark.parametrize("path", ["tests/test_train.py", "test_loader.py", "pkg/loader_test.py", "conftest.py"])
 def test_test_files_are_skipped(path):
-    code = "import torch\nloader = torch.utils.data.DataLoader(ds, batch_size=4)\nmodel.cuda()\n"
+    code = "import torch\nloader = torch.utils.data.DataLoader(ds, num_workers=2, batch_size=4)\nmodel.cuda()\n"
     assert _lint(code, path=path) == []
     assert codes(_lint(code, path="pkg/train.py")) == ["TL202"]
 
@@ -277,7 +291,7 @@ def test_collate_fn_on_the_host_is_still_reported(collate):
         def collate(batch, pad_id=0):
             return torch.stack(batch)
 
-        loader = torch.utils.data.DataLoader(ds, batch_size=8, collate_fn={collate})
+        loader = torch.utils.data.DataLoader(ds, batch_size=8, num_workers=2, collate_fn={collate})
         model.cuda()
     """
     assert codes(_lint(code)) == ["TL202"]
@@ -304,10 +318,10 @@ def test_dataset_whose_items_hold_no_data_is_silent():
 
         prompts = PromptDataset("a photo of a dog", 100)
         loaders = [
-            DataLoader(prompts, batch_size=4),
-            DataLoader(Pairs(), batch_size=4),
-            DataLoader(range(100), batch_size=4),
-            DataLoader(list(range(100)), batch_size=4),
+            DataLoader(prompts, num_workers=2, batch_size=4),
+            DataLoader(Pairs(), num_workers=2, batch_size=4),
+            DataLoader(range(100), num_workers=2, batch_size=4),
+            DataLoader(list(range(100)), num_workers=2, batch_size=4),
         ]
         pipe.to("cuda")
     """
@@ -332,9 +346,9 @@ def test_dataset_that_indexes_its_data_is_still_reported():
             return torch.arange(n).float()
 
         loaders = [
-            DataLoader(Tokens(), batch_size=4),
-            DataLoader(Images(), batch_size=4),
-            DataLoader(range(100), batch_size=4),
+            DataLoader(Tokens(), num_workers=2, batch_size=4),
+            DataLoader(Images(), num_workers=2, batch_size=4),
+            DataLoader(range(100), num_workers=2, batch_size=4),
         ]
         model.cuda()
     """
@@ -347,7 +361,7 @@ def test_tpu_programs_are_silent():
         import torch_xla.core.xla_model as xm
 
         device = xm.xla_device()
-        loader = torch.utils.data.DataLoader(ds, batch_size=8)
+        loader = torch.utils.data.DataLoader(ds, num_workers=2, batch_size=8)
         model.to(device)
     """
     assert _lint(code) == []
@@ -379,7 +393,7 @@ DEVICE_DATASETS = {
                     yield obs.to(self.device), act.to(self.device)
 
         def make(buffer, device):
-            return DataLoader(Rollouts(buffer, device), batch_size=64)
+            return DataLoader(Rollouts(buffer, device), num_workers=2, batch_size=64)
     """,
     "getitem moving to self.device": """
         class Samples(Dataset):
@@ -389,14 +403,14 @@ DEVICE_DATASETS = {
             def __getitem__(self, i):
                 return self.x[i].to(self.device)
 
-        loader = DataLoader(Samples(torch.randn(10, 3), "cuda"), batch_size=4)
+        loader = DataLoader(Samples(torch.randn(10, 3), "cuda"), num_workers=2, batch_size=4)
     """,
     "getitem calling .cuda()": """
         class Samples(Dataset):
             def __getitem__(self, i):
                 return torch.tensor([i]).float().cuda()
 
-        loader = DataLoader(Samples(), batch_size=4)
+        loader = DataLoader(Samples(), num_workers=2, batch_size=4)
     """,
     "getitem creating tensors with device=": """
         class Noise(Dataset):
@@ -406,7 +420,7 @@ DEVICE_DATASETS = {
             def __getitem__(self, i):
                 return torch.randn(3, device=self.device)
 
-        loader = DataLoader(Noise(device), batch_size=4)
+        loader = DataLoader(Noise(device), num_workers=2, batch_size=4)
     """,
     "data moved to the GPU in __init__": """
         class OnGpu(Dataset):
@@ -416,7 +430,7 @@ DEVICE_DATASETS = {
             def __getitem__(self, i):
                 return self.x[i]
 
-        loader = DataLoader(OnGpu(torch.randn(10, 3)), batch_size=4)
+        loader = DataLoader(OnGpu(torch.randn(10, 3)), num_workers=2, batch_size=4)
     """,
     "a helper method that moves": """
         class Samples(Dataset):
@@ -426,7 +440,7 @@ DEVICE_DATASETS = {
             def __getitem__(self, i):
                 return self.load(i)
 
-        loader = DataLoader(Samples(), batch_size=4)
+        loader = DataLoader(Samples(), num_workers=2, batch_size=4)
     """,
     "subclass of a dataset class that moves": """
         class Base(Dataset):
@@ -436,19 +450,19 @@ DEVICE_DATASETS = {
         class Child(Base):
             pass
 
-        loader = DataLoader(Child(), batch_size=4)
+        loader = DataLoader(Child(), num_workers=2, batch_size=4)
     """,
     "TensorDataset of moved tensors": """
         x = torch.randn(100, 3).to(device)
-        loader = DataLoader(TensorDataset(x, torch.zeros(100).cuda()), batch_size=4)
+        loader = DataLoader(TensorDataset(x, torch.zeros(100).cuda()), num_workers=2, batch_size=4)
     """,
     "TensorDataset of tensors created on the device": """
-        loader = DataLoader(TensorDataset(torch.randn(100, 3, device="cuda")), batch_size=4)
+        loader = DataLoader(TensorDataset(torch.randn(100, 3, device="cuda")), num_workers=2, batch_size=4)
     """,
     "a random_split of such a dataset": """
         full = TensorDataset(torch.randn(100, 3).cuda())
         train, val = random_split(full, [80, 20])
-        loader = DataLoader(Subset(full, range(10)), batch_size=4)
+        loader = DataLoader(Subset(full, range(10)), num_workers=2, batch_size=4)
     """,
     "iterable dataset delegating to a generator given the device": """
         def rollout(env, device):
@@ -462,7 +476,7 @@ DEVICE_DATASETS = {
             def __iter__(self):
                 return rollout(self.env, self.device)
 
-        loader = DataLoader(Buffer(env, device), batch_size=64)
+        loader = DataLoader(Buffer(env, device), num_workers=2, batch_size=64)
     """,
     "iterable dataset yielding from a generator of this file that moves": """
         def frames(paths):
@@ -473,13 +487,13 @@ DEVICE_DATASETS = {
             def __iter__(self):
                 yield from frames(self.paths)
 
-        loader = DataLoader(Clips(), batch_size=4)
+        loader = DataLoader(Clips(), num_workers=2, batch_size=4)
     """,
     "a dataset built by a function of this file that moves": """
         def make_dataset(x):
             return TensorDataset(x.cuda())
 
-        loader = DataLoader(make_dataset(features), batch_size=4)
+        loader = DataLoader(make_dataset(features), num_workers=2, batch_size=4)
     """,
     "a collate function that moves the batch in a helper": """
         def to_gpu(t):
@@ -488,20 +502,20 @@ DEVICE_DATASETS = {
         def collate(samples):
             return [to_gpu(s) for s in samples]
 
-        loader = DataLoader(TensorDataset(torch.randn(10, 3)), batch_size=4, collate_fn=collate)
+        loader = DataLoader(TensorDataset(torch.randn(10, 3)), num_workers=2, batch_size=4, collate_fn=collate)
     """,
     "a collate function that moves the batch": """
         def collate(samples):
             return torch.stack(samples).to(device)
 
-        loader = DataLoader(TensorDataset(torch.randn(100, 3)), batch_size=4, collate_fn=collate)
+        loader = DataLoader(TensorDataset(torch.randn(100, 3)), num_workers=2, batch_size=4, collate_fn=collate)
     """,
     "a lambda collate that moves the batch": """
-        loader = DataLoader(ds, batch_size=4, collate_fn=lambda b: torch.stack(b).cuda())
+        loader = DataLoader(ds, num_workers=2, batch_size=4, collate_fn=lambda b: torch.stack(b).cuda())
     """,
     "a torchvision dataset whose transform moves to the GPU": """
         to_gpu = transforms.Lambda(lambda x: x.cuda())
-        loader = DataLoader(datasets.MNIST("data", transform=to_gpu), batch_size=4)
+        loader = DataLoader(datasets.MNIST("data", transform=to_gpu), num_workers=2, batch_size=4)
     """,
 }
 
@@ -526,14 +540,14 @@ SAFE_DATASETS = {
                 image[:, i % 8] = 1.0
                 return image, i % 10
 
-        loader = DataLoader(Shapes(), batch_size=4)
+        loader = DataLoader(Shapes(), num_workers=2, batch_size=4)
     """,
     "getitem that casts with .to(dtype) and .to('cpu')": """
         class Samples(Dataset):
             def __getitem__(self, i):
                 return torch.arange(4).to(torch.float32), torch.ones(2).to("cpu")
 
-        loader = DataLoader(Samples(), batch_size=4)
+        loader = DataLoader(Samples(), num_workers=2, batch_size=4)
     """,
     "a dataset that only reports its device": """
         class Samples(Dataset):
@@ -544,7 +558,7 @@ SAFE_DATASETS = {
             def __getitem__(self, i):
                 return torch.full((3,), i)
 
-        loader = DataLoader(Samples(), batch_size=4)
+        loader = DataLoader(Samples(), num_workers=2, batch_size=4)
     """,
     "iterable dataset yielding host tensors": """
         class Stream(IterableDataset):
@@ -552,28 +566,28 @@ SAFE_DATASETS = {
                 for i in range(100):
                     yield torch.full((3,), i)
 
-        loader = DataLoader(Stream(), batch_size=4)
+        loader = DataLoader(Stream(), num_workers=2, batch_size=4)
     """,
     "torchvision dataset": """
         tf = transforms.Compose([transforms.ToTensor(), transforms.Normalize((0.5,), (0.5,))])
-        loader = DataLoader(datasets.CIFAR10(args.data, train=True, download=True, transform=tf), batch_size=4)
+        loader = DataLoader(datasets.CIFAR10(args.data, train=True, download=True, transform=tf), num_workers=2, batch_size=4)
     """,
     "TensorDataset of host tensors": """
         x = torch.randn(100, 3)
         y = torch.from_numpy(labels).long()
-        loader = DataLoader(TensorDataset(x, y), batch_size=4)
+        loader = DataLoader(TensorDataset(x, y), num_workers=2, batch_size=4)
     """,
     "random_split of a host dataset": """
         full = TensorDataset(torch.randn(100, 3))
         train, val = random_split(full, [80, 20])
-        loader = DataLoader(Subset(full, range(10)), batch_size=4)
+        loader = DataLoader(Subset(full, range(10)), num_workers=2, batch_size=4)
     """,
     "a collate function of this file returning tensors": """
         def collate(samples):
             xs, ys = zip(*samples)
             return torch.stack(xs), torch.tensor(ys)
 
-        loader = DataLoader(TensorDataset(torch.randn(10, 3)), batch_size=4, collate_fn=collate)
+        loader = DataLoader(TensorDataset(torch.randn(10, 3)), num_workers=2, batch_size=4, collate_fn=collate)
     """,
 }
 
@@ -587,20 +601,20 @@ def test_dataset_known_to_yield_host_tensors_gets_a_safe_fix(body):
 UNSAFE_DATASETS = {
     "a function parameter": """
         def make(dataset):
-            return DataLoader(dataset, batch_size=4)
+            return DataLoader(dataset, num_workers=2, batch_size=4)
     """,
     "an imported class": """
         from mypkg.data import Replay
-        loader = DataLoader(Replay(capacity=1000), batch_size=4)
+        loader = DataLoader(Replay(capacity=1000), num_workers=2, batch_size=4)
     """,
     "an attribute": """
         class Trainer:
             def loader(self):
-                return DataLoader(self.train_set, batch_size=4)
+                return DataLoader(self.train_set, num_workers=2, batch_size=4)
     """,
     "a TensorDataset of unknown tensors": """
         def make(x, y):
-            return DataLoader(TensorDataset(x, y), batch_size=4)
+            return DataLoader(TensorDataset(x, y), num_workers=2, batch_size=4)
     """,
     "a dataset class of this file given unknown tensors": """
         class Pairs(Dataset):
@@ -611,7 +625,7 @@ UNSAFE_DATASETS = {
                 return self.x[i]
 
         def make(x):
-            return DataLoader(Pairs(x), batch_size=4)
+            return DataLoader(Pairs(x), num_workers=2, batch_size=4)
     """,
     "a dataset class with a base from elsewhere": """
         from mypkg.data import BaseDataset
@@ -620,15 +634,15 @@ UNSAFE_DATASETS = {
             def __getitem__(self, i):
                 return torch.zeros(3)
 
-        loader = DataLoader(Mine(), batch_size=4)
+        loader = DataLoader(Mine(), num_workers=2, batch_size=4)
     """,
     "a torchvision dataset with a transform from a parameter": """
         def make(tf):
-            return DataLoader(datasets.MNIST("data", transform=tf), batch_size=4)
+            return DataLoader(datasets.MNIST("data", transform=tf), num_workers=2, batch_size=4)
     """,
     "a collate function imported from elsewhere": """
         from mypkg.data import collate
-        loader = DataLoader(TensorDataset(torch.randn(10, 3)), batch_size=4, collate_fn=collate)
+        loader = DataLoader(TensorDataset(torch.randn(10, 3)), num_workers=2, batch_size=4, collate_fn=collate)
     """,
     "a collate function returning a batch object": """
         class Batch:
@@ -638,17 +652,17 @@ UNSAFE_DATASETS = {
         def collate(samples):
             return Batch(torch.stack(samples))
 
-        loader = DataLoader(TensorDataset(torch.randn(10, 3)), batch_size=4, collate_fn=collate)
+        loader = DataLoader(TensorDataset(torch.randn(10, 3)), num_workers=2, batch_size=4, collate_fn=collate)
     """,
     "a custom pin_memory_device": """
-        loader = DataLoader(TensorDataset(torch.randn(10, 3)), batch_size=4, pin_memory_device="cuda:1")
+        loader = DataLoader(TensorDataset(torch.randn(10, 3)), num_workers=2, batch_size=4, pin_memory_device="cuda:1")
     """,
     "a torch.load without map_location": """
-        loader = DataLoader(TensorDataset(torch.load("x.pt")), batch_size=4)
+        loader = DataLoader(TensorDataset(torch.load("x.pt")), num_workers=2, batch_size=4)
     """,
     "factories under a changed default device": """
         torch.set_default_device("cuda")
-        loader = DataLoader(TensorDataset(torch.randn(10, 3)), batch_size=4)
+        loader = DataLoader(TensorDataset(torch.randn(10, 3)), num_workers=2, batch_size=4)
     """,
 }
 
@@ -674,7 +688,7 @@ def test_tensors_in_memory_of_unknown_device_are_not_reported(name):
     code = textwrap.dedent(_PRELUDE) + textwrap.dedent(UNSAFE_DATASETS[name]) + "model.cuda()\n"
     assert _lint(code) == []
     # The same loader over tensors visibly made on the host is reported, with the safe fix.
-    host = textwrap.dedent(_PRELUDE) + "loader = DataLoader(TensorDataset(torch.randn(10, 3)), batch_size=4)\nmodel.cuda()\n"
+    host = textwrap.dedent(_PRELUDE) + "loader = DataLoader(TensorDataset(torch.randn(10, 3)), num_workers=2, batch_size=4)\nmodel.cuda()\n"
     assert _one(host) is Applicability.SAFE
 
 
@@ -682,14 +696,14 @@ def test_only_the_safe_fix_is_applied_by_default():
     code = textwrap.dedent(_PRELUDE) + textwrap.dedent(
         """
         def make(dataset, n):
-            known = DataLoader(TensorDataset(torch.randn(n, 3)), batch_size=4)
-            unknown = DataLoader(dataset, batch_size=4)
+            known = DataLoader(TensorDataset(torch.randn(n, 3)), num_workers=2, batch_size=4)
+            unknown = DataLoader(dataset, num_workers=2, batch_size=4)
             return known, unknown
 
         model.cuda()
         """
     )
     safe = _fixed(code)
-    assert "known = DataLoader(TensorDataset(torch.randn(n, 3)), batch_size=4, pin_memory=True)" in safe
-    assert "unknown = DataLoader(dataset, batch_size=4)\n" in safe
-    assert "unknown = DataLoader(dataset, batch_size=4, pin_memory=True)" in _fixed(code, unsafe=True)
+    assert "known = DataLoader(TensorDataset(torch.randn(n, 3)), num_workers=2, batch_size=4, pin_memory=True)" in safe
+    assert "unknown = DataLoader(dataset, num_workers=2, batch_size=4)\n" in safe
+    assert "unknown = DataLoader(dataset, num_workers=2, batch_size=4, pin_memory=True)" in _fixed(code, unsafe=True)

@@ -152,7 +152,7 @@ def test_fixes_that_appear_after_other_fixes_are_listed():
 
 
         def run(dataset):
-            loader = DataLoader(TensorDataset(torch.randn(64, 3)), batch_size=16)
+            loader = DataLoader(TensorDataset(torch.randn(64, 3)), batch_size=16, num_workers=2)
             for x in loader:
                 x = x.to(device)
         """)

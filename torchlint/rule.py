@@ -272,9 +272,19 @@ class Rule:
     VALID: ClassVar[Sequence[Valid]] = ()
     INVALID: ClassVar[Sequence[Invalid]] = ()
     BENCHMARK: ClassVar[Optional[Benchmark]] = None
+    # Words of which the source must contain at least one for the rule to
+    # find anything (``("DataLoader",)``): a file without any is not walked.
+    needs: ClassVar[Tuple[str, ...]] = ()
+    # False when nothing in this file can concern the rule (no word of
+    # ``needs``, or a test of the path a subclass makes in ``__init__``): the
+    # walker then calls none of its hooks, ``leave_Module`` included.
+    walks: bool = True
 
     def __init__(self, context: Context) -> None:
         self.context = context
+        needs = self.needs
+        if needs and not any(word in context.source for word in needs):
+            self.walks = False
 
     def report(self, node: cst.CSTNode, message: str, *, fix: Optional[Fix] = None,
                frequency: Optional[Any] = None) -> None:

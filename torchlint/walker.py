@@ -49,6 +49,7 @@ _SCOPES = frozenset({cst.FunctionDef, cst.Lambda, cst.ClassDef})
 class Walker:
     def __init__(self, context: Context, rules: List[Rule]) -> None:
         self.context = context
+        rules = [rule for rule in rules if rule.walks]
         self.visit = _callbacks(rules, "visit_")
         self.leave = _callbacks(rules, "leave_")
 
