@@ -174,6 +174,7 @@ class {cls}(Rule):
     summary = "Adam or AdamW optimizer without the fused implementation"
     default = False  # new rules start opt-in (docs/internals.md, "Writing a rule")
     fix = FixAvailability.UNSAFE
+    needs = ("Adam",)  # a file without this word is not walked for this rule
 
     VALID = [
         Valid(
