@@ -43,7 +43,8 @@ import libcst as cst
 
 from torchlint.names import dotted_name
 from torchlint.rule import Context, Rule
-from torchlint.rules._helpers import method_name
+from torchlint.rules._helpers import argument, literal_number, method_name
+from torchlint.rules._loaders import DATALOADERS
 from torchlint.rules._training import is_backward, is_framework_backward, is_optimizer_step
 
 
@@ -95,6 +96,14 @@ _DETERMINISTIC = "torch.backends.cudnn.deterministic"
 _SIMULATORS = frozenset(
     {"gym", "gymnasium", "envpool", "procgen", "dm_control", "pettingzoo", "mujoco",
      "isaacgym", "brax", "minigrid", "atari_py", "ale_py", "pybullet_envs", "stable_baselines3"}
+)
+
+
+# Names of transformer-family models and their builders (word parts).
+_TRANSFORMER = re.compile(
+    r"(?:^|_)(?:gpt\d?|transformer|bert|llama\d?|vit|mistral|mixtral|gemma\d?|qwen\d?|bloom|deit|swin)(?:$|_|\d)"
+    r"|GPT|Transformer|Bert|Llama|Mistral|Gemma|Qwen|Bloom",
+    re.IGNORECASE,
 )
 
 
@@ -167,6 +176,13 @@ class ProgramFacts:
         # The program steps a simulator (gym, Gymnasium, EnvPool, ...): its
         # step time is the environment's.
         self.simulator = False
+        # DataLoader calls: loading in the main process (`num_workers` absent
+        # or 0), and with workers (or a value the rule cannot read).
+        self.main_process_loaders = 0
+        self.worker_loaders = 0
+        # A model of the transformer family is named (`GPT(...)`, `vit_b_16`,
+        # `BertModel`): matmul-heavy even when its layers are built elsewhere.
+        self.transformer = False
         # One entry per function, lambda or class (None: a class body, where
         # no step is looked for); [0] is the module's top level.
         self._scopes: List[Optional[_Scope]] = [_Scope(nested=False)]
@@ -242,6 +258,12 @@ class ProgramFacts:
                 self.has_matmul = True
         elif tail in _CUDA_CALLS and ctx.qualname(func) == "torch.cuda." + tail:
             self.uses_cuda = True
+        elif tail == "DataLoader" and ctx.qualname(func) in DATALOADERS:
+            known, workers = argument(node, "num_workers", 5)
+            if known and (workers is None or literal_number(workers.value) == 0):
+                self.main_process_loaders += 1
+            else:
+                self.worker_loaders += 1
         elif tail == "use_deterministic_algorithms" and node.args and not _is_false(node.args[0].value):
             if ctx.qualname(func) == "torch.use_deterministic_algorithms":
                 self.deterministic = True
@@ -252,6 +274,8 @@ class ProgramFacts:
 
     def visit_name(self, node: cst.Name) -> None:
         value = node.value
+        if not self.transformer and _TRANSFORMER.search(value):
+            self.transformer = True
         for kind in _mentions(value):
             if kind == "reduced":
                 self.reduced_precision = True
@@ -272,6 +296,8 @@ class ProgramFacts:
             self.uses_cuda = True
         elif _REDUCED_PRECISION_STRING.search(text):
             self.reduced_precision = True
+        elif not self.transformer and len(text) < 64 and _TRANSFORMER.search(text):
+            self.transformer = True  # a model name: `create_model("vit_base_patch16_224")`
 
     def visit_fstring(self, node: cst.FormattedString) -> None:
         if node.parts and isinstance(node.parts[0], cst.FormattedStringText):
@@ -291,14 +317,27 @@ class ProgramFacts:
             if module.split(".", 1)[0] in _SIMULATORS:
                 self.simulator = True
 
+    def kernels_do_not_matter(self) -> bool:
+        """Whether the step time is not the kernels' to begin with: the program
+        steps a simulator, or every loader it builds loads in the main process
+        (input-bound; TL203 reports those loaders)."""
+        return self.simulator or (self.main_process_loaders > 0 and self.worker_loaders == 0)
+
     def quiet_reason(self) -> Optional[str]:
-        """Why whole-program speed advice about kernels does not apply here:
-        the program steps a simulator, or asked for reproducible kernels."""
-        if self.simulator:
-            return "simulator"
+        """Why whole-program speed advice that changes numerics does not apply
+        here: the kernels do not set the pace, or the program asked for
+        reproducible kernels."""
+        if self.kernels_do_not_matter():
+            return "input-bound"
         if self.deterministic:
             return "deterministic"
         return None
+
+    def matmul_heavy(self) -> bool:
+        """Whether the model's work is mostly matrix multiplication: a
+        transformer is named, or the module builds matmul layers or operations
+        and no convolution (a conv net's few linear layers are not its cost)."""
+        return self.transformer or (self.has_matmul and not self.has_conv)
 
     def _is_regex_compile(self, node: cst.Name) -> bool:
         parent = self.context.parent

@@ -632,7 +632,16 @@ def _is_sink(call: cst.Call) -> bool:
         owner = func.value
         owner_name = owner.attr.value if isinstance(owner, cst.Attribute) else owner.value if isinstance(owner, cst.Name) else ""
         return "env" in owner_name.lower()
+    if name == "write" and isinstance(func, cst.Attribute) and _is_console(func.value):
+        return False  # `sys.stdout.write(...)` is a log line, like `print`
     return any(word in lowered for word in _SINK_WORDS)
+
+
+def _is_console(owner: cst.BaseExpression) -> bool:
+    """``sys.stdout``, ``sys.stderr``, ``tqdm`` (``tqdm.write``)."""
+    if isinstance(owner, cst.Attribute) and isinstance(owner.value, cst.Name):
+        return owner.value.value == "sys" and owner.attr.value in ("stdout", "stderr")
+    return isinstance(owner, cst.Name) and owner.value == "tqdm"
 
 
 _HOST_APIS = re.compile(r"\b(?:pycocotools|lvis|panopticapi|cityscapesscripts)\b")

@@ -33,7 +33,9 @@ class ItemInLoop(Rule):
     ## What it does
     Reports `<tensor>.item()` and `<tensor>.tolist()` called in a loop: in the
     body of a `for`/`while` statement or of a comprehension, in the same
-    function, and not under a periodic guard such as `if step % log_every == 0:`.
+    function, and not under a periodic guard such as `if step % log_every == 0:`
+    (or `if log_now:` where the function only ever assigns `log_now = step %
+    log_every == 0`).
 
     Receivers that are certainly not device tensors are not reported: NumPy and
     pandas values (`np.argmax(a).item()`, `x.cpu().numpy().tolist()`,
@@ -80,6 +82,11 @@ class ItemInLoop(Rule):
     - a module that imports PyTorch only for TensorBoard logging
       (`from torch.utils.tensorboard import SummaryWriter` in a JAX program):
       its arrays are not torch tensors;
+    - a value read to be written, drawn or decoded on the host (handed to a
+      call named like `save`, `write`, `plot`, `imshow`, `fromarray`, `decode`,
+      directly or through a name), or to an environment's `step`; a console
+      write (`sys.stdout.write(...)`, `tqdm.write(...)`) is a log line like
+      `print` and does not count;
     - conversions in a module built around an evaluation API taking host
       lists (it imports `pycocotools`, `lvis`, `panopticapi` or
       `cityscapesscripts` at its top level; not a script importing one inside
@@ -166,6 +173,16 @@ class ItemInLoop(Rule):
         Valid(
             """
             import torch
+            for step, x in enumerate(loader):
+                loss = model(x)
+                log_now = step % 100 == 0
+                if log_now and rank == 0:
+                    print(loss.item())
+            """
+        ),
+        Valid(
+            """
+            import torch
             for x, y in loader:
                 loss = model(x.cuda()).sum()
                 loss.backward()
@@ -215,6 +232,17 @@ class ItemInLoop(Rule):
         ),
     ]
     INVALID = [
+        Invalid(
+            """
+            import sys
+            import torch
+            for x, y in loader:
+                loss = model(x.cuda()).sum()
+                loss.backward()
+                optimizer.step()
+                sys.stdout.write('loss %f' % loss.item())
+            """,
+        ),
         Invalid(
             """
             import torch

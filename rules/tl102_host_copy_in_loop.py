@@ -82,7 +82,9 @@ class HostCopyInLoop(Rule):
       host (`Image.fromarray(x.cpu().numpy()).save(path)`, through a name
       handed to such a call later in the loop), or gathered into a list that
       the function writes out after the loop (`all_images.extend(...)` then
-      `np.savez(path, np.concatenate(all_images))`), and conversions in a
+      `np.savez(path, np.concatenate(all_images))`; a console write such as
+      `sys.stdout.write(...)` is a log line like `print` and does not count),
+      and conversions in a
       module built around `pycocotools`, LVIS or the panoptic API (imported
       at its top level);
     - a loop whose iteration is a whole pass of work: over epochs

@@ -67,7 +67,9 @@ class CudnnBenchmarkDisabled(ProgramRule):
     import their model from elsewhere (no convolution layer built here); the
     scoped `with torch.backends.cudnn.flags(benchmark=False):`.
 
-    The module check (never sets it) is also silent for a program that
+    The module check (never sets it) is also silent for a program whose
+    every `DataLoader` loads in the main process (`num_workers` absent or
+    `0`: its steps wait for data; TL203 reports those loaders), for one that
     imports a reinforcement-learning simulator (`gym`, `gymnasium`,
     `envpool`, `procgen`, `dm_control`, ...: the step time is the
     environment's, on the host, and the policy networks are small) and for
@@ -272,7 +274,7 @@ class CudnnBenchmarkDisabled(ProgramRule):
         if facts.benchmark_set or not (facts.has_conv and facts.entry and facts.uses_cuda):
             return
         if facts.quiet_reason():
-            return  # a simulator-bound program, or one that chose reproducible kernels
+            return  # input- or simulator-bound, or a program that chose reproducible kernels
         self.report_at_first_step(
             facts,
             "this program trains a convolutional network but never sets "

@@ -44,13 +44,21 @@ class Fp32MatmulPrecision(ProgramRule):
     - Training steps driven by Accelerate, Lightning Fabric or
       `manual_backward` are not reported (their precision is a framework
       option, often set outside the module).
-    - A module that builds convolution layers but no matmul layer or
-      operation (`nn.Linear`, attention, `torch.matmul`, `@`, ...) is not
-      reported: cuDNN convolutions already use TF32 by default.
+    - Only a matmul-heavy model is reported: the module names a model of
+      the transformer family (`GPT`, `Bert...`, `Llama...`, `vit_...`,
+      `swin_...`, as a name or a model string such as
+      `create_model("vit_base_patch16_224")`), or it builds matmul layers or
+      operations (`nn.Linear`, attention, `torch.matmul`, `@`, ...) and no
+      convolution. cuDNN convolutions already use TF32 by default, so a
+      convolutional network with a linear classifier head gains little, and
+      a model built elsewhere under another name is not reported.
     - Only entry modules are reported (a library module that defines
       `train_one_epoch` leaves process-wide settings to the program), and
       only modules that put work on CUDA (`torch.cuda.is_available()` alone
       does not count).
+    - A program whose every `DataLoader` loads in the main process
+      (`num_workers` absent or `0`) is not reported: its steps wait for data,
+      so TF32 would not change their pace; TL203 reports those loaders.
     - A program that imports a reinforcement-learning simulator (`gym`,
       `gymnasium`, `envpool`, `procgen`, `dm_control`, ...) is not reported:
       its step time is spent stepping environments on the host and in small
@@ -163,6 +171,7 @@ class Fp32MatmulPrecision(ProgramRule):
         Invalid(
             """
             import torch
+            model = torch.nn.Linear(1024, 1024).cuda()
             for x in loader:
                 model(x.cuda()).sum().backward()
                 optimizer.step()
@@ -171,6 +180,7 @@ class Fp32MatmulPrecision(ProgramRule):
         Invalid(
             """
             import torch
+            model = GPT(config).cuda()
             def train(model, loader, optimizer):
                 for x in loader:
                     model(x.cuda()).sum().backward()
@@ -186,8 +196,8 @@ class Fp32MatmulPrecision(ProgramRule):
         if facts.tf32_set or facts.reduced_precision or not (facts.entry and facts.uses_cuda):
             return
         if facts.quiet_reason():
-            return  # a simulator-bound program, or one that chose reproducible kernels
-        if facts.has_conv and not facts.has_matmul:
+            return  # input- or simulator-bound, or a program that chose reproducible kernels
+        if not facts.matmul_heavy():
             return  # a convolutional network: cuDNN convolutions use TF32 by default
         self.report_at_first_step(
             facts,

@@ -35,6 +35,9 @@ class NoAutocast(ProgramRule):
       `manual_backward` are not reported: mixed precision is the framework's
       option (`Accelerator(mixed_precision="bf16")`,
       `Fabric(precision="bf16-mixed")`, `Trainer(precision=...)`).
+    - A program whose every `DataLoader` loads in the main process
+      (`num_workers` absent or `0`) is not reported: its steps wait for data,
+      so autocast would not change their pace; TL203 reports those loaders.
     - A program that imports a reinforcement-learning simulator (`gym`,
       `gymnasium`, `envpool`, `procgen`, `dm_control`, ...) is not reported:
       its step time is spent stepping environments on the host and in small

@@ -39,7 +39,10 @@ class NoCompile(ProgramRule):
     because the model is usually compiled where it is built; a program that
     imports a reinforcement-learning simulator (`gym`, `gymnasium`,
     `envpool`, `procgen`, `dm_control`, ...) is not reported, since its step
-    time is spent stepping environments on the host.
+    time is spent stepping environments on the host, nor one whose every
+    `DataLoader` loads in the main process (`num_workers` absent or `0`): its
+    steps wait for data, which compiling does not change (TL203 reports those
+    loaders).
 
     ## Why is this bad?
     `torch.compile` captures the model's forward and backward passes as
@@ -158,7 +161,7 @@ class NoCompile(ProgramRule):
     ]
 
     def decide(self, facts: ProgramFacts) -> None:
-        if facts.compiles or not (facts.entry and facts.uses_cuda) or facts.simulator:
+        if facts.compiles or not (facts.entry and facts.uses_cuda) or facts.kernels_do_not_matter():
             return
         if self.context.target_torch < (2, 0):
             return

@@ -7,7 +7,8 @@ import libcst as cst
 
 from torchlint.model import FixAvailability
 from torchlint.rule import Invalid, Rule, Valid
-from torchlint.rules._helpers import CallTable
+from torchlint.rules._helpers import CallTable, method_name
+from torchlint.rules._training import is_backward
 
 # The class and the functional form (`data_parallel(module, inputs)`), which
 # replicates, scatters and gathers in the same way on every call.
@@ -57,6 +58,13 @@ class DataParallel(Rule):
     fallback a user gets by not launching with `torchrun` (often next to a
     warning that recommends DDP); the program already has the better path,
     and the choice is the user's at launch, not the code's.
+
+    Nor is `DataParallel` in an inference module: one that puts a model in
+    eval mode (`.eval()`) and never in train mode (`.train()`) nor runs a
+    backward pass (an offline FID or feature-extraction script). DDP is a
+    training wrapper (it synchronises gradients); splitting inference over
+    GPUs without `DataParallel` means one process per GPU and a rewrite,
+    which a script that runs once per evaluation does not repay.
 
     Test files (`test_*.py`, `*_test.py`, `conftest.py`, `tests/`) are not
     checked: a test wraps a model in `DataParallel` to check that the code
@@ -116,6 +124,15 @@ class DataParallel(Rule):
         Valid(
             """
             import torch
+            inception = torch.nn.DataParallel(load_inception()).eval().cuda()
+            with torch.no_grad():
+                for x in loader:
+                    feats.append(inception(x.cuda()))
+            """
+        ),
+        Valid(
+            """
+            import torch
             if isinstance(model, torch.nn.DataParallel):
                 model = model.module
             """
@@ -162,6 +179,17 @@ class DataParallel(Rule):
         Invalid(
             """
             import torch
+            model = torch.nn.DataParallel(model).cuda()
+            model.eval()
+            validate(model)
+            model.train()
+            for x, y in loader:
+                loss_fn(model(x), y).backward()
+            """,
+        ),
+        Invalid(
+            """
+            import torch
             model = torch.nn.DataParallel(model)
             """,
         ),
@@ -201,6 +229,9 @@ class DataParallel(Rule):
         self._off = context.is_test_file
         self._found: List[Tuple[cst.Call, str]] = []
         self._offers_ddp = False
+        # An inference module: it puts a model in eval mode, never in train mode,
+        # and never runs a backward pass.
+        self._evaluates = self._trains = False
 
     def visit_Call(self, node: cst.Call) -> None:
         if self._off:
@@ -208,11 +239,19 @@ class DataParallel(Rule):
         kind = _DATA_PARALLEL_CALLS.lookup(node, self.context)
         if kind is not None:
             self._found.append((node, kind))
+            return
+        name = method_name(node)
+        if name == "eval" and not node.args:
+            self._evaluates = True
+        elif name == "train" or (name == "backward" and is_backward(node, self.context)):
+            self._trains = True
         elif not self._offers_ddp and _offers_ddp(node, self.context):
             self._offers_ddp = True
 
     def leave_Module(self, node: cst.Module) -> None:
         if self._offers_ddp:
             return  # DataParallel is the fallback of a program that also runs with DDP
+        if self._evaluates and not self._trains:
+            return  # inference only: DDP is for training, and nothing here trains
         for call, kind in self._found:
             self.report(call, self._MESSAGES[kind])

@@ -101,7 +101,7 @@ from torch.utils.data import DataLoader, TensorDataset
 
 def train(model, optimizer):
     data = TensorDataset(torch.randn(64, 3), torch.randn(64))
-    loader = DataLoader(data, batch_size=8, shuffle=True)
+    loader = DataLoader(data, batch_size=8, shuffle=True, num_workers=2)
     for x, y in loader:
         x, y = x.cuda(), y.cuda()
         loss = model(x, y)

@@ -171,7 +171,7 @@ device = torch.device("cuda")
 
 
 def run(dataset, model, optimizer):
-    loader = DataLoader(TensorDataset(torch.randn(64, 3)), batch_size=16)
+    loader = DataLoader(TensorDataset(torch.randn(64, 3)), batch_size=16, num_workers=2)
     for x in loader:
         x = x.to(device)
         optimizer.zero_grad(set_to_none=False)
@@ -196,7 +196,7 @@ def test_single_fixes_apply_one_fix_each_to_the_original():
     variants = engine.single_fixes(LOADER, "m.py", Settings(), ["TL202", "TL204", "TL301"], unsafe=True)
     assert [(d.code, d.line) for d, _ in variants] == [("TL202", 8), ("TL301", 11)]
     (_, pinned), (_, set_to_none) = variants
-    assert pinned == LOADER.replace("batch_size=16)", "batch_size=16, pin_memory=True)")
+    assert pinned == LOADER.replace("num_workers=2)", "num_workers=2, pin_memory=True)")
     assert set_to_none == LOADER.replace("set_to_none=False", "set_to_none=True")
     assert engine.single_fixes(LOADER, "m.py", Settings(), ["TL202", "TL301"], unsafe=False)[0][0].code == "TL202"
     assert len(engine.single_fixes(LOADER, "m.py", Settings(), ["TL202", "TL301"], unsafe=False)) == 1

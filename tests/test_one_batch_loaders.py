@@ -80,9 +80,17 @@ ITERATED = {
 
 @pytest.mark.parametrize("body", ONE_BATCH.values(), ids=ONE_BATCH.keys())
 def test_one_batch_is_not_reported(body):
-    assert codes(lint(HEAD + textwrap.dedent(body), select=["TL202", "TL203"])) == []
+    code = HEAD + textwrap.dedent(body)
+    assert codes(lint(code, select=["TL202", "TL203"])) == []
+    # with workers (TL202 looks only at loaders that have them)
+    assert codes(lint(code.replace("batch_size=", "num_workers=2, batch_size="), select=["TL202"])) == []
 
 
 @pytest.mark.parametrize("body", ITERATED.values(), ids=ITERATED.keys())
 def test_iterated_loader_is_reported(body):
-    assert codes(lint(HEAD + textwrap.dedent(body), select=["TL202", "TL203"])) == ["TL202", "TL203"]
+    code = HEAD + textwrap.dedent(body)
+    # loading in the main process: TL203; pinning would buy nothing there yet
+    assert codes(lint(code, select=["TL202", "TL203"])) == ["TL203"]
+    # with workers: TL202
+    with_workers = code.replace("batch_size=", "num_workers=2, batch_size=")
+    assert codes(lint(with_workers, select=["TL202", "TL203"])) == ["TL202"]

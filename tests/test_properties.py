@@ -180,7 +180,7 @@ import torch.nn.functional as F
 from torch.nn.parallel import DistributedDataParallel as DDP
 from torch.utils.data import DataLoader
 device = torch.device("cuda")
-loader = DataLoader(dataset, batch_size=32)
+loader = DataLoader(dataset, batch_size=32, num_workers=2)
 model = nn.Sequential(nn.Conv2d(3, 16, 3), nn.BatchNorm2d(16), nn.ReLU())
 """
 

@@ -663,3 +663,25 @@ def test_a_module_built_around_a_host_evaluation_api() -> None:
     moved = code.replace("    from pycocotools.coco import COCO\n", "").replace(
         "    class Evaluator:", "    def score(path):\n        from pycocotools.coco import COCO\n        return COCO(path)\n    class Evaluator:")
     assert positions(moved) == [(10, 60)]
+
+
+def test_periodic_flag_assigned_a_modulo_test() -> None:
+    """`if flag:` where the function only ever assigns `flag` a `%` test is a
+    periodic guard; a flag assigned anything else is not."""
+    code = (
+        "import torch\n"
+        "def train(loader, model, optimizer):\n"
+        "    for i, x in enumerate(loader):\n"
+        "        loss = model(x.cuda()).sum()\n"
+        "        loss.backward()\n"
+        "        optimizer.step()\n"
+        "        regularize = i % 4 == 0\n"
+        "        if regularize:\n"
+        "            print(loss.item())\n"
+        "        late = i > 10\n"
+        "        if late:\n"
+        "            print(loss.item())\n"
+    )
+    assert [d.line for d in lint(code, select=["TL101"])] == [12]
+    reassigned = code.replace("        late = i > 10\n", "        late = i > 10\n        regularize = True\n")
+    assert [d.line for d in lint(reassigned, select=["TL101"])] == [9, 13]

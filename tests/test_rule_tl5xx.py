@@ -68,7 +68,7 @@ def test_program_rules_report_once_at_the_first_step():
 def test_top_level_training_loop_is_a_program():
     code = """
     import torch
-    model = Net().to("cuda")
+    model = GPT(config).to("cuda")
     for x, y in loader:
         loss = loss_fn(model(x), y)
         loss.backward()
@@ -180,7 +180,7 @@ def test_library_module_is_not_a_program():
 )
 def test_entry_points(entry):
     library = SCRIPT.split("if __name__")[0]
-    assert codes(run(library + entry, ["TL503", "TL505"])) == ["TL503", "TL505"]
+    assert codes(run(library + "model = GPT(config)\n" + entry, ["TL503", "TL505"])) == ["TL503", "TL505"]
 
 
 @pytest.mark.parametrize(
@@ -250,9 +250,26 @@ def test_tl503_silent_when_precision_is_chosen(setting):
 def test_tl503_convolution_only_network():
     code = SCRIPT.replace("nn.Sequential(nn.Linear(32, 64), nn.ReLU(), nn.Linear(64, 10))", "nn.Sequential(nn.Conv2d(3, 8, 3), nn.ReLU())")
     assert run(code, "TL503") == []
-    # a convolutional network with a classifier head does matmuls
+    # a convolutional network with a classifier head: its cost is still the convolutions
     head = code.replace("nn.ReLU())", "nn.ReLU(), nn.Flatten(), nn.Linear(8, 10))")
-    assert codes(run(head, "TL503")) == ["TL503"]
+    assert run(head, "TL503") == []
+    # a model built elsewhere: reported only when it is visibly of the transformer family
+    elsewhere = SCRIPT.replace("nn.Sequential(nn.Linear(32, 64), nn.ReLU(), nn.Linear(64, 10))", "build_model(args)")
+    assert run(elsewhere, "TL503") == []
+    assert codes(run(elsewhere.replace("build_model(args)", "timm.create_model('vit_base_patch16_224')"), "TL503")) == [
+        "TL503"
+    ]
+    assert codes(run(elsewhere.replace("build_model(args)", "GPT(GPTConfig())"), "TL503")) == ["TL503"]
+
+
+def test_input_bound_program_gets_no_kernel_advice():
+    """Every loader loads in the main process: TL203 is the fix that matters."""
+    loader = "loader = torch.utils.data.DataLoader(dataset, batch_size=64)\n"
+    assert run(SCRIPT.replace("def train(", loader + "def train(", 1), MODULE_RULES) == []
+    with_workers = loader.replace("batch_size=64", "batch_size=64, num_workers=4")
+    assert codes(run(SCRIPT.replace("def train(", with_workers + "def train(", 1), MODULE_RULES)) == [
+        "TL503", "TL504", "TL505"
+    ]
 
 
 # -- TL504 -------------------------------------------------------------------

@@ -18,7 +18,7 @@ import libcst as cst
 
 from torchlint.model import Finding, Fix, FixAvailability
 from torchlint.names import ImportTable
-from torchlint.nodes import walk_nodes
+from torchlint.nodes import iter_children, walk_nodes
 from torchlint.semantic import Location, SemanticModel, location_of
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -38,6 +38,44 @@ def contains_modulo(node: cst.CSTNode) -> bool:
         isinstance(n, cst.BinaryOperation) and isinstance(n.operator, cst.Modulo)
         for n in walk_nodes(node)
     )
+
+
+def _flag_names(test: cst.BaseExpression) -> List[str]:
+    """The bare names a test requires: ``flag``, ``flag and rank == 0``."""
+    if isinstance(test, cst.Name):
+        return [test.value]
+    if isinstance(test, cst.BooleanOperation) and isinstance(test.operator, cst.And):
+        return _flag_names(test.left) + _flag_names(test.right)
+    return []
+
+
+def _periodic_flags(scope: cst.CSTNode) -> frozenset:
+    """Names that every assignment in ``scope`` (not in nested functions) gives
+    an expression with ``%``: flags such as ``log_now = step % every == 0``."""
+    modulo: Dict[str, bool] = {}
+    todo = list(iter_children(scope))
+    while todo:
+        node = todo.pop()
+        kind = type(node)
+        if kind in _FUNCTION_BOUNDARIES:
+            continue
+        if kind is cst.Assign:
+            for target in node.targets:
+                for name in _target_names(target.target):
+                    modulo[name] = modulo.get(name, True) and contains_modulo(node.value)
+        elif kind in (cst.AugAssign, cst.AnnAssign, cst.For, cst.NamedExpr):
+            for name in _target_names(node.target):
+                modulo[name] = False
+        todo.extend(iter_children(node))
+    return frozenset(name for name, all_modulo in modulo.items() if all_modulo)
+
+
+def _target_names(target: cst.BaseExpression) -> List[str]:
+    if isinstance(target, cst.Name):
+        return [target.value]
+    if isinstance(target, (cst.Tuple, cst.List)):
+        return [n for e in target.elements for n in _target_names(e.value)]
+    return []
 
 
 _TEST_FILE = re.compile(r"^(test_.*\.pyi?|.*_test\.pyi?|conftest\.py)$")
@@ -156,7 +194,7 @@ class Context:
                 if child is node.body or child is node.test:
                     yield node
             elif kind is cst.If:
-                if periodic_guard and child is node.body and contains_modulo(node.test):
+                if periodic_guard and child is node.body and self._periodic_test(node.test, i):
                     return
             elif kind in _COMPREHENSIONS:
                 if child is not node.for_in:
@@ -167,6 +205,24 @@ class Context:
                     continue
                 if child is node.iter or child is node.inner_for_in or any(child is c for c in node.ifs):
                     yield node
+
+    def _periodic_test(self, test: cst.BaseExpression, index: int) -> bool:
+        """``i % n == 0``, or a flag the enclosing function only ever assigns
+        such a test (``do_log = step % every == 0`` ... ``if do_log:``), alone
+        or in an ``and``."""
+        if contains_modulo(test):
+            return True
+        names = _flag_names(test)
+        if not names:
+            return False
+        function = next((n for n in reversed(self.stack[:index]) if type(n) in _FUNCTION_BOUNDARIES), self.module)
+        if function is None:
+            return False
+        flags = self.shared.setdefault("periodic_flags", {})
+        periodic = flags.get(id(function))
+        if periodic is None:
+            periodic = flags[id(function)] = _periodic_flags(function)
+        return any(name in periodic for name in names)
 
     def in_loop(self) -> bool:
         return self.enclosing_loop() is not None
