@@ -32,6 +32,7 @@ import libcst as cst
 
 from torchlint.nodes import iter_children, walk_nodes
 from torchlint.rules._frequency import UNKNOWN, FrequencyModel, qualified_name, runs_once_by_path
+from torchlint.rules._training import text_wraps_in_ddp
 from torchlint.semantic import Location, SemanticModel, location_of
 
 Site = Tuple[int, int, Optional[str]]  # (level, line, qualified name of the calling function)
@@ -276,6 +277,12 @@ class Finder:
 
 def _tail(func: cst.BaseExpression) -> str:
     return func.attr.value if isinstance(func, cst.Attribute) else func.value if isinstance(func, cst.Name) else ""
+
+
+def traits(text: str) -> Tuple[str, ...]:
+    """What kind of module a caller is, for the rules that ask (TL602: a module
+    that wraps a model in DDP runs the functions it calls on a DDP model)."""
+    return ("ddp",) if text_wraps_in_ddp(text) else ()
 
 
 def finder(text: str, path: str, external: Optional[Dict[str, Tuple[int, str]]] = None) -> Optional[Finder]:

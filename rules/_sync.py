@@ -17,7 +17,7 @@ from typing import Dict, List, Optional, Tuple, Union
 import libcst as cst
 
 from torchlint.rule import Context
-from torchlint.nodes import iter_children
+from torchlint.nodes import iter_children, walk_nodes
 from torchlint.rules._helpers import source_mentions
 
 _SCOPES = (cst.FunctionDef, cst.Lambda, cst.ClassDef)
@@ -611,6 +611,53 @@ def loop_facts(ctx: Context, loop: cst.CSTNode, cache: Dict[int, LoopFacts]) -> 
         facts = _scan(ctx, roots)
         cache[id(loop)] = facts
     return facts
+
+
+# -- a guard that stops on a non-finite loss ---------------------------------------------
+
+_FINITE_CHECKS = frozenset({"isfinite", "isnan", "isinf"})
+
+
+def _finite_guard(node: cst.CSTNode, names: Optional[List[str]] = None) -> bool:
+    """An ``if`` that stops the run on a non-finite value (``if not
+    math.isfinite(loss_value): sys.exit(1)``), testing one of ``names`` (any
+    value when None)."""
+    if not isinstance(node, cst.If) or not _ends_with_exit(node.body):
+        return False
+    for n in walk_nodes(node.test):
+        if isinstance(n, cst.Call):
+            func = n.func
+            name = func.attr.value if isinstance(func, cst.Attribute) else func.value if isinstance(func, cst.Name) else ""
+            if name in _FINITE_CHECKS and (
+                names is None or any(isinstance(a.value, cst.Name) and a.value.value in names for a in n.args)
+            ):
+                return True
+    return False
+
+
+def feeds_finite_guard(ctx: Context, loop: cst.CSTNode) -> bool:
+    """Whether the value read by the node being visited decides a per-step stop
+    on a non-finite loss: read in the guard's test (``if not
+    math.isfinite(loss.item()):``), or assigned to a name that such a guard in
+    the loop tests (``loss_value = loss.item()`` ... ``if not
+    math.isfinite(loss_value): sys.exit(1)``). The run needs the host value
+    every step for that decision, by design."""
+    stack = ctx.stack
+    for i in range(len(stack) - 2, -1, -1):
+        ancestor = stack[i]
+        if ancestor is loop:
+            break
+        if isinstance(ancestor, cst.If) and stack[i + 1] is ancestor.test:
+            return _finite_guard(ancestor)
+        if isinstance(ancestor, (cst.SimpleStatementLine, cst.SimpleStatementSuite)):
+            statement = stack[i + 1]
+            if not (isinstance(statement, cst.Assign) and len(statement.targets) == 1):
+                return False
+            target = statement.targets[0].target
+            if not isinstance(target, cst.Name):
+                return False
+            return any(_finite_guard(n, [target.value]) for n in walk_nodes(loop))
+    return False
 
 
 # -- host copies that are the point -----------------------------------------------------

@@ -17,6 +17,7 @@ from torchlint.rules._sync import (
     converts_any_value,
     enclosing_function_is_one_off,
     feeds_host_api,
+    feeds_finite_guard,
     feeds_host_sink,
     in_data_pipeline,
     is_constant_display,
@@ -56,10 +57,16 @@ class ItemInLoop(Rule):
       `sys.exit(...)`, under `if i == 0:` on the loop counter, under a cap
       (`if shown < 3:` whose body does `shown += 1`), or under a periodic
       guard kept with a counter (`if seen == k:` whose body resets `seen = 0`);
-    - a loop that already waits for the device every iteration: its own
-      body calls `torch.cuda.synchronize()` (or `torch.accelerator`/`xpu`/`mps`
-      `synchronize()`) outside any condition; one more wait there costs
-      nothing, and the sync itself is TL103's finding;
+    - a timing loop, which already waits for the device every iteration on
+      purpose: its own body calls `torch.cuda.synchronize()` (or
+      `torch.accelerator`/`xpu`/`mps` `synchronize()`) outside any condition
+      and reads a clock (`time.time()`, `perf_counter()`); one more wait
+      there costs nothing (a sync without a clock is TL103's finding, and
+      the reads after it are reported: they become the wait once it goes);
+    - a value read to stop the run on a non-finite loss (`if not
+      math.isfinite(loss.item()): sys.exit(1)`, or `loss_value = loss.item()`
+      tested so later in the loop): the guard needs the host value every
+      step by design;
     - a loop whose iteration is a whole pass of work: over epochs
       (`for epoch in ...`, unless the loop itself calls `.backward()`:
       full-batch training, where each "epoch" is one step), over a streaming
@@ -182,13 +189,29 @@ class ItemInLoop(Rule):
         ),
         Valid(
             """
+            import time
             import torch
             for x, y in loader:
                 loss = model(x.cuda()).sum()
                 loss.backward()
                 optimizer.step()
                 torch.cuda.synchronize()
+                batch_time = time.time() - end
                 logger.update(loss=loss.item())
+            """
+        ),
+        Valid(
+            """
+            import math
+            import sys
+            import torch
+            for x, y in loader:
+                loss = model(x.cuda()).sum()
+                loss_value = loss.item()
+                if not math.isfinite(loss_value):
+                    sys.exit(1)
+                loss.backward()
+                optimizer.step()
             """
         ),
         Valid(
@@ -232,6 +255,17 @@ class ItemInLoop(Rule):
         ),
     ]
     INVALID = [
+        Invalid(
+            """
+            import torch
+            for x, y in loader:
+                loss = model(x.cuda()).sum()
+                loss.backward()
+                optimizer.step()
+                torch.cuda.synchronize()
+                logger.update(loss=loss.item())
+            """,
+        ),
         Invalid(
             """
             import sys
@@ -351,10 +385,12 @@ class ItemInLoop(Rule):
         if runs_once(ctx, loop) or runs_once_per_pass(ctx, loop, self._facts):
             return
         facts = loop_facts(ctx, loop, self._facts)
-        if facts.synchronizes:
-            return  # the loop waits for the device every iteration anyway (TL103 reports that sync)
+        if facts.synchronizes and facts.reads_clock:
+            return  # a timing loop: it waits for the device every iteration anyway, to time it
         if facts.exits_on_value:
             return  # the loop waits for a device value every iteration anyway, to decide to stop
+        if feeds_finite_guard(ctx, loop):
+            return  # read to stop the run on a non-finite loss: needed every step, by design
         recv = receiver(node)
         assert recv is not None
         if in_data_pipeline(ctx) or enclosing_function_is_one_off(ctx) or self._reads_checkpoint(recv):

@@ -108,10 +108,12 @@ class HostCopyInLoop(Rule):
       (`for i in range(...)`, `for i, x in enumerate(...)`), under a cap
       (`if shown < 3:` incrementing `shown`), or under a counter reset
       (`if seen == k:` ... `seen = 0`);
-    - a loop that already waits for the device every iteration: its own
-      body calls `torch.cuda.synchronize()` (or `torch.accelerator`/`xpu`/`mps`
-      `synchronize()`) outside any condition; one more wait there costs
-      nothing, and the sync itself is TL103's finding;
+    - a timing loop, which already waits for the device every iteration on
+      purpose: its own body calls `torch.cuda.synchronize()` (or
+      `torch.accelerator`/`xpu`/`mps` `synchronize()`) outside any condition
+      and reads a clock (`time.time()`, `perf_counter()`); one more wait
+      there costs nothing (a sync without a clock is TL103's finding, and
+      the reads after it are reported: they become the wait once it goes);
     - a comprehension that is not inside a loop statement and copies one
       concatenated tensor per element (`[torch.cat(v).cpu() for v in zip(*results)]`):
       that is already the copy-once form;
@@ -167,12 +169,14 @@ class HostCopyInLoop(Rule):
     VALID = [
         Valid(
             """
+            import time
             import torch
             for x, y in loader:
                 loss = model(x.cuda()).sum()
                 loss.backward()
                 optimizer.step()
                 torch.cuda.synchronize()
+                batch_time = time.perf_counter() - end
                 losses.append(loss.detach().cpu())
             """
         ),
@@ -256,8 +260,8 @@ class HostCopyInLoop(Rule):
         if loop is None or runs_once(ctx, loop) or runs_once_per_pass(ctx, loop, self._facts):
             return
         facts = loop_facts(ctx, loop, self._facts)
-        if facts.synchronizes:
-            return  # the loop waits for the device every iteration anyway (TL103 reports that sync)
+        if facts.synchronizes and facts.reads_clock:
+            return  # a timing loop: it waits for the device every iteration anyway, to time it
         if facts.exits_on_value:
             return  # the loop waits for the device anyway
         recv = receiver(node)

@@ -41,12 +41,11 @@ class DataLoaderPinMemory(Rule):
     batch in page-locked memory, so `.to(device, non_blocking=True)` copies it
     with direct memory access while the GPU keeps computing.
 
-    Measured with `torchlint verify --rules TL202` (a loader with two workers) on a
-    CPU (a 2-core AMD EPYC VM, `OMP_NUM_THREADS=1`, torch 2.13.0+cpu; no GPU was
-    available): 14.5 ms before, 16.6 ms after, **no measurable change** (the two
-    worker processes share the two cores, so the times spread widely). Pinning
-    needs CUDA: on a CPU the loader does not pin and both versions do the same
-    work. Run the same command on a GPU machine for the figure that matters there.
+    Measured with `torchlint verify --rules TL202` on a CPU (a 2-core AMD EPYC VM,
+    `OMP_NUM_THREADS=1`, torch 2.13.0+cpu, a busy machine; no GPU was available): 6.32 ms
+    before, 6.29 ms after, **no measurable change** (quartile range 0.93-2.04x). Pinning
+    needs CUDA: on a CPU the loader does not pin and both versions do the same work. Run
+    the same command on a GPU machine for the figure that matters there.
 
     ## Example
     ```python
@@ -279,7 +278,7 @@ class DataLoaderPinMemory(Rule):
     ]
 
     BENCHMARK = Benchmark(
-        title="`DataLoader` with two workers copying batches to the device, without vs with `pin_memory=True`",
+        title="`DataLoader` copying batches to the device, without vs with `pin_memory=True`",
         before="""
             import torch
 
@@ -287,7 +286,7 @@ class DataLoaderPinMemory(Rule):
             from torch.utils.data import DataLoader, TensorDataset
 
             dataset = TensorDataset(torch.randn(512, 1024), torch.randint(0, 10, (512,)))
-            loader = DataLoader(dataset, batch_size=128, num_workers=2, persistent_workers=True)
+            loader = DataLoader(dataset, batch_size=128, num_workers=1, persistent_workers=True)
 
 
             def run():
@@ -304,7 +303,7 @@ class DataLoaderPinMemory(Rule):
             from torch.utils.data import DataLoader, TensorDataset
 
             dataset = TensorDataset(torch.randn(512, 1024), torch.randint(0, 10, (512,)))
-            loader = DataLoader(dataset, batch_size=128, num_workers=2, persistent_workers=True, pin_memory=True)
+            loader = DataLoader(dataset, batch_size=128, num_workers=1, persistent_workers=True, pin_memory=True)
 
 
             def run():

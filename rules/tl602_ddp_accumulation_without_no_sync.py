@@ -7,8 +7,9 @@ import libcst as cst
 
 from torchlint.model import FixAvailability
 from torchlint.rule import Invalid, Rule, Valid, contains_modulo
-from torchlint.rules._training import is_backward, is_framework_backward, is_optimizer_step
+from torchlint.rules._training import is_backward, is_ddp_helper, is_framework_backward, is_optimizer_step
 from torchlint.nodes import walk_nodes
+from torchlint.rules._frequency import model_for
 
 _DDP = frozenset(
     {
@@ -24,9 +25,6 @@ _ACCUMULATION_WORDS = re.compile(r"accum|micro|sync|update", re.IGNORECASE)
 # Any of these in the module means the author handles gradient synchronisation.
 # (Lightning Fabric's `fabric.no_backward_sync(model)` included.)
 _SYNC_CONTROL = ("no_sync", "no_backward_sync", "require_backward_grad_sync", ".accumulate(")
-# A helper whose name says that it wraps a model in DDP (`smart_DDP(model)`,
-# `wrap_ddp(model)`, `to_ddp(model)`): the wrap often sits in a utility module.
-_DDP_HELPER = re.compile(r"(?:^|_)(?:ddp|DDP)(?:$|_)")
 
 
 class _Site:
@@ -62,7 +60,13 @@ class DdpAccumulationWithoutNoSync(Rule):
     - an inner micro-batch loop calls `backward()` outside any branch and
       contains no optimizer step, and a step follows the inner loop in the
       enclosing loop (or function). This is the shape of nanoGPT's loop,
-      which is silent because it sets `require_backward_grad_sync`.
+      which is silent because it sets `require_backward_grad_sync`;
+    - a loss scaler called every iteration with the loss and an
+      `update_grad=` that says "every N micro-batches" (timm's
+      `NativeScaler`, as DeiT, MAE, ConvNeXt and Swin call it:
+      `loss_scaler(loss, optimizer, update_grad=(i + 1) % accum_iter == 0)`):
+      it runs `backward()` on every call and steps only when `update_grad`
+      is true.
 
     Not reported when the module mentions `no_sync` (`with model.no_sync():`,
     `ctx = model.no_sync if ... else nullcontext`, a helper of one's own),
@@ -84,7 +88,10 @@ class DdpAccumulationWithoutNoSync(Rule):
     that neither calls `DistributedDataParallel(...)` nor a helper whose name
     says it wraps in DDP (`smart_DDP(model)`, `wrap_ddp(model)`, often defined
     in a utility module: a name with `ddp`/`DDP` as a word; not `is_ddp(...)`
-    or `unwrap_ddp(...)`), and `FullyShardedDataParallel`: FSDP's
+    or `unwrap_ddp(...)`), unless another module of the run that does wrap in
+    DDP calls the function with the loop (`main.py` wraps the model and calls
+    `train_one_epoch` of `engine.py`: the project index finds the call, and
+    the message names where), and `FullyShardedDataParallel`: FSDP's
     `no_sync()` keeps unsharded gradients in memory, so skipping the
     reduce-scatter is a memory trade-off rather than a plain win.
 
@@ -145,6 +152,15 @@ class DdpAccumulationWithoutNoSync(Rule):
     VALID = [
         Valid(
             """
+            from torch.nn.parallel import DistributedDataParallel as DDP
+            model = DDP(model)
+            for i, (x, y) in enumerate(loader):
+                loss = criterion(model(x), y)
+                loss_scaler(loss, optimizer, parameters=model.parameters(), update_grad=True)
+            """
+        ),
+        Valid(
+            """
             from utils import unwrap_ddp
             net = unwrap_ddp(model)
             for i, (x, y) in enumerate(loader):
@@ -193,6 +209,16 @@ class DdpAccumulationWithoutNoSync(Rule):
     INVALID = [
         Invalid(
             """
+            from torch.nn.parallel import DistributedDataParallel as DDP
+            model = DDP(model)
+            for i, (x, y) in enumerate(loader):
+                loss = criterion(model(x), y) / accum_iter
+                loss_scaler(loss, optimizer, parameters=model.parameters(),
+                            update_grad=(i + 1) % accum_iter == 0)
+            """,
+        ),
+        Invalid(
+            """
             from utils.torch_utils import smart_DDP
             model = smart_DDP(model)
             for i, (x, y) in enumerate(loader):
@@ -237,13 +263,19 @@ class DdpAccumulationWithoutNoSync(Rule):
     def __init__(self, context) -> None:
         super().__init__(context)
         source = context.source
+        # Without a DDP wrap in the module, a function whose callers in other
+        # modules wrap one (the project index) may still accumulate on DDP.
         self._active = (
             "DistributedDataParallel" in source or "DDP" in source or "ddp" in source
+            or (("backward" in source or "scaler" in source) and "step" in source)
         ) and not any(word in source for word in _SYNC_CONTROL)
         if not self._active:
             self.walks = False
         self._has_ddp = False
         self._backwards: List[_Site] = []
+        # Loss scalers that run the backward and step only when told
+        # (timm's `loss_scaler(loss, optimizer, update_grad=(i + 1) % n == 0)`).
+        self._scaled: List[_Site] = []
         self._steps: List[_Site] = []
         self._loop_end: Dict[int, int] = {}
         self._loop_parent: Dict[int, Optional[cst.CSTNode]] = {}
@@ -256,6 +288,13 @@ class DdpAccumulationWithoutNoSync(Rule):
         ctx = self.context
         if ctx.qualname(node.func) in _DDP or _wraps_in_ddp(node):
             self._has_ddp = True
+            return
+        if _scaler_accumulates(node):
+            site = self._site(node)
+            if site is not None and site.loop is not None and not any(
+                isinstance(c, cst.If) and contains_modulo(c.test) for c, _ in site.conditions
+            ):
+                self._scaled.append(site)
             return
         if is_backward(node, ctx):
             if is_framework_backward(node):
@@ -325,11 +364,30 @@ class DdpAccumulationWithoutNoSync(Rule):
 
     # -- decision ------------------------------------------------------------------
     def leave_Module(self, node: cst.Module) -> None:
-        if not self._active or not self._has_ddp:
+        if not self._active:
             return
-        for backward in self._backwards:
-            if backward.loop is not None and self._accumulates(backward):
+        accumulating = [b for b in self._backwards if b.loop is not None and self._accumulates(b)]
+        for backward in sorted(accumulating + self._scaled, key=lambda site: site.order):
+            if self._has_ddp:
                 self.report(backward.node, self._MESSAGE)
+                continue
+            where = self._ddp_caller(backward.function)
+            if where is not None:
+                self.report(backward.node, f"{self._MESSAGE} (the model is wrapped in DDP in {where}, "
+                            "which calls this function)")
+
+    def _ddp_caller(self, function: Optional[cst.FunctionDef]) -> Optional[str]:
+        """Where a module that wraps a model in DDP calls ``function`` (the
+        project index's answer); the function is noted for the index."""
+        if function is None:
+            return None
+        ctx = self.context
+        name = model_for(ctx).qualified_name(function)
+        if name is None:
+            return None
+        ctx.pending.add(name)
+        fact = ctx.project.get("frequency", {}).get(f"{name}|ddp")
+        return fact[1] if fact else None
 
     def _accumulates(self, backward: _Site) -> bool:
         loop = backward.loop
@@ -393,6 +451,23 @@ def _wraps_in_ddp(node: cst.Call) -> bool:
     model as an argument, of a helper whose name says it wraps in DDP."""
     func = node.func
     name = func.attr.value if isinstance(func, cst.Attribute) else func.value if isinstance(func, cst.Name) else ""
-    if not node.args or name.startswith(("is_", "unwrap", "de_")):
+    return bool(node.args) and is_ddp_helper(name)
+
+
+def _scaler_accumulates(node: cst.Call) -> bool:
+    """A loss scaler called with the loss and an ``update_grad=`` that says
+    "every N micro-batches" (``loss_scaler(loss, optimizer, ...,
+    update_grad=(i + 1) % accum_iter == 0)``, timm's ``NativeScaler`` as DeiT,
+    MAE, ConvNeXt and Swin call it): it runs ``backward()`` on every call and
+    steps only when ``update_grad`` is true."""
+    func = node.func
+    name = func.attr.value if isinstance(func, cst.Attribute) else func.value if isinstance(func, cst.Name) else ""
+    if "scaler" not in name.lower() or not node.args:
         return False
-    return _DDP_HELPER.search(name) is not None
+    for arg in node.args:
+        if arg.keyword is not None and arg.keyword.value == "update_grad":
+            value = arg.value
+            return contains_modulo(value) or any(
+                isinstance(n, cst.Name) and _ACCUMULATION_WORDS.search(n.value) for n in walk_nodes(value)
+            )
+    return False

@@ -202,3 +202,42 @@ def test_the_call_that_makes_it_hot_is_named_by_its_own_line(runner, workdir):
     (workdir / "train.py").write_text(TRAIN_CALLS_TWICE)
     (item,) = json.loads(run(runner, "check", "--select", "TL201", "--output-format", "json", ".").stdout)
     assert (item["frequency"], item["via"]) == ("per step", "train.py:10")
+
+
+ENGINE_ACCUMULATES = """\
+import torch
+
+
+def train_one_epoch(model, loader, optimizer, update_freq):
+    for i, (x, y) in enumerate(loader):
+        loss = model(x.cuda()).sub(y.cuda()).pow(2).mean() / update_freq
+        loss.backward()
+        if (i + 1) % update_freq == 0:
+            optimizer.step()
+            optimizer.zero_grad()
+"""
+
+MAIN_WRAPS_IN_DDP = """\
+import torch
+from engine import train_one_epoch
+
+
+def main(args, model, loader, optimizer):
+    model = torch.nn.parallel.DistributedDataParallel(model, device_ids=[args.gpu])
+    for epoch in range(args.epochs):
+        train_one_epoch(model, loader, optimizer, args.update_freq)
+"""
+
+
+def test_accumulation_on_a_model_wrapped_in_ddp_by_the_calling_module(runner, workdir):
+    """TL602: the DDP wrap is in main.py, the accumulation loop in engine.py."""
+    (workdir / "engine.py").write_text(ENGINE_ACCUMULATES)
+    (workdir / "main.py").write_text(MAIN_WRAPS_IN_DDP)
+    result = run(runner, "check", "--select", "TL602", "--output-format", "concise", ".")
+    (line,) = [line for line in result.stdout.splitlines() if ": TL" in line]
+    assert line.startswith("engine.py:7:9: TL602") and "wrapped in DDP in main.py:8" in line
+    # engine.py alone does not know; a caller without DDP does not make it so
+    assert "TL602" not in run(runner, "check", "--select", "TL602", "engine.py").stdout
+    (workdir / "main.py").write_text(MAIN_WRAPS_IN_DDP.replace(
+        "model = torch.nn.parallel.DistributedDataParallel(model, device_ids=[args.gpu])", "model = model.cuda()"))
+    assert "TL602" not in run(runner, "check", "--select", "TL602", ".").stdout  # the cache follows main.py

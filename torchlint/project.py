@@ -14,6 +14,9 @@ them, on demand, after every file has been checked once:
    (``rules/_project.py``, through the registry: the engine knows no rule) and
    how often each call runs, by the caller's own frequency model.  A caller
    whose own frequency is unknown is followed the same way (up to three hops).
+   The rules may also ask what kind of module a caller is (``traits``: one
+   that wraps a model in DDP), a fact about the function under
+   ``"name|trait"``.
 3. A file whose functions are called every step (or once) from elsewhere is
    checked again with those facts (``Context.project["frequency"]``), and its
    result replaces the first one.  Diagnostics name the call site that made the
@@ -38,6 +41,9 @@ import json
 from typing import Callable, Dict, List, Optional, Sequence, Tuple
 
 Facts = Dict[str, Tuple[int, str]]  # qualified name -> (level, "path:line")
+# A trait of a function's callers (the rules name them: "ddp" for a module that
+# wraps a model in DistributedDataParallel) is a fact under "name|trait".
+TRAIT = "|"
 MAX_HOPS = 3
 
 
@@ -132,6 +138,12 @@ def derive(
                 found_sites = sites(other, path, qualname)
                 if found_sites is None:
                     continue
+                if found_sites:
+                    for trait in hooks.traits(text):
+                        key = f"{qualname}{TRAIT}{trait}"
+                        if key not in facts.get(path, {}):
+                            facts.setdefault(path, {})[key] = (0, f"{other}:{found_sites[0][1]}")
+                            changed = True
                 for level, line, caller in found_sites:
                     if level == unknown:
                         if caller is not None and (other, caller) not in asked:
