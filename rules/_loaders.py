@@ -6,6 +6,7 @@ from typing import Dict, List, Optional, Tuple
 
 import libcst as cst
 
+from torchlint.nodes import target_names
 from torchlint.rule import Context
 from torchlint.rules._helpers import (
     argument,
@@ -170,20 +171,12 @@ def indexes_memory_only(getitem: cst.FunctionDef, ctx: Context) -> bool:
                     return False
                 for t in small.targets:
                     if _names_only(t.target):
-                        local.update(_target_names(t.target))
+                        local.update(target_names(t.target))
                     elif not _item_of_local(t.target, local, ctx):
                         return False
             else:
                 return False
     return True
-
-
-def _target_names(target: cst.BaseExpression) -> List[str]:
-    if isinstance(target, cst.Name):
-        return [target.value]
-    if isinstance(target, (cst.Tuple, cst.List)):
-        return [n for e in target.elements for n in _target_names(e.value)]
-    return []
 
 
 def _item_of_local(target: cst.BaseExpression, local: set, ctx: Context) -> bool:
@@ -518,14 +511,19 @@ class LoaderIndex:
         return found
 
     def _mentions(self, name: str) -> int:
-        """How many times ``name`` occurs as an identifier in the module (one
-        walk of the module, done only when a parameter is followed)."""
+        """How many times ``name`` occurs as an identifier in the module, not
+        counting attribute names (``encoder.train()`` does not mention a
+        function ``train``); one walk of the module, done only when a parameter
+        is followed."""
         if self._names is None:
             from torchlint.nodes import walk_nodes
 
             counts: Dict[str, int] = {}
+            attributes = set()
             for node in walk_nodes(self.module):
-                if isinstance(node, cst.Name):
+                if isinstance(node, cst.Attribute):
+                    attributes.add(id(node.attr))
+                elif isinstance(node, cst.Name) and id(node) not in attributes:
                     counts[node.value] = counts.get(node.value, 0) + 1
             self._names = counts
         return self._names.get(name, 0)

@@ -107,6 +107,15 @@ _TRANSFORMER = re.compile(
 )
 
 
+# Convolutional network families (torchvision, timm names, U-Net).
+_CONVNET = re.compile(
+    r"^(?:resnet|resnext|wide_resnet|vgg|densenet|efficientnet|mobilenet|convnext|regnet|inception"
+    r"|alexnet|squeezenet|shufflenet|mnasnet|googlenet|unet)(?:\d|_|v\d|$)",
+    re.IGNORECASE,
+)
+_RECURRENT = frozenset({"LSTM", "GRU", "RNN", "LSTMCell", "GRUCell", "RNNCell", "pack_padded_sequence"})
+
+
 def _is_false(node: cst.BaseExpression) -> bool:
     return isinstance(node, cst.Name) and node.value == "False"
 
@@ -183,6 +192,12 @@ class ProgramFacts:
         # A model of the transformer family is named (`GPT(...)`, `vit_b_16`,
         # `BertModel`): matmul-heavy even when its layers are built elsewhere.
         self.transformer = False
+        # A convolutional network of a known family is named (`resnet50`,
+        # `models.vgg19`): its cost is convolutions even when built elsewhere.
+        self.convnet = False
+        # Recurrent layers (`nn.LSTM`, `pack_padded_sequence`): cuDNN's fused RNN
+        # kernels and variable lengths leave little for torch.compile.
+        self.recurrent = False
         # One entry per function, lambda or class (None: a class body, where
         # no step is looked for); [0] is the module's top level.
         self._scopes: List[Optional[_Scope]] = [_Scope(nested=False)]
@@ -276,6 +291,10 @@ class ProgramFacts:
         value = node.value
         if not self.transformer and _TRANSFORMER.search(value):
             self.transformer = True
+        if not self.convnet and _CONVNET.search(value):
+            self.convnet = True
+        if not self.recurrent and value in _RECURRENT:
+            self.recurrent = True
         for kind in _mentions(value):
             if kind == "reduced":
                 self.reduced_precision = True
@@ -296,8 +315,10 @@ class ProgramFacts:
             self.uses_cuda = True
         elif _REDUCED_PRECISION_STRING.search(text):
             self.reduced_precision = True
-        elif not self.transformer and len(text) < 64 and _TRANSFORMER.search(text):
+        elif len(text) < 64 and _TRANSFORMER.search(text):
             self.transformer = True  # a model name: `create_model("vit_base_patch16_224")`
+        elif len(text) < 64 and _CONVNET.search(text):
+            self.convnet = True  # `models.__dict__["resnet50"]`, `--arch resnet50`
 
     def visit_fstring(self, node: cst.FormattedString) -> None:
         if node.parts and isinstance(node.parts[0], cst.FormattedStringText):
@@ -337,7 +358,7 @@ class ProgramFacts:
         """Whether the model's work is mostly matrix multiplication: a
         transformer is named, or the module builds matmul layers or operations
         and no convolution (a conv net's few linear layers are not its cost)."""
-        return self.transformer or (self.has_matmul and not self.has_conv)
+        return self.transformer or (self.has_matmul and not self.has_conv and not self.convnet)
 
     def _is_regex_compile(self, node: cst.Name) -> bool:
         parent = self.context.parent

@@ -35,7 +35,9 @@ from torchlint.rules._frequency import UNKNOWN, FrequencyModel, qualified_name, 
 from torchlint.rules._training import text_wraps_in_ddp
 from torchlint.semantic import Location, SemanticModel, location_of
 
-Site = Tuple[int, int, Optional[str]]  # (level, line, qualified name of the calling function)
+# (level, line, qualified name of the calling function, whether every argument
+# is visibly a host value: a number, `x.item()`, `float(...)`, a learning rate)
+Site = Tuple[int, int, Optional[str], bool]
 
 
 def module_parts(path: str) -> Tuple[str, ...]:
@@ -145,8 +147,34 @@ class Finder:
             if site.caller is not None:
                 info = self.frequency.functions.get(site.caller)
                 caller = qualified_name(info) if info is not None else None
-            found.append((level, self._line(call), caller))
+            found.append((level, self._line(call), caller, self._host_args(call)))
         return found
+
+    def _host_args(self, call: cst.Call) -> bool:
+        """Whether every argument of ``call`` is visibly a host value (so a
+        function that converts what it is given, `MetricLogger.update`, has
+        nothing to wait for): literals, ``x.item()``, ``float(...)``,
+        ``len(...)``, ``optimizer.param_groups[0]["lr"]``, or a name every
+        reaching assignment of which is one of those."""
+        if not call.args or any(arg.star for arg in call.args):
+            return False
+        location = None
+        for arg in call.args:
+            value = arg.value
+            if _host_expr(value):
+                continue
+            if not isinstance(value, cst.Name):
+                return False
+            if location is None:
+                stack = self._stack_of(call)
+                if stack is None:
+                    return False
+                location = location_of(stack)
+            bindings = self.semantic.reaching(value.value, location)
+            if not bindings or not all(b.kind == "value" and b.value is not None and _host_expr(b.value)
+                                       for b in bindings):
+                return False
+        return True
 
     def _reaches(self, call: cst.Call, target, qualname, cls_name, method, caller) -> bool:
         func = call.func
@@ -277,6 +305,32 @@ class Finder:
 
 def _tail(func: cst.BaseExpression) -> str:
     return func.attr.value if isinstance(func, cst.Attribute) else func.value if isinstance(func, cst.Name) else ""
+
+
+_HOST_CALLS = frozenset({"float", "int", "len", "round", "bool", "str"})
+_HOST_METHODS = frozenset({"item", "tolist"})
+
+
+def _host_expr(expr: cst.CSTNode) -> bool:
+    """A value that is visibly on the host: a literal, ``x.item()``,
+    ``float(...)``, ``len(...)``, a subscript of ``optimizer.param_groups``."""
+    if isinstance(expr, (cst.Integer, cst.Float, cst.SimpleString, cst.FormattedString, cst.ConcatenatedString)):
+        return True
+    if isinstance(expr, cst.Name):
+        return expr.value in ("True", "False", "None")
+    if isinstance(expr, cst.UnaryOperation):
+        return _host_expr(expr.expression)
+    if isinstance(expr, cst.Call):
+        func = expr.func
+        if isinstance(func, cst.Name):
+            return func.value in _HOST_CALLS
+        return isinstance(func, cst.Attribute) and func.attr.value in _HOST_METHODS and not expr.args
+    if isinstance(expr, cst.Subscript):
+        root = expr.value
+        while isinstance(root, cst.Subscript):
+            root = root.value
+        return isinstance(root, cst.Attribute) and root.attr.value == "param_groups"
+    return False
 
 
 def traits(text: str) -> Tuple[str, ...]:

@@ -17,7 +17,7 @@ from typing import Dict, List, Optional, Tuple, Union
 import libcst as cst
 
 from torchlint.rule import Context
-from torchlint.nodes import iter_children, walk_nodes
+from torchlint.nodes import iter_children, target_names, walk_nodes
 from torchlint.rules._helpers import source_mentions
 
 _SCOPES = (cst.FunctionDef, cst.Lambda, cst.ClassDef)
@@ -90,21 +90,6 @@ def _exits_process(expr: cst.BaseExpression) -> bool:
     if isinstance(func, cst.Attribute) and isinstance(func.value, cst.Name):
         return (func.value.value, func.attr.value) in (("sys", "exit"), ("os", "_exit"))
     return False
-
-
-def target_names(target: cst.BaseExpression) -> List[str]:
-    """The names a loop target binds (``i``, ``(i, (x, y))``, ``*rest``)."""
-    names: List[str] = []
-    todo: List[cst.CSTNode] = [target]
-    while todo:
-        node = todo.pop()
-        if isinstance(node, cst.Name):
-            names.append(node.value)
-        elif isinstance(node, (cst.Tuple, cst.List)):
-            todo.extend(e.value for e in node.elements)
-        elif isinstance(node, cst.StarredElement):
-            todo.append(node.value)
-    return names
 
 
 def _counters(loop: cst.CSTNode) -> List[str]:

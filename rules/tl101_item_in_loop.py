@@ -10,7 +10,7 @@ from torchlint.rule import Benchmark, Invalid, Rule, Valid, contains_modulo
 from torchlint.nodes import iter_children
 from torchlint.rules._helpers import literal_number, method_name, receiver
 from torchlint.rules._device import computes_with_torch, host_values
-from torchlint.rules._frequency import per_step_here
+from torchlint.rules._frequency import model_for, per_step_here
 from torchlint.rules._sync import (
     LoopFacts,
     loop_facts,
@@ -85,7 +85,8 @@ class ItemInLoop(Rule):
     - a conversion under `isinstance(v, torch.Tensor)` (or `torch.is_tensor`)
       in a loop that runs no training step (`.backward()`/`.step()`): loggers,
       results tables and input normalisation, which handle values that may not
-      be tensors, unless a caller visibly runs it every step;
+      be tensors, unless a caller visibly runs it every step and not every
+      caller passes only host values (`logger.update(loss=loss.item())`);
     - a module that imports PyTorch only for TensorBoard logging
       (`from torch.utils.tensorboard import SummaryWriter` in a JAX program):
       its arrays are not torch tensors;
@@ -402,9 +403,12 @@ class ItemInLoop(Rule):
         frequency = per_step_here(ctx)
         if frequency is None:
             return  # a loop in code that runs once or once per epoch (setup, logging, export)
-        if converts_any_value(ctx, loop, self._facts) and frequency.via is None and frequency.via_text is None:
+        if converts_any_value(ctx, loop, self._facts) and (
+            (frequency.via is None and frequency.via_text is None) or _callers_pass_host_values(ctx, frequency)
+        ):
             # A logger that converts whatever it is given: usually called every N
-            # steps, so reported only when a caller visibly runs it every step.
+            # steps, so reported only when a caller visibly runs it every step,
+            # and not when every caller (project index) passes host values.
             return
         self.report(node, self._MESSAGES[name], fix=self._accumulation_fix(node, recv, loop, self._scope()),
                     frequency=frequency)
@@ -598,3 +602,11 @@ def _used_elsewhere_in_loop(loop: cst.CSTNode, name: str, target: cst.Name) -> b
             continue
         todo.extend(iter_children(node))
     return False
+
+
+def _callers_pass_host_values(ctx, frequency) -> bool:
+    """Whether the project index found that every call of the function passes
+    only host values (``metric_logger.update(loss=loss.item(), lr=lr)``)."""
+    fn = frequency.function
+    name = model_for(ctx).qualified_name(fn) if fn is not None else None
+    return name is not None and f"{name}|host_args" in ctx.project.get("frequency", {})

@@ -6,6 +6,7 @@ from typing import Dict, Optional, Set
 import libcst as cst
 
 from torchlint.model import FixAvailability
+from torchlint.nodes import walk_nodes
 from torchlint.rule import Invalid, Rule, Valid
 from torchlint.rules._helpers import (
     device_kind,
@@ -114,6 +115,9 @@ class HostCopyInLoop(Rule):
       and reads a clock (`time.time()`, `perf_counter()`); one more wait
       there costs nothing (a sync without a clock is TL103's finding, and
       the reads after it are reported: they become the wait once it goes);
+    - a copy in the branch a device switch takes to keep data on the host
+      (the `else` of `if args.use_cuda:`, the body of `if not use_gpu:`): a
+      feature bank too large for the GPU is kept on the host on purpose;
     - a comprehension that is not inside a loop statement and copies one
       concatenated tensor per element (`[torch.cat(v).cpu() for v in zip(*results)]`):
       that is already the copy-once form;
@@ -167,6 +171,17 @@ class HostCopyInLoop(Rule):
     fix = FixAvailability.NONE
 
     VALID = [
+        Valid(
+            """
+            import torch
+            for x, idx in loader:
+                feats = model(x.cuda())
+                if args.use_cuda:
+                    bank.index_copy_(0, idx.cuda(), feats)
+                else:
+                    bank.index_copy_(0, idx, feats.cpu())
+            """
+        ),
         Valid(
             """
             import time
@@ -283,6 +298,8 @@ class HostCopyInLoop(Rule):
             return  # copied to be written, drawn or decoded on the host: the copy is the point
         if _serialised(ctx.stack, index):
             return  # `t.cpu().numpy().tobytes()`: bytes for pickling or storage
+        if _host_branch_of_device_switch(ctx.stack, loop):
+            return  # `if args.use_cuda: ... else: x.cpu()`: the host is the user's choice
         frequency = per_step_here(ctx)
         if frequency is None:
             return  # a loop in code that runs once or once per epoch (or whose callers are not seen)
@@ -426,5 +443,29 @@ def _module_method_follows(stack, top_index: int) -> bool:
     outermost call at ``stack[top_index]``) is a module-only method."""
     for node in stack[top_index:-1]:
         if isinstance(node, cst.Call) and method_name(node) in _MODULE_METHODS:
+            return True
+    return False
+
+
+_DEVICE_SWITCH = re.compile(r"cuda|gpu", re.IGNORECASE)
+
+
+def _host_branch_of_device_switch(stack, loop) -> bool:
+    """Whether the copy is in the branch that a device switch takes to keep
+    data on the host: the ``else`` of ``if args.use_cuda:`` or the body of
+    ``if not use_gpu:`` (a feature bank too large for the GPU)."""
+    for i in range(len(stack) - 2, -1, -1):
+        node = stack[i]
+        if node is loop:
+            return False
+        if not isinstance(node, cst.If):
+            continue
+        test, child = node.test, stack[i + 1]
+        negated = isinstance(test, cst.UnaryOperation) and isinstance(test.operator, cst.Not)
+        subject = test.expression if negated else test
+        names = [n.value for n in walk_nodes(subject) if isinstance(n, cst.Name)]
+        if not any(_DEVICE_SWITCH.search(name) for name in names) or isinstance(subject, cst.Call):
+            continue
+        if (negated and child is node.body) or (not negated and child is node.orelse):
             return True
     return False

@@ -49,7 +49,9 @@ class Fp32MatmulPrecision(ProgramRule):
       `swin_...`, as a name or a model string such as
       `create_model("vit_base_patch16_224")`), or it builds matmul layers or
       operations (`nn.Linear`, attention, `torch.matmul`, `@`, ...) and no
-      convolution. cuDNN convolutions already use TF32 by default, so a
+      convolution, nor a convolutional network named by its family
+      (`resnet50`, `vgg19`, `efficientnet_b0`, ...: `models.resnet50()`,
+      `--arch resnet50`). cuDNN convolutions already use TF32 by default, so a
       convolutional network with a linear classifier head gains little, and
       a model built elsewhere under another name is not reported.
     - Only entry modules are reported (a library module that defines

@@ -42,7 +42,10 @@ class NoCompile(ProgramRule):
     time is spent stepping environments on the host, nor one whose every
     `DataLoader` loads in the main process (`num_workers` absent or `0`): its
     steps wait for data, which compiling does not change (TL203 reports those
-    loaders).
+    loaders), nor a module with recurrent layers (`nn.LSTM`, `nn.GRU`,
+    `LSTMCell`, `pack_padded_sequence`): cuDNN's fused RNN kernels and
+    variable sequence lengths leave little for the compiler to fuse and force
+    recompilations.
 
     ## Why is this bad?
     `torch.compile` captures the model's forward and backward passes as
@@ -161,7 +164,7 @@ class NoCompile(ProgramRule):
     ]
 
     def decide(self, facts: ProgramFacts) -> None:
-        if facts.compiles or not (facts.entry and facts.uses_cuda) or facts.kernels_do_not_matter():
+        if facts.compiles or not (facts.entry and facts.uses_cuda) or facts.kernels_do_not_matter() or facts.recurrent:
             return
         if self.context.target_torch < (2, 0):
             return

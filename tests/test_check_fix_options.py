@@ -22,14 +22,15 @@ def test_check_fix_is_fix(runner, workdir):
     result = run(runner, "check", "--fix", "--unsafe-fixes", "--select", "TL401", "train.py")
     assert result.exit_code == 0, result.output
     assert "bias=False" in path.read_text()
-    assert "Fixed 1 error" in result.output
+    assert "Found 1 error (1 fixed, 0 remaining)." in result.output
+    assert "Fixed 1 error:" not in result.output  # the list is --show-fixes's, as in Ruff
     # Without the unsafe fixes nothing changes and what remains is reported, with exit 1.
     path.write_text(SOURCE)
     plain = run(runner, "check", "--fix", "train.py", "--output-format", "concise")
     assert plain.exit_code == 1
     assert path.read_text() == SOURCE
     assert "train.py:16:5: TL301" in plain.output
-    assert "Found 2 errors (0 fixed, 2 remaining)." in plain.output
+    assert "Found 2 errors.\n2 unsafe fixes available with `--fix --unsafe-fixes`.\n" in plain.output
 
 
 def test_fix_only_does_not_report_what_remains(runner, workdir):
@@ -40,7 +41,7 @@ def test_fix_only_does_not_report_what_remains(runner, workdir):
     nothing_left_to_fix = run(runner, "check", "--fix-only", "train.py")
     assert nothing_left_to_fix.exit_code == 0  # the TL301 finding remains, unreported
     assert "TL301" not in nothing_left_to_fix.output
-    assert "No errors fixed." in nothing_left_to_fix.output
+    assert nothing_left_to_fix.output == "No errors fixed (1 fix available with `--unsafe-fixes`).\n"
 
 
 def test_exit_non_zero_on_fix(runner, workdir):

@@ -84,7 +84,11 @@ def test_json_format(runner, project):
     assert item["filename"] == "bad.py"
     assert item["location"] == {"row": 5, "column": 5}
     assert item["end_location"] == {"row": 5, "column": 43}
-    assert item["fix"] == {"applicability": "unsafe", "message": "Pass `set_to_none=True`"}
+    assert item["fix"] == {
+        "applicability": "unsafe", "message": "Pass `set_to_none=True`",
+        # Ruff's `edits`: what applying only this fix replaces (end exclusive)
+        "edits": [{"content": "True", "location": {"row": 5, "column": 37}, "end_location": {"row": 5, "column": 42}}],
+    }
     assert isinstance(item["message"], str)
 
 

@@ -241,12 +241,15 @@ def _selected(**kwargs) -> set:
 def test_prefixes_without_a_digit_select_only_default_rules():
     defaults = set(default_codes())
     opt_in = set(all_codes()) - defaults
-    tl5 = {c for c in all_codes() if c.startswith("TL5")}  # opt-in, as a new rule may be
-    assert tl5 and tl5 <= opt_in
+    # The opt-in rules: the TL5xx family, TL001 (unused `noqa` codes), and new
+    # rules, which start opt-in.
+    tl5 = {c for c in all_codes() if c.startswith("TL5")}
+    assert tl5 and tl5 <= opt_in and "TL001" in opt_in
     assert _selected(select=("TL",)) == defaults
     assert _selected(select=("TL5",)) == tl5
     assert _selected(select=("TL50",)) == {c for c in tl5 if c.startswith("TL50")} == tl5
     assert _selected(select=("TL503",)) == {"TL503"}
+    assert _selected(select=("TL0",)) == {"TL001"}
     assert _selected(select=("ALL",)) == set(all_codes())
     assert _selected(extend_select=("TL5",)) == defaults | tl5
     assert _selected(extend_select=("TL",)) == defaults

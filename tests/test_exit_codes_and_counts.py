@@ -80,11 +80,11 @@ def test_statistics_json_is_a_list(runner, workdir):
 def test_check_accepts_unsafe_fixes(runner, workdir):
     (workdir / "a.py").write_text(MIXED)
     plain = run(runner, "check", "a.py")
-    assert "[*] 1 fixable with `torchlint fix`." in plain.output
-    assert "(1 hidden fix can be enabled with the `--unsafe-fixes` option.)" in plain.output
+    # Ruff's wording, word for word
+    assert "[*] 1 fixable with `--fix` (1 unsafe fix available with `--fix --unsafe-fixes`).\n" in plain.output
     unsafe = run(runner, "check", "--unsafe-fixes", "a.py")
     assert unsafe.exit_code == 1
-    assert "[*] 2 fixable with `torchlint fix --unsafe-fixes`." in unsafe.output
+    assert "[*] 2 fixable with `--fix`.\n" in unsafe.output
     assert "hidden" not in unsafe.output
     # and `--no-unsafe-fixes` beats the configuration
     (workdir / "pyproject.toml").write_text("[tool.torchlint]\nunsafe-fixes = true\n")
@@ -120,7 +120,7 @@ def _notebook(source: str) -> str:
 
 def test_check_counts_the_fixes_that_become_possible(runner, workdir):
     (workdir / "train.py").write_text(FOLLOW_ON)
-    hint = "[*] 1 fixable with `torchlint fix` (2 more become fixable once these are applied)."
+    hint = "[*] 1 fixable with `--fix`.\n2 more become fixable once these are applied.\n"
     cold = run(runner, "check", "train.py")
     assert "Found 1 error." in cold.output and hint in cold.output
     warm = run(runner, "check", "train.py")  # from the result cache
@@ -132,14 +132,15 @@ def test_check_counts_the_fixes_that_become_possible(runner, workdir):
 
 def test_follow_on_count_in_a_notebook_and_on_stdin(runner, workdir):
     (workdir / "train.ipynb").write_text(_notebook(FOLLOW_ON))
-    hint = "(2 more become fixable once these are applied)"
+    hint = "2 more become fixable once these are applied."
     assert hint in run(runner, "check", "train.ipynb").output
     assert hint in run(runner, "check", "-", input=FOLLOW_ON).output
 
 
 def test_no_follow_on_note_when_fix_applies_exactly_the_fixable_ones(runner, workdir):
     (workdir / "a.py").write_text(SAFE)
-    assert "[*] 1 fixable with `torchlint fix`.\n" in run(runner, "check", "a.py").output
+    output = run(runner, "check", "a.py").output
+    assert "[*] 1 fixable with `--fix`.\n" in output and "more become" not in output
 
 
 def test_follow_on_count_is_the_same_with_worker_processes(runner, workdir):
@@ -148,7 +149,7 @@ def test_follow_on_count_is_the_same_with_worker_processes(runner, workdir):
     pooled = run(runner, "check", "--no-cache", "-j", "2", ".")
     serial = run(runner, "check", "--no-cache", "-j", "1", ".")
     assert pooled.output == serial.output
-    assert "[*] 30 fixable with `torchlint fix` (60 more become fixable once these are applied)." in pooled.output
+    assert "[*] 30 fixable with `--fix`.\n60 more become fixable once these are applied." in pooled.output
 
 
 def _programs():

@@ -30,7 +30,9 @@ def test_safe_fixes_only_by_default(runner, project):
     result = run(runner, "fix", "bad.py")
     assert (project / "bad.py").read_text() == BAD  # TL301's fix is unsafe
     assert result.exit_code == 1
-    assert "1 of the remaining has an unsafe fix: apply with `--unsafe-fixes`." in result.output
+    assert result.output.endswith(
+        "Found 1 error.\n1 unsafe fix available with `--fix --unsafe-fixes`.\n"
+    )
 
 
 def test_unsafe_fixes_write_and_report(runner, project):

@@ -6,6 +6,8 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import pytest
+
 from tests.test_cli import run
 
 OPS = """\
@@ -241,3 +243,28 @@ def test_accumulation_on_a_model_wrapped_in_ddp_by_the_calling_module(runner, wo
     (workdir / "main.py").write_text(MAIN_WRAPS_IN_DDP.replace(
         "model = torch.nn.parallel.DistributedDataParallel(model, device_ids=[args.gpu])", "model = model.cuda()"))
     assert "TL602" not in run(runner, "check", "--select", "TL602", ".").stdout  # the cache follows main.py
+
+
+@pytest.mark.parametrize(
+    "call, reported",
+    [
+        ("logger.update(loss=loss)", True),
+        ("logger.update(loss=loss.item())", False),
+        ("logger.update(loss=loss_value, lr=optimizer.param_groups[0]['lr'])", False),
+        ("logger.update(loss=loss_value, grad=grad_norm)", True),
+        ("logger.update(**losses)", True),
+    ],
+)
+def test_a_logger_whose_callers_pass_only_host_values(runner, workdir, call, reported):
+    """MetricLogger.update converts what it is given: every step, but only
+    tensors cost a wait; callers that pass floats (`loss.item()`, a learning
+    rate) leave nothing to wait for."""
+    loop = LOOP_WITH_LOGGER.replace(
+        "        logger.update(loss=loss)\n",
+        "        loss_value = loss.item()\n        grad_norm = clip(model)\n        losses = {'loss': loss}\n"
+        f"        {call}\n",
+    )
+    (workdir / "metrics.py").write_text(METRICS)
+    (workdir / "train.py").write_text(loop)
+    found = [line for line in _concise(runner, ".") if line.startswith("metrics.py")]
+    assert found == (["metrics.py:11:25: TL101"] if reported else [])

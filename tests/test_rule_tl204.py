@@ -591,3 +591,31 @@ def test_a_call_before_the_copy_does_not_matter():
 
 def test_an_alias_is_not_reported_as_a_copy():
     assert _lint(_in_loop("v = x.view(-1)\nvg = v.cuda()\n")) == []
+
+
+def test_loader_parameter_of_a_function_named_like_a_module_method():
+    """`encoder.train()` is a method of another object, not a call of the
+    module's own `train(loader, ...)`: the loader is still traced."""
+    code = (
+        "import torch\n"
+        "from torch.utils.data import DataLoader\n"
+        "\n"
+        "device = torch.device('cuda')\n"
+        "\n"
+        "\n"
+        "def train(loader, encoder, decoder):\n"
+        "    encoder.train()\n"
+        "    decoder.train()\n"
+        "    for imgs, caps in loader:\n"
+        "        imgs = imgs.to(device)\n"
+        "        decoder(encoder(imgs), caps)\n"
+        "\n"
+        "\n"
+        "def main(ds, encoder, decoder):\n"
+        "    loader = DataLoader(ds, batch_size=32, num_workers=4, pin_memory=True)\n"
+        "    train(loader, encoder, decoder)\n"
+    )
+    assert [(d.code, d.line) for d in lint(code, select=["TL204"])] == [("TL204", 11)]
+    # `train` passed around (not only called) keeps the rule silent, as before
+    passed = code + "\n\nCALLBACKS = [train]\n"
+    assert lint(passed, select=["TL204"]) == []

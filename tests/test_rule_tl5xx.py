@@ -542,3 +542,18 @@ def test_rules_share_one_walk_of_facts():
     together = positions(CONV_SCRIPT, ["TL501", *MODULE_RULES])
     alone = sorted(p for code in ["TL501", *MODULE_RULES] for p in positions(CONV_SCRIPT, code))
     assert sorted(together) == alone
+
+
+def test_tl503_silent_for_a_named_convolutional_family():
+    """A ResNet built elsewhere (`torchvision.models.resnet50()`, `--arch
+    resnet50`) is convolutions: its linear head is not worth TF32."""
+    for model in ("torchvision.models.resnet50()", "models.__dict__['resnet50']()"):
+        code = SCRIPT.replace("nn.Sequential(nn.Linear(32, 64), nn.ReLU(), nn.Linear(64, 10))", model)
+        assert run(code, "TL503") == []
+
+
+def test_tl505_silent_for_recurrent_models():
+    """cuDNN's fused LSTM kernels and variable lengths leave little to compile."""
+    lstm = SCRIPT.replace("nn.Sequential(nn.Linear(32, 64), nn.ReLU(), nn.Linear(64, 10))", "nn.LSTM(32, 64)")
+    assert run(lstm, "TL505") == []
+    assert codes(run(SCRIPT, "TL505")) == ["TL505"]

@@ -143,7 +143,7 @@ def namespace(settings, codes: Sequence[str], cwd: Optional[Path] = None) -> str
         "codes": sorted(codes),
         "target_torch": list(settings.target_torch),
         "per_file_ignores": [[p, list(c)] for p, c in settings.per_file_ignores],
-        "unsafe_fixes": settings.unsafe_fixes,  # the fix total counts what `fix` would apply
+        "unsafe_fixes": bool(settings.unsafe_fixes),  # the fix total counts what `fix` would apply
         "root": str(settings.root),
         "cwd": str(cwd if cwd is not None else Path.cwd()),
     }

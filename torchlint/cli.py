@@ -8,7 +8,7 @@ import sys
 from collections import Counter
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable, Dict, List, Optional, Sequence, Tuple
+from typing import Callable, Dict, List, Optional, Sequence, Tuple, Union
 
 import click
 
@@ -16,10 +16,12 @@ from torchlint import __version__
 from torchlint.config import (
     OUTPUT_FORMATS,
     ConfigError,
+    ConfigOverrides,
     Overrides,
     Profile,
     Resolver,
     Settings,
+    parse_override,
     parse_version,
     validate_selector,
 )
@@ -85,27 +87,50 @@ def _selectors(values: Sequence[str], option: str) -> Optional[Tuple[str, ...]]:
     return codes
 
 
+def _config_arguments(config: Union[None, str, Sequence[str]]) -> Tuple[Optional[Path], ConfigOverrides]:
+    """``--config`` values, as Ruff reads them: an existing file is the configuration
+    file (at most one); anything else must be a TOML ``KEY = VALUE`` override."""
+    values = [config] if isinstance(config, str) else list(config or ())
+    path: Optional[Path] = None
+    table = []
+    for value in values:
+        if os.path.isfile(value):
+            if path is not None:
+                raise ConfigError(f"--config: only one configuration file may be given ({path}, {value})")
+            path = Path(value)
+        elif "=" not in value:
+            raise ConfigError(
+                f"configuration file {value} does not exist (--config takes a file or a TOML `KEY = VALUE`)"
+            )
+        else:
+            table.append(parse_override(value))
+    return path, ConfigOverrides(tuple(table))
+
+
+def _patterns(values: Sequence[str]) -> List[str]:
+    """``--exclude``/``--extend-exclude`` values: comma-separated or repeated."""
+    return [part.strip() for value in values for part in value.split(",") if part.strip()]
+
+
 def _prepare(
     paths: Sequence[str],
     select: Sequence[str],
     ignore: Sequence[str],
     extend_select: Sequence[str],
-    config: Optional[str],
+    config: Union[None, str, Sequence[str]],
     output_format: Optional[str],
     target_torch: Optional[str],
     stdin_filename: Optional[str],
     force_exclude: bool,
     unsafe_fixes: Optional[bool] = None,
+    exclude: Sequence[str] = (),
+    extend_exclude: Sequence[str] = (),
 ) -> Run:
     paths = list(paths) or ["."]
     if "-" in paths and len(paths) > 1:
         raise _fail("`-` (standard input) cannot be combined with other paths")
     try:
-        config_path: Optional[Path] = None
-        if config is not None:
-            config_path = Path(config)
-            if not config_path.is_file():
-                raise ConfigError(f"configuration file {config} does not exist")
+        config_path, config_overrides = _config_arguments(config)
         overrides = Overrides(
             select=_selectors(select, "--select"),
             ignore=_selectors(ignore, "--ignore") or (),
@@ -113,6 +138,9 @@ def _prepare(
             target_torch=None if target_torch is None else parse_version(target_torch, "--target-torch"),
             output_format=output_format,
             unsafe_fixes=unsafe_fixes,
+            exclude=tuple(_patterns(exclude)) if exclude else None,
+            extend_exclude=tuple(_patterns(extend_exclude)),
+            config=config_overrides,
         )
         resolver = Resolver(overrides, config_path)
         profile = resolver.run_profile
@@ -202,9 +230,34 @@ def _emit(text: str, *, err: bool = False, color: Optional[bool] = None, file=No
             click.echo(text, nl=False, err=err, color=color)
 
 
+_COLOR = {"mode": "auto"}  # --color of the running command
+
+
+def _set_color(ctx: click.Context, param: click.Parameter, value: Optional[str]) -> Optional[str]:
+    _COLOR["mode"] = value or "auto"
+    return value
+
+
 def _use_color(err: bool = False) -> bool:
+    """--color always/never; with auto: NO_COLOR (non-empty) turns colour off,
+    FORCE_COLOR or CLICOLOR_FORCE (non-empty, not 0) turn it on, else a terminal does."""
+    mode = _COLOR["mode"]
+    if mode != "auto":
+        return mode == "always"
+    if os.environ.get("NO_COLOR"):
+        return False
+    if any(os.environ.get(name, "0") not in ("", "0") for name in ("FORCE_COLOR", "CLICOLOR_FORCE")):
+        return True
     stream = sys.stderr if err else sys.stdout
-    return "NO_COLOR" not in os.environ and hasattr(stream, "isatty") and stream.isatty()
+    return hasattr(stream, "isatty") and stream.isatty()
+
+
+_COLOR_OPTION = click.option(
+    "--color", type=click.Choice(("auto", "always", "never")), default=None, expose_value=False,
+    callback=_set_color, is_eager=True,
+    help="Colour the output: auto (default: on a terminal, unless NO_COLOR; FORCE_COLOR or "
+    "CLICOLOR_FORCE force it), always or never.",
+)
 
 
 def _report(
@@ -214,13 +267,17 @@ def _report(
     show_statistics: bool,
     err: bool = False,
     file=None,
+    edits=None,
 ) -> None:
     from torchlint import reporters
 
     fmt = settings.output_format
     color = _use_color(err) and file is None
     if show_statistics:
-        _emit(reporters.statistics(diagnostics, settings.unsafe_fixes, fmt), err=err, color=color, file=file)
+        _emit(reporters.statistics(diagnostics, bool(settings.unsafe_fixes), fmt), err=err, color=color, file=file)
+        return
+    if fmt == "json":
+        _emit(reporters.format_json(diagnostics, sources, color, edits), err=err, color=color, file=file)
         return
     _emit(reporters.FORMATTERS[fmt](diagnostics, sources, color), err=err, color=color, file=file)
 
@@ -233,14 +290,19 @@ def _common_options(func: Callable) -> Callable:
         click.argument("paths", nargs=-1, type=click.Path()),
         click.option("--select", multiple=True, metavar="CODES",
                      help="Rules to enable (codes or prefixes like TL2, or ALL); replaces the configured "
-                     "selection. Opt-in rules (TL5xx) are enabled only by ALL or a selector with a digit "
+                     "selection. Opt-in rules (TL5xx, TL001) are enabled only by ALL or a selector with a digit "
                      "(TL5, TL503): TL alone means the default rules."),
         click.option("--ignore", multiple=True, metavar="CODES", help="Rules to disable."),
         click.option("--extend-select", multiple=True, metavar="CODES",
                      help="Rules to enable on top of the selection (e.g. the opt-in rules: TL5)."),
-        click.option("--config", type=click.Path(dir_okay=False), default=None,
-                     help="Use this pyproject.toml or torchlint.toml for every file instead of each "
-                     "file's nearest one."),
+        click.option("--config", multiple=True, metavar="FILE|KEY=VALUE",
+                     help="A pyproject.toml or torchlint.toml to use for every file instead of each "
+                     "file's nearest one, or a TOML `KEY = VALUE` that overrides a setting of every "
+                     "configuration (e.g. \"select = ['TL1']\"); repeatable."),
+        click.option("--exclude", multiple=True, metavar="PATTERNS",
+                     help="Patterns to exclude; replace the configured `exclude` (comma-separated or repeated)."),
+        click.option("--extend-exclude", multiple=True, metavar="PATTERNS",
+                     help="Patterns to exclude on top of `exclude` and the configured `extend-exclude`."),
         click.option("--output-format", type=click.Choice(OUTPUT_FORMATS), default=None,
                      help="How to print diagnostics (default: full)."),
         click.option("--target-torch", default=None, metavar="VERSION",
@@ -253,6 +315,7 @@ def _common_options(func: Callable) -> Callable:
                      help="Print the number of diagnostics per rule instead of the diagnostics."),
         click.option("--exit-zero", is_flag=True, help="Exit with 0 even when diagnostics remain."),
         click.option("--no-cache", is_flag=True, help="Do not read or write the result cache."),
+        _COLOR_OPTION,
     ]
     for option in reversed(options):
         func = option(func)
@@ -304,10 +367,17 @@ def main() -> None:
 @click.option("-q", "--quiet", is_flag=True, help="Print the diagnostics, but no summary.")
 @click.option("--silent", is_flag=True, help="Print nothing; the exit status still says whether findings remain.")
 @click.option("--show-files", is_flag=True, help="List the files that would be checked, and check nothing.")
-def check(paths, select, ignore, extend_select, config, output_format, target_torch,
+@click.option("--show-settings", is_flag=True,
+              help="Print the settings that apply to the first file (configuration file, selection, "
+              "excludes...), and check nothing.")
+@click.option("--show-fixes/--no-show-fixes", default=False,
+              help="List the fixes per file and rule: those applied (with --fix), or those --fix would apply.")
+@click.option("--add-noqa", is_flag=True,
+              help="Add a `# noqa: CODE` comment to every line with a finding (merged into an existing one).")
+def check(paths, select, ignore, extend_select, config, exclude, extend_exclude, output_format, target_torch,
           stdin_filename, force_exclude, show_statistics, exit_zero, no_cache, jobs, unsafe_fixes,
           baseline_file, update_baseline, apply_fixes, fix_only, diff, exit_non_zero_on_fix,
-          output_file, quiet, silent, show_files) -> None:
+          output_file, quiet, silent, show_files, show_settings, show_fixes, add_noqa) -> None:
     """Report performance anti-patterns in PATHS (default: the current directory).
 
     Use `-` to read from standard input.  `--unsafe-fixes` counts the unsafe
@@ -319,12 +389,19 @@ def check(paths, select, ignore, extend_select, config, output_format, target_to
         raise _fail("--update-baseline needs --baseline FILE")
     if baseline_file and (apply_fixes or fix_only or diff):
         raise _fail("--baseline cannot be combined with --fix, --fix-only or --diff")
+    if add_noqa and (apply_fixes or fix_only or diff or baseline_file):
+        raise _fail("--add-noqa cannot be combined with --fix, --fix-only, --diff or --baseline")
     run = _prepare(paths, select, ignore, extend_select, config, output_format, target_torch,
-                   stdin_filename, force_exclude, unsafe_fixes)
+                   stdin_filename, force_exclude, unsafe_fixes, exclude, extend_exclude)
     if apply_fixes or fix_only or diff:
-        _run_fixes(run, diff, show_statistics, exit_zero, fix_only, exit_non_zero_on_fix, use_cache=not no_cache)
+        _run_fixes(run, diff, show_statistics, exit_zero, fix_only, exit_non_zero_on_fix, use_cache=not no_cache,
+                   show_fixes=show_fixes)
     baseline = _load_baseline(baseline_file, update_baseline)
     targets, problems = _targets(run)
+    if show_settings:
+        _show_settings(run, targets, problems)
+    if add_noqa:
+        _add_noqa(run, targets, problems, use_cache=not no_cache)
     if show_files:
         for target in targets:
             click.echo(target.display)
@@ -333,7 +410,9 @@ def check(paths, select, ignore, extend_select, config, output_format, target_to
         raise click.exceptions.Exit(EXIT_ERROR if problems else EXIT_OK)
     counts: Dict[str, int] = {}
     warnings: List[str] = []
-    diagnostics, sources = _check_all(targets, run, jobs, use_cache=not no_cache, stats=counts, warnings=warnings)
+    facts: Optional[Dict[str, dict]] = {} if run.settings.output_format == "json" else None
+    diagnostics, sources = _check_all(targets, run, jobs, use_cache=not no_cache, stats=counts, warnings=warnings,
+                                      facts_out=facts)
     if not silent:
         _warn(warnings)
     if baseline is not None:
@@ -348,11 +427,17 @@ def check(paths, select, ignore, extend_select, config, output_format, target_to
         raise _fail(f"cannot write {output_file}: {exc.strerror or exc}") from None
     try:
         if not silent:
-            _report(diagnostics, sources, run.settings, show_statistics, file=out)
-        if (run.settings.output_format in TEXT_FORMATS and not show_statistics and not quiet and not silent
-                and (diagnostics or not problems)):
+            edits = _fix_edits(diagnostics, sources, targets, run, facts) if facts is not None else None
+            _report(diagnostics, sources, run.settings, show_statistics, file=out, edits=edits)
+        text_summary = (run.settings.output_format in TEXT_FORMATS and not show_statistics and not quiet
+                        and not silent)
+        if text_summary and show_fixes:
+            _emit(_fix_list(_fixable_counts(diagnostics, run.settings.unsafe_fixes), "Would fix",
+                            _use_color() and out is None), file=out)
+        if text_summary and (diagnostics or not problems):
             # (not "All checks passed!" over an error)
-            _emit(summary(diagnostics, run.settings.unsafe_fixes, counts.get("fix_total")), file=out)
+            _emit(summary(diagnostics, run.settings.unsafe_fixes, counts.get("fix_total"),
+                          color=_use_color() and out is None), file=out)
     finally:
         if out is not None:
             out.close()
@@ -361,6 +446,155 @@ def check(paths, select, ignore, extend_select, config, output_format, target_to
     if not targets and not problems and not run.reads_stdin:
         click.echo("torchlint: warning: no Python files found", err=True)
     raise click.exceptions.Exit(_exit_code(diagnostics, problems, exit_zero))
+
+
+# -- fixes listed, and their edits (JSON) ----------------------------------------
+
+
+def _fixable_counts(diagnostics: Sequence[Diagnostic], unsafe: Optional[bool]) -> Dict[str, Counter]:
+    """Per file, per code: the diagnostics whose fix ``--fix`` would apply."""
+    found: Dict[str, Counter] = {}
+    for d in diagnostics:
+        if d.code and d.fix is not None and d.fix.applies(bool(unsafe)):
+            found.setdefault(d.path, Counter())[d.code] += 1
+    return found
+
+
+def _fix_list(fixed: Dict[str, Counter], verb: str, color: bool = False) -> str:
+    """Ruff's ``--show-fixes`` list: ``Fixed N errors:``, then per file the count
+    of each rule (most first)."""
+    from torchlint.registry import all_rules
+
+    total = sum(sum(c.values()) for c in fixed.values())
+    if not total:
+        return ""
+    rules = all_rules()
+    width = len(str(max(n for c in fixed.values() for n in c.values())))
+    label = f"{verb} {total} error{'s' if total != 1 else ''}:"
+    lines = ["", click.style(label, fg="green", bold=True) if color else label]
+    for display in sorted(fixed):
+        lines.append(f"- {click.style(display, bold=True) if color else display}:")
+        for code, n in sorted(fixed[display].items(), key=lambda item: (-item[1], item[0])):
+            shown = click.style(code, fg="red", bold=True) if color else code
+            lines.append(f"    {n:>{width}} × {shown} ({rules[code].name})")
+    return "\n".join(lines) + "\n\n"
+
+
+def _fix_edits(diagnostics: Sequence[Diagnostic], sources: Dict[str, str], targets: Sequence[Target], run: Run,
+               facts: Dict[str, dict]) -> Dict[Tuple, list]:
+    """The edits of each fixable diagnostic (JSON's ``fix.edits``): what applying
+    only its fix changes, in the diagnostic's own coordinates (a notebook's cell).
+    A Python file's text is the one checked (``sources``, standard input too);
+    a notebook is read again for its JSON."""
+    from torchlint import fix_edits
+
+    by_display = {t.display: t for t in targets}
+    wanted = sorted({d.path for d in diagnostics if d.fix is not None and d.code})
+    out: Dict[Tuple, list] = {}
+    for display in wanted:
+        target = by_display.get(display)
+        if target is None:
+            continue
+        text = sources.get(display)
+        if is_notebook(display):
+            try:
+                text = _read(target).text if target.path is not None else None
+            except SourceError:
+                text = None
+        if text is None:
+            continue
+        profile = target.profile or run.profile(target.path)
+        out.update(fix_edits.for_file(text, display, profile.settings, profile.codes, facts.get(display)))
+    return out
+
+
+# -- --show-settings and --add-noqa --------------------------------------------
+
+
+def _show_settings(run: Run, targets: List[Target], problems: List[str]) -> None:
+    """Ruff's ``--show-settings``: the resolved settings of the first file."""
+    from torchlint.settings_view import render
+
+    for problem in problems:
+        click.echo(f"torchlint: error: {problem}", err=True)
+    target = targets[0] if targets else None
+    profile = (target.profile or run.profile(target.path)) if target is not None else run.resolver.run_profile
+    _emit(render(target.display if target is not None else None, profile, run.resolver.overrides))
+    raise click.exceptions.Exit(EXIT_ERROR if problems else EXIT_OK)
+
+
+def _add_noqa(run: Run, targets: List[Target], problems: List[str], use_cache: bool) -> None:
+    """``check --add-noqa``: a ``# noqa`` for every finding, in the files themselves."""
+    from torchlint.engine import on_large_stack
+
+    if run.reads_stdin:
+        raise _fail("--add-noqa edits files in place; it cannot read standard input")
+    facts = _project_facts(targets, run, use_cache)
+    added, errors = on_large_stack(_add_noqa_all, targets, run, facts)
+    for problem in [*errors, *problems]:
+        click.echo(f"torchlint: error: {problem}", err=True)
+    click.echo(f"Added {added} noqa directive{'s' if added != 1 else ''}.", err=True)
+    raise click.exceptions.Exit(EXIT_ERROR if errors or problems else EXIT_OK)
+
+
+def _still_parses(before: str, after: str) -> bool:
+    """Whether ``after`` parses as Python when ``before`` did."""
+    import ast
+    import warnings
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        for text in (before, after):
+            try:
+                ast.parse(text)
+            except (SyntaxError, ValueError, RecursionError, MemoryError):
+                if text is before:
+                    return True  # nothing to compare with
+                return False
+    return True
+
+
+def _add_noqa_all(targets: List[Target], run: Run, facts: Dict[str, dict]) -> Tuple[int, List[str]]:
+    from torchlint.engine import UNUSED_NOQA, lint_text
+    from torchlint.noqa import add_noqa
+    from torchlint.notebook import NotebookError, parse
+
+    added, errors = 0, []
+    for target in targets:
+        profile = target.profile or run.profile(target.path)
+        try:
+            source = _read(target)
+            notebook = parse(source.text) if is_notebook(target.display) else None
+        except (SourceError, NotebookError) as exc:
+            errors.append(f"{target.display}: {exc}")
+            continue
+        program = notebook.program if notebook is not None else source.text
+        found = lint_text(program, target.display, profile.settings, profile.codes,
+                          project=facts.get(target.display)).diagnostics
+        wanted: Dict[int, set] = {}
+        for d in found:
+            if d.kind is Kind.RULE and d.code and d.code != UNUSED_NOQA:
+                wanted.setdefault(d.line, set()).add(d.code)
+        new_program, count = add_noqa(program, wanted)
+        if not count:
+            continue
+        if not _still_parses(program, new_program):  # never expected: a comment where none can go
+            errors.append(f"{target.display}: the `# noqa` comments would not parse; nothing was written")
+            continue
+        text = new_program
+        if notebook is not None:
+            cells = notebook.split(new_program)
+            if cells is None:
+                errors.append(f"{target.display}: the comments do not fit the notebook's cells; nothing was written")
+                continue
+            text = ("\ufeff" if notebook.bom else "") + notebook.render(cells)
+        try:
+            write_atomic(target.path, encode(source, text))
+        except (OSError, UnicodeEncodeError) as exc:
+            errors.append(f"{target.display}: cannot write: {exc}")
+            continue
+        added += count
+    return added, errors
 
 
 # -- the baseline (torchlint/baseline.py) --------------------------------------
@@ -478,21 +712,24 @@ def server(config) -> None:
 @click.option("--fix-only", is_flag=True,
               help="Apply fixes but do not report the findings that remain (exit 0 unless --exit-non-zero-on-fix).")
 @click.option("--exit-non-zero-on-fix", is_flag=True, help="Exit with 1 when any file was changed.")
-def fix(paths, select, ignore, extend_select, config, output_format, target_torch,
+@click.option("--show-fixes/--no-show-fixes", default=True, show_default=True,
+              help="List the fixes applied per file and rule.")
+def fix(paths, select, ignore, extend_select, config, exclude, extend_exclude, output_format, target_torch,
         stdin_filename, force_exclude, show_statistics, exit_zero, no_cache, unsafe_fixes, diff,
-        fix_only, exit_non_zero_on_fix) -> None:
+        fix_only, exit_non_zero_on_fix, show_fixes) -> None:
     """Apply fixes to PATHS (default: the current directory), then report what remains.
 
     Safe fixes only, unless --unsafe-fixes.  Use `-` to fix standard input
     (the fixed code goes to standard output).  The same as `check --fix`.
     """
     run = _prepare(paths, select, ignore, extend_select, config, output_format, target_torch,
-                   stdin_filename, force_exclude, unsafe_fixes)
-    _run_fixes(run, diff, show_statistics, exit_zero, fix_only, exit_non_zero_on_fix, use_cache=not no_cache)
+                   stdin_filename, force_exclude, unsafe_fixes, exclude, extend_exclude)
+    _run_fixes(run, diff, show_statistics, exit_zero, fix_only, exit_non_zero_on_fix, use_cache=not no_cache,
+               show_fixes=show_fixes)
 
 
 def _run_fixes(run: Run, diff: bool, show_statistics: bool, exit_zero: bool, fix_only: bool = False,
-               exit_non_zero_on_fix: bool = False, use_cache: bool = True) -> None:
+               exit_non_zero_on_fix: bool = False, use_cache: bool = True, show_fixes: bool = False) -> None:
     """`fix`, `check --fix`, `check --fix-only` and `check --diff`."""
     from torchlint.engine import on_large_stack
 
@@ -503,49 +740,30 @@ def _run_fixes(run: Run, diff: bool, show_statistics: bool, exit_zero: bool, fix
     fixed: Dict[str, Counter] = {}
     warnings: List[str] = []
     facts = _project_facts(targets, run, use_cache)
-    changed_files = on_large_stack(_fix_all, targets, run, unsafe, diff, remaining, sources, fixed, warnings, facts)
+    changed_files = on_large_stack(_fix_all, targets, run, bool(unsafe), diff, remaining, sources, fixed, warnings,
+                                   facts)
     remaining.sort(key=Diagnostic.sort_key)
     _warn(warnings)
+    left = remaining  # what the summary counts (the unsafe fixes not applied)
     if fix_only:  # Ruff's --fix-only: the findings left are neither printed nor counted
         remaining = [d for d in remaining if d.kind is not Kind.RULE]
 
     to_stderr = diff or run.reads_stdin
-    from torchlint.registry import all_rules
-    from torchlint.reporters import TEXT_FORMATS
+    from torchlint.reporters import TEXT_FORMATS, fix_summary, summary
 
-    rules = all_rules()
     if not diff:
-        _report(remaining, sources, run.settings, show_statistics, err=run.reads_stdin)
-    total_fixed = sum(sum(c.values()) for c in fixed.values())
+        edits = (_fix_edits(remaining, sources, targets, run, facts)
+                 if run.settings.output_format == "json" else None)  # of the fixes not applied
+        _report(remaining, sources, run.settings, show_statistics, err=run.reads_stdin, edits=edits)
     if run.settings.output_format in TEXT_FORMATS or to_stderr:
-        lines: List[str] = []
-        if fixed:
-            verb = "Would fix" if diff else "Fixed"
-            lines.append(f"{verb} {total_fixed} error{'s' if total_fixed != 1 else ''}:")
-            for display in sorted(fixed):
-                lines.append(f"- {display}:")
-                for code, n in sorted(fixed[display].items()):
-                    lines.append(f"    {n} × {code} ({rules[code].name})")
-            lines.append("")
-        if fix_only:
-            if not fixed:
-                lines.append("No errors fixed.")
-        elif remaining or fixed:
-            lines.append(
-                f"Found {len(remaining) + total_fixed} error{'s' if len(remaining) + total_fixed != 1 else ''} "
-                f"({total_fixed} {'fixable' if diff else 'fixed'}, {len(remaining)} remaining)."
-            )
-            hidden = sum(
-                1 for d in remaining if d.fix is not None and d.fix.applicability is Applicability.UNSAFE
-            )
-            if hidden and not unsafe:
-                lines.append(
-                    f"{hidden} of the remaining {'have' if hidden != 1 else 'has an'} unsafe "
-                    f"fix{'es' if hidden != 1 else ''}: apply with `--unsafe-fixes`."
-                )
+        err = to_stderr or run.settings.output_format not in TEXT_FORMATS
+        color = _use_color(err)
+        text = _fix_list(fixed, "Would fix" if diff else "Fixed", color) if show_fixes else ""
+        if fix_only or diff:  # Ruff: no findings shown, so a line on the fixes only
+            text += fix_summary(fixed, left, unsafe, diff)
         else:
-            lines.append("All checks passed!")
-        _emit("\n".join(lines) + "\n", err=to_stderr or run.settings.output_format not in TEXT_FORMATS)
+            text += summary(remaining, unsafe, fixed=sum(sum(c.values()) for c in fixed.values()), color=color)
+        _emit(text, err=err, color=color)
     for problem in problems:
         click.echo(f"torchlint: error: {problem}", err=True)
     if diff:
@@ -651,6 +869,7 @@ def _unified_diff(before: str, after: str, display: str) -> str:
 @click.argument("code", required=False)
 @click.option("--all", "show_all", is_flag=True, help="List every rule.")
 @click.option("--output-format", type=click.Choice(("text", "json")), default="text", show_default=True)
+@_COLOR_OPTION
 def rule(code: Optional[str], show_all: bool, output_format: str) -> None:
     """Show the documentation of the rule CODE (a code such as TL201 or a name
     such as create-then-move), or list all rules with --all."""
@@ -673,8 +892,10 @@ def rule(code: Optional[str], show_all: bool, output_format: str) -> None:
         for c, r in rules.items():
             rows.append((c, r.name, state(r), r.fix.value))
         widths = [max(len(row[i]) for row in rows) for i in range(4)]
-        for row in rows:
-            click.echo("  ".join(cell.ljust(widths[i]) for i, cell in enumerate(row)).rstrip())
+        color = _use_color()
+        for number, row in enumerate(rows):
+            line = "  ".join(cell.ljust(widths[i]) for i, cell in enumerate(row)).rstrip()
+            click.echo(click.style(line, bold=True) if color and number == 0 else line, color=color)
         return
     if code is None:
         raise _fail("give a rule code or name (e.g. `torchlint rule TL101`) or --all")
@@ -686,7 +907,21 @@ def rule(code: Optional[str], show_all: bool, output_format: str) -> None:
     if output_format == "json":
         click.echo(json.dumps(as_json(found, rules[found]), indent=2))
         return
-    click.echo(rule_section(rules[found], level=1), nl=False)
+    text = rule_section(rules[found], level=1)
+    color = _use_color()
+    click.echo(_bold_headings(text) if color else text, nl=False, color=color)
+
+
+def _bold_headings(markdown: str) -> str:
+    """Markdown with its headings (not a code block's comments) in bold."""
+    out, fenced = [], False
+    for line in markdown.split("\n"):
+        if line.lstrip().startswith("```"):
+            fenced = not fenced
+        elif not fenced and line.startswith("#"):
+            line = click.style(line, bold=True)
+        out.append(line)
+    return "\n".join(out)
 
 
 @main.command()
@@ -740,7 +975,7 @@ def verify(target, rule_mode, select, ignore, config, unsafe_fixes, each, rtol, 
             except ConfigError as exc:
                 raise _fail(str(exc)) from None
             options = verifier.EntryOptions(
-                unsafe=profile.settings.unsafe_fixes, each=each, rtol=rtol, atol=atol,
+                unsafe=bool(profile.settings.unsafe_fixes), each=each, rtol=rtol, atol=atol,
                 min_run_time=min_run_time, timeout=timeout,
             )
             report = verifier.verify_entry(target[0], profile.settings, profile.codes, options, progress)

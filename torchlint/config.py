@@ -33,14 +33,17 @@ class Settings:
     select: Optional[Tuple[str, ...]] = None
     ignore: Tuple[str, ...] = ()
     extend_select: Tuple[str, ...] = ()
+    extend_ignore: Tuple[str, ...] = ()
     per_file_ignores: Tuple[Tuple[str, Tuple[str, ...]], ...] = ()
     exclude: Tuple[str, ...] = DEFAULT_EXCLUDE
     extend_exclude: Tuple[str, ...] = ()
     target_torch: Tuple[int, int] = (2, 0)
-    unsafe_fixes: bool = False
+    # None: not set anywhere, so the summary hints at the unsafe fixes (Ruff's "hint").
+    unsafe_fixes: Optional[bool] = None
     output_format: str = "full"
     root: Path = field(default_factory=Path.cwd)
     config_path: Optional[Path] = None
+    extends: Tuple[Path, ...] = ()  # the files ``extend`` read, nearest first
 
     def with_overrides(self, **overrides: Any) -> "Settings":
         return replace(self, **{k: v for k, v in overrides.items() if v is not None})
@@ -49,9 +52,16 @@ class Settings:
 # -- loading ------------------------------------------------------------------
 
 _KEYS = {
-    "select", "ignore", "extend-select", "per-file-ignores", "exclude",
-    "extend-exclude", "target-torch", "unsafe-fixes", "output-format",
+    "select", "ignore", "extend-select", "extend-ignore", "per-file-ignores", "exclude",
+    "extend-exclude", "target-torch", "unsafe-fixes", "output-format", "extend",
 }
+
+# Keys whose values add up along an ``extend`` chain (the base's, then the file's own).
+_ADDITIVE = ("extend-select", "extend-ignore", "extend-exclude")
+
+# Keys holding path patterns: those with a ``/`` are relative to the directory of the
+# file that sets them (or to the current directory, on the command line).
+_PATTERN_KEYS = ("exclude", "extend-exclude")
 
 
 def find_config(start: Path) -> Optional[Path]:
@@ -73,8 +83,19 @@ def _read_quietly(path: Path) -> str:
         return ""
 
 
-def load_config(path: Path) -> Settings:
-    """Read and validate a configuration file."""
+def load_config(path: Path, extra: Optional["ConfigOverrides"] = None) -> Settings:
+    """Read and validate a configuration file, with the files it ``extend``s
+    and the command line's ``--config KEY=VALUE`` overrides (``extra``) on top."""
+    path = Path(os.path.abspath(path))
+    table, where, chain = _load_table(path, ())
+    root = path.parent.resolve()
+    if extra is not None:
+        table = _merge(table, extra.rebased(root))
+        where = f"{where} (with --config overrides)"
+    return settings_from_table(table, where, root, path, tuple(chain[1:]))
+
+
+def _read_table(path: Path) -> Tuple[Dict[str, Any], str]:
     try:
         text = path.read_text(encoding="utf-8")
     except (OSError, UnicodeDecodeError) as exc:
@@ -91,23 +112,125 @@ def load_config(path: Path) -> Settings:
         where = str(path)
     if not isinstance(table, dict):
         raise ConfigError(f"{where}: expected a table")
-    return settings_from_table(table, where, path.parent.resolve(), path)
+    return table, where
 
 
-def settings_from_table(
-    table: Dict[str, Any], where: str, root: Path, config_path: Optional[Path] = None
-) -> Settings:
+def _load_table(path: Path, seen: Tuple[Path, ...]) -> Tuple[Dict[str, Any], str, List[Path]]:
+    """A file's table merged over the tables it ``extend``s (as Ruff: relative to
+    the file, chains allowed, cycles refused); its name; the files read, from ``path`` on."""
+    resolved = path.resolve()
+    if resolved in seen:
+        cycle = " -> ".join(str(p) for p in (*seen, resolved))
+        raise ConfigError(f"`extend` forms a cycle: {cycle}")
+    table, where = _read_table(path)
+    base = table.get("extend")
+    if base is None:
+        return table, where, [path]
+    if not isinstance(base, str) or not base.strip():
+        raise ConfigError(f"{where}: `extend` must be the path of another configuration file")
+    base_path = Path(os.path.abspath(path.parent / os.path.expanduser(base)))
+    if not base_path.is_file():
+        raise ConfigError(f"{where}: extend: configuration file {base_path} does not exist")
+    parent, parent_where, chain = _load_table(base_path, (*seen, resolved))
+    own = {k: v for k, v in table.items() if k != "extend"}
+    settings_from_table(parent, parent_where, base_path.parent)  # its errors name the base file
+    parent = _rebase_patterns(parent, base_path.parent.resolve(), path.parent.resolve())
+    return _merge(parent, own), where, [path, *chain]
+
+
+def _merge(base: Dict[str, Any], top: Dict[str, Any]) -> Dict[str, Any]:
+    """``top`` over ``base``: its keys replace the base's, except the ``extend-*``
+    lists, which add up."""
+    merged = dict(base)
+    for key, value in top.items():
+        if key in _ADDITIVE and key in base and isinstance(base[key], list) and isinstance(value, list):
+            merged[key] = [*base[key], *value]
+        else:
+            merged[key] = value
+    return merged
+
+
+def _rebase(pattern: str, directory: Path, root: Path) -> str:
+    """A pattern with a ``/`` (relative to ``directory``) made relative to ``root``."""
+    posix = pattern.replace("\\", "/")
+    if "/" not in posix.rstrip("/") or directory == root:
+        return pattern
+    trailing = "/" if posix.endswith("/") else ""
+    target = os.path.normpath(os.path.join(str(directory), posix.lstrip("/").removeprefix("./")))
+    return Path(os.path.relpath(target, str(root))).as_posix() + trailing
+
+
+def _rebase_patterns(table: Dict[str, Any], directory: Path, root: Path) -> Dict[str, Any]:
+    if directory == root:
+        return table
+    out = dict(table)
+    for key in _PATTERN_KEYS:
+        if isinstance(out.get(key), list):
+            out[key] = [_rebase(p, directory, root) if isinstance(p, str) else p for p in out[key]]
+    if isinstance(out.get("per-file-ignores"), dict):
+        out["per-file-ignores"] = {_rebase(k, directory, root): v for k, v in out["per-file-ignores"].items()}
+    return out
+
+
+def _check_keys(table: Dict[str, Any], where: str) -> None:
     unknown = sorted(set(table) - _KEYS)
     if unknown:
         raise ConfigError(
             f"{where}: unknown option `{unknown[0]}` "
             f"(known options: {', '.join(sorted(_KEYS))})"
         )
-    values: Dict[str, Any] = {"root": root, "config_path": config_path}
-    for key in ("select", "ignore", "extend-select", "exclude", "extend-exclude"):
+
+
+@dataclass(frozen=True)
+class ConfigOverrides:
+    """``--config KEY=VALUE`` options (TOML), applied over every file's configuration."""
+
+    table: Tuple[Tuple[str, Any], ...] = ()
+    cwd: Path = field(default_factory=Path.cwd)
+
+    def __bool__(self) -> bool:
+        return bool(self.table)
+
+    def as_dict(self) -> Dict[str, Any]:
+        return {k: v for k, v in self.table}
+
+    def rebased(self, root: Path) -> Dict[str, Any]:
+        """The overrides, their path patterns made relative to ``root``."""
+        return _rebase_patterns(self.as_dict(), self.cwd.resolve(), root)
+
+
+def parse_override(text: str) -> Tuple[str, Any]:
+    """One ``--config`` ``KEY=VALUE`` (TOML syntax: ``select=['TL1']``,
+    ``target-torch='2.1'``), validated; ConfigError otherwise."""
+    try:
+        data = tomllib.loads(text)
+    except tomllib.TOMLDecodeError as exc:
+        raise ConfigError(
+            f"--config: `{text}` is neither an existing configuration file nor a TOML `KEY = VALUE` "
+            f"override ({exc}); e.g. --config \"select = ['TL1']\""
+        ) from None
+    if len(data) != 1:
+        raise ConfigError(f"--config: `{text}` must set exactly one option (KEY = VALUE)")
+    (key, value), = data.items()
+    if key == "tool" and isinstance(value, dict) and set(value) == {"torchlint"}:
+        raise ConfigError(f"--config: write the option without `tool.torchlint.`: `{text}`")
+    if key == "extend":
+        raise ConfigError("--config: `extend` cannot be set on the command line (use --config FILE)")
+    _check_keys({key: value}, "--config")
+    settings_from_table({key: value}, "--config", Path.cwd())  # the value's type and content
+    return key, value
+
+
+def settings_from_table(
+    table: Dict[str, Any], where: str, root: Path, config_path: Optional[Path] = None,
+    extends: Tuple[Path, ...] = (),
+) -> Settings:
+    _check_keys(table, where)
+    values: Dict[str, Any] = {"root": root, "config_path": config_path, "extends": extends}
+    for key in ("select", "ignore", "extend-select", "extend-ignore", "exclude", "extend-exclude"):
         if key in table:
             values[key.replace("-", "_")] = tuple(_string_list(table[key], key, where))
-    for key in ("select", "ignore", "extend-select"):
+    for key in ("select", "ignore", "extend-select", "extend-ignore"):
         for selector in table.get(key, ()):
             _check_selector(selector, f"{where}: {key}")
     if "per-file-ignores" in table:
@@ -180,7 +303,7 @@ def parse_version(value: Any, where: str = "target-torch") -> Tuple[int, int]:
 #
 # A selector is ``ALL``, a rule's code (``TL503``) or a prefix of codes (``TL``,
 # ``TL2``, ``TL50``).  ``select`` and ``extend-select`` enable the rules whose codes
-# start with a selector, except that an opt-in rule (off by default: TL5xx) is
+# start with a selector, except that an opt-in rule (off by default: TL5xx, TL001) is
 # enabled only by ``ALL`` or by a selector with at least one digit (its family,
 # ``TL5``, or anything more specific): ``select = ["TL"]`` means the default rules.
 # ``ignore`` and ``per-file-ignores`` remove every rule whose code starts with a
@@ -192,15 +315,16 @@ _SELECTOR = re.compile(r"^(ALL|[A-Z]+[0-9]*)$")
 def resolve_selection(
     settings: Settings, all_codes: Sequence[str], default_codes: Sequence[str]
 ) -> List[str]:
-    """The enabled rule codes: (select or the defaults) + extend-select - ignore."""
-    for selector in (*(settings.select or ()), *settings.ignore, *settings.extend_select):
+    """The enabled rule codes: (select or the defaults) + extend-select - ignore - extend-ignore."""
+    for selector in (*(settings.select or ()), *settings.ignore, *settings.extend_select,
+                     *settings.extend_ignore):
         validate_selector(selector, all_codes)
     opt_in = set(all_codes) - set(default_codes)
     selected = set(
         default_codes if settings.select is None else _enabled_by(settings.select, all_codes, opt_in)
     )
     selected |= set(_enabled_by(settings.extend_select, all_codes, opt_in))
-    selected -= set(_matching(settings.ignore, all_codes))
+    selected -= set(_matching((*settings.ignore, *settings.extend_ignore), all_codes))
     return sorted(selected)
 
 
@@ -242,9 +366,13 @@ class Overrides:
     select: Optional[Tuple[str, ...]] = None
     ignore: Tuple[str, ...] = ()
     extend_select: Tuple[str, ...] = ()
+    extend_ignore: Tuple[str, ...] = ()
     target_torch: Optional[Tuple[int, int]] = None
     output_format: Optional[str] = None
     unsafe_fixes: Optional[bool] = None
+    exclude: Optional[Tuple[str, ...]] = None  # --exclude: replaces the configured exclude
+    extend_exclude: Tuple[str, ...] = ()
+    config: ConfigOverrides = ConfigOverrides()  # --config KEY=VALUE
 
     @property
     def selects(self) -> bool:
@@ -253,7 +381,13 @@ class Overrides:
     def apply(self, settings: Settings) -> Settings:
         if self.select is not None:
             # The command line's --select replaces the configuration's selection.
-            settings = replace(settings, select=self.select, ignore=(), extend_select=())
+            settings = replace(settings, select=self.select, ignore=(), extend_select=(), extend_ignore=())
+        cwd = self.config.cwd.resolve()
+        if self.exclude is not None:
+            settings = replace(settings, exclude=tuple(_rebase(p, cwd, settings.root) for p in self.exclude))
+        if self.extend_exclude:
+            settings = replace(settings, extend_exclude=settings.extend_exclude + tuple(
+                _rebase(p, cwd, settings.root) for p in self.extend_exclude))
         if self.ignore:
             settings = replace(settings, ignore=settings.ignore + self.ignore)
         if self.extend_select:
@@ -358,18 +492,29 @@ class Resolver:
     def _load(self, config: Optional[Path]) -> Profile:
         from torchlint.registry import all_codes, default_codes
 
-        base = load_config(config) if config is not None else Settings(root=self.cwd)
+        base = self._base(config)
         settings = self.overrides.apply(base)
         codes = resolve_selection(settings, all_codes(), default_codes())
         if not codes:
             raise ConfigError(_nothing_selected(self.overrides, base, config))
         return Profile(settings, tuple(codes))
 
+    def _base(self, config: Optional[Path]) -> Settings:
+        """The file's own settings (with ``--config KEY=VALUE``), before the other options."""
+        extra = self.overrides.config
+        if config is not None:
+            return load_config(config, extra or None)
+        if extra:
+            return settings_from_table(extra.rebased(self.cwd), "--config", self.cwd)
+        return Settings(root=self.cwd)
+
 
 def _nothing_selected(overrides: Overrides, base: Settings, config: Optional[Path]) -> str:
-    where = None
+    where = "--config" if overrides.config else None
     if config is not None:
         where = f"[tool.torchlint] in {config}" if config.name == "pyproject.toml" else str(config)
+        if overrides.config:
+            where += " (with --config overrides)"
     if overrides.select is not None or (overrides.selects and where is None):
         return ("no rules selected: --select, --ignore and --extend-select leave nothing to check "
                 "(an empty --select selects nothing)")

@@ -59,7 +59,9 @@ def rule_section(rule: Type[Rule], level: int = 2) -> str:
 
 
 def _anchor(rule: Type[Rule]) -> str:
-    return f"{rule.code}-{rule.name}".lower()
+    from torchlint.registry import rule_anchor
+
+    return rule_anchor(rule.code, rule.name)
 
 
 def render(rules: Iterable[Type[Rule]]) -> str:

@@ -87,9 +87,13 @@ class LintResult:
     """Functions whose frequency the module alone does not show (``Context.pending``)."""
 
 
-def could_concern_torch(text: str) -> bool:
-    """The cheap textual test: a file that never says ``torch`` has nothing to report."""
-    return "torch" in text
+def could_concern_torch(text: str, codes: Sequence[str] = ()) -> bool:
+    """The cheap textual test: a file that never says ``torch`` has nothing to
+    report (but a ``# noqa`` comment in it, when TL001 judges those)."""
+    return "torch" in text or (UNUSED_NOQA in codes and "noqa" in text.lower())
+
+
+UNUSED_NOQA = "TL001"  # reported here, once the other rules have run (rules/tl001_unused_noqa.py)
 
 
 @lru_cache(maxsize=64)
@@ -207,7 +211,7 @@ def lint_text(text: str, path: str, settings: Settings, codes: Sequence[str],
     """Every diagnostic of the enabled rules ``codes`` for one source text;
     ``project``: what other modules of the run establish about it
     (``torchlint.project``)."""
-    if not codes or not could_concern_torch(text):
+    if not codes or not could_concern_torch(text, codes):
         return LintResult([])
     return on_large_stack(_lint_text, text, path, settings, codes, project)
 
@@ -254,7 +258,7 @@ def _lint_suppressed(
     except RecursionError:
         return LintResult([internal_error(path, "the file is too deeply nested to analyse")])
     pending = sorted(context.pending)
-    if not context.findings:
+    if not context.findings and (UNUSED_NOQA not in codes or not suppressions.directives):
         return LintResult([], module, pending=pending)
 
     positions = node_positions(module)
@@ -284,8 +288,88 @@ def _lint_suppressed(
         finding.diagnostic = diagnostic
         kept.append(finding)
         diagnostics.append(diagnostic)
+    if UNUSED_NOQA in codes:
+        for finding in _unused_noqa(module, positions, suppressions, codes):
+            (line, column), (end_line, end_column) = positions[finding.node]
+            if suppressions.suppresses(UNUSED_NOQA, line):
+                continue
+            assert finding.fix is not None
+            finding.diagnostic = Diagnostic(
+                path, line, column + 1, end_line, end_column + 1, finding.message, code=finding.code,
+                name=finding.name, fix=FixInfo(finding.fix.applicability, finding.fix.message),
+            )
+            kept.append(finding)
+            diagnostics.append(finding.diagnostic)
     diagnostics.sort(key=Diagnostic.sort_key)
     return LintResult(diagnostics, module, kept, positions, pending=pending)
+
+
+# -- TL001: `# noqa` codes that suppress nothing -----------------------------------
+
+
+class _Comments(cst.CSTVisitor):
+    """Every comment with the node that holds it (a line's trailing whitespace or an empty line)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.found: List[Tuple[cst.Comment, cst.CSTNode]] = []
+
+    def visit_TrailingWhitespace(self, node: cst.TrailingWhitespace) -> None:
+        if node.comment is not None:
+            self.found.append((node.comment, node))
+
+    def visit_EmptyLine(self, node: cst.EmptyLine) -> None:
+        if node.comment is not None:
+            self.found.append((node.comment, node))
+
+
+def _unused_noqa(module: cst.Module, positions, suppressions: Suppressions,
+                 codes: Sequence[str]) -> List[Finding]:
+    """TL001's findings: the line directives' torchlint codes that suppressed nothing."""
+    from torchlint.model import Fix
+    from torchlint.noqa import TORCHLINT_PREFIX, without_codes
+    from torchlint.registry import all_codes
+
+    known, enabled = set(all_codes()), set(codes)
+    by_line = {d.line: d for d in suppressions.directives}
+    if not by_line:
+        return []
+    visitor = _Comments()
+    module.visit(visitor)
+    rule = all_rules()[UNUSED_NOQA]
+    findings: List[Finding] = []
+    for comment, holder in visitor.found:
+        directive = by_line.get(positions[comment][0][0])
+        if directive is None or comment.value != directive.comment:
+            continue
+        groups: Dict[str, List[str]] = {"unused": [], "non-enabled": [], "unknown": []}
+        for code in directive.codes:
+            if not code.startswith(TORCHLINT_PREFIX) or (directive.line, code) in suppressions.used:
+                continue
+            kind = "unknown" if code not in known else "non-enabled" if code not in enabled else "unused"
+            groups[kind].append(code)
+        bad = [code for kind in groups.values() for code in kind]
+        if not bad:
+            continue
+        detail = "; ".join(f"{kind}: {', '.join(f'`{c}`' for c in found)}" for kind, found in groups.items() if found)
+        new_value = without_codes(comment.value, bad)
+        fix = Fix(Applicability.SAFE, "Remove unused `noqa` directive" if not new_value
+                  else f"Remove unused code{'s' if len(bad) != 1 else ''} from the `noqa` directive",
+                  _removal(comment, holder, new_value), holder if not new_value else comment)
+        findings.append(Finding(UNUSED_NOQA, rule.name, comment, f"Unused `noqa` directive ({detail})", fix))
+    return findings
+
+
+def _removal(comment: cst.Comment, holder: cst.CSTNode, new_value: str) -> Callable[[], object]:
+    """The codemod of TL001's fix: the comment rewritten, or gone with the space before it."""
+    def build():
+        if new_value:
+            return comment.with_changes(value=new_value)
+        if isinstance(holder, cst.TrailingWhitespace):
+            return holder.with_changes(whitespace=cst.SimpleWhitespace(""), comment=None)
+        return cst.RemoveFromParent()  # an empty line that held only the directive
+
+    return build
 
 
 # -- fixing -------------------------------------------------------------------
@@ -395,7 +479,7 @@ def fix_text(
     ``accept``, if given, is asked about every fixed text (a notebook refuses
     edits of its masked magic lines and cell boundaries).
     """
-    if not codes or not could_concern_torch(text):
+    if not codes or not could_concern_torch(text, codes):
         return FixResult(text, Counter(), [], [])
     return on_large_stack(_fix_text, text, path, settings, codes, unsafe, accept, project)
 
@@ -502,18 +586,19 @@ def _allowed(unsafe: bool) -> set:
 
 
 def single_fixes(
-    text: str, path: str, settings: Settings, codes: Sequence[str], unsafe: bool
+    text: str, path: str, settings: Settings, codes: Sequence[str], unsafe: bool,
+    project: Optional[Dict[str, Any]] = None,
 ) -> List[Tuple[Diagnostic, Optional[str]]]:
     """Each fixable diagnostic of ``text`` with the text that applying only its
     fix gives: ``None`` when that fix alone changes nothing, raises, or makes
     code that does not parse (``fix_text`` reports those itself)."""
-    if not codes or not could_concern_torch(text):
+    if not codes or not could_concern_torch(text, codes):
         return []
-    return on_large_stack(_single_fixes, text, path, settings, codes, unsafe)
+    return on_large_stack(_single_fixes, text, path, settings, codes, unsafe, project)
 
 
-def _single_fixes(text, path, settings, codes, unsafe) -> List[Tuple[Diagnostic, Optional[str]]]:
-    result = _lint_text(text, path, settings, codes)
+def _single_fixes(text, path, settings, codes, unsafe, project=None) -> List[Tuple[Diagnostic, Optional[str]]]:
+    result = _lint_text(text, path, settings, codes, project)
     if result.module is None:
         return []
     allowed = _allowed(unsafe)

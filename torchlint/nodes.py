@@ -91,3 +91,18 @@ def walk_nodes(node: cst.CSTNode) -> Iterable[cst.CSTNode]:
         children = iter_children(current)
         children.reverse()
         extend(children)
+
+
+def target_names(target: cst.BaseExpression) -> List[str]:
+    """The names a loop target binds (``i``, ``(i, (x, y))``, ``*rest``)."""
+    names: List[str] = []
+    todo: List[cst.CSTNode] = [target]
+    while todo:
+        node = todo.pop()
+        if isinstance(node, cst.Name):
+            names.append(node.value)
+        elif isinstance(node, (cst.Tuple, cst.List)):
+            todo.extend(e.value for e in node.elements)
+        elif isinstance(node, cst.StarredElement):
+            todo.append(node.value)
+    return names

@@ -58,7 +58,7 @@ def run_key(files: Sequence[Tuple[str, str]], pending: Dict[str, Sequence[str]])
     return hashlib.blake2b(blob, digest_size=16).hexdigest()
 
 
-Site = Tuple[int, int, Optional[str]]  # (level, line, calling function)
+Site = Tuple[int, int, Optional[str], bool]  # (level, line, calling function, passes only host values)
 # A caller file and what to look for in it: [(file of the function, qualified name)].
 Query = Tuple[str, Sequence[Tuple[str, str]]]
 
@@ -129,6 +129,8 @@ def derive(
         follow: List[Tuple[str, str]] = []
         for path, qualname in wanted:
             best: Optional[Tuple[int, str]] = facts.get(path, {}).get(qualname)
+            host_only: Optional[str] = None  # a call site, while every call passes only host values
+            tensor_maybe = False
             for other in files:
                 if other == path:
                     continue
@@ -144,7 +146,11 @@ def derive(
                         if key not in facts.get(path, {}):
                             facts.setdefault(path, {})[key] = (0, f"{other}:{found_sites[0][1]}")
                             changed = True
-                for level, line, caller in found_sites:
+                for level, line, caller, host_args in found_sites:
+                    if host_args:
+                        host_only = host_only or f"{other}:{line}"
+                    else:
+                        tensor_maybe = True
                     if level == unknown:
                         if caller is not None and (other, caller) not in asked:
                             asked.add((other, caller))
@@ -154,6 +160,10 @@ def derive(
                         best = (level, f"{other}:{line}")
             if best is not None and facts.get(path, {}).get(qualname) != best:
                 facts.setdefault(path, {})[qualname] = best
+                changed = True
+            key = f"{qualname}{TRAIT}host_args"
+            if host_only is not None and not tensor_maybe and key not in facts.get(path, {}):
+                facts.setdefault(path, {})[key] = (0, host_only)  # every caller passes host values
                 changed = True
         if follow:
             wanted = wanted + follow

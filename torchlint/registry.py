@@ -51,3 +51,8 @@ def project_hooks():
     from torchlint.rules import _project
 
     return _project
+
+
+def rule_anchor(code: str, name: str) -> str:
+    """The anchor of a rule's section in docs/rules.md (``tl201-create-then-move``)."""
+    return f"{code}-{name}".lower()

@@ -2,11 +2,12 @@
 
 from __future__ import annotations
 
+import functools
 import json
 import os
 from collections import Counter
 from pathlib import Path
-from typing import Callable, Dict, List, Optional, Sequence
+from typing import Callable, Dict, List, Optional, Sequence, Tuple
 from xml.sax.saxutils import escape, quoteattr
 
 import click
@@ -15,6 +16,45 @@ from torchlint import __version__
 from torchlint.model import Applicability, Diagnostic, Kind
 
 INFORMATION_URI = "https://pypi.org/project/torchlint/"
+
+
+def rule_url(code: str, name: Optional[str]) -> str:
+    """The rule's documentation: its section of docs/rules.md (see ``docs_url``)."""
+    from torchlint.registry import rule_anchor
+
+    return f"{docs_url()}#{rule_anchor(code, name or '')}"
+
+
+@functools.lru_cache(maxsize=1)
+def docs_url() -> str:
+    """docs/rules.md where this torchlint came from: in the repository it was
+    installed from, at the commit installed (pip's ``direct_url.json``), or in
+    the checkout it runs from; else the project page."""
+    import json as _json
+    from importlib import metadata
+
+    try:
+        direct = _json.loads(metadata.distribution("torchlint").read_text("direct_url.json") or "null")
+    except (metadata.PackageNotFoundError, ValueError, OSError):
+        direct = None
+    if isinstance(direct, dict) and isinstance(direct.get("url"), str):
+        url = direct["url"].rstrip("/")
+        vcs = direct.get("vcs_info") or {}
+        ref = vcs.get("commit_id") or vcs.get("requested_revision") or "main"
+        if url.startswith("https://github.com/"):
+            return f"{url.removesuffix('.git')}/blob/{ref}/docs/rules.md"
+        if url.startswith("https://gitlab.com/"):
+            return f"{url.removesuffix('.git')}/-/blob/{ref}/docs/rules.md"
+        if url.startswith("file://"):  # installed from a clone (`pip install ./torchlint`)
+            from urllib.request import url2pathname
+
+            installed_from = Path(url2pathname(url[len("file://"):])) / "docs" / "rules.md"
+            if installed_from.is_file():
+                return installed_from.as_uri()
+    local = Path(__file__).resolve().parent.parent / "docs" / "rules.md"
+    if local.is_file():
+        return local.as_uri()
+    return INFORMATION_URI
 
 
 def _fix_mark(d: Diagnostic) -> str:
@@ -134,9 +174,20 @@ def _excerpt(d: Diagnostic, text: Optional[str]) -> List[str]:
     return rows
 
 
-def format_json(diagnostics: Sequence[Diagnostic], sources: Dict[str, str], color: bool) -> str:
+def format_json(diagnostics: Sequence[Diagnostic], sources: Dict[str, str], color: bool,
+                edits: Optional[Dict[tuple, list]] = None) -> str:
+    """Ruff's JSON: a list of diagnostics, each with its rule's ``url`` and its fix's
+    ``edits`` (given by the caller, see torchlint/fix_edits.py) and ``noqa_row``,
+    the line where a ``# noqa`` for it goes."""
+    from torchlint.fix_edits import key
+    from torchlint.noqa import noqa_rows
+
+    rows: Dict[str, Dict[int, int]] = {}
     items = []
     for d in diagnostics:
+        if d.source_key not in rows:
+            text = sources.get(d.source_key)
+            rows[d.source_key] = noqa_rows(text) if text is not None and d.code else {}
         items.append(
             {
                 "code": d.code,
@@ -150,8 +201,10 @@ def format_json(diagnostics: Sequence[Diagnostic], sources: Dict[str, str], colo
                 "end_location": {"row": d.end_line, "column": d.end_column},
                 "fix": None
                 if d.fix is None
-                else {"applicability": d.fix.applicability.value, "message": d.fix.message},
-                "noqa_row": d.line,
+                else {"applicability": d.fix.applicability.value, "message": d.fix.message,
+                      "edits": (edits or {}).get(key(d), [])},
+                "noqa_row": rows[d.source_key].get(d.line, d.line),
+                "url": rule_url(d.code, d.name) if d.code else None,
                 # For the rules that report only code running every step: how often
                 # it runs, and the call that makes it so ("path:line") when inferred.
                 "frequency": d.runs,
@@ -210,6 +263,7 @@ def format_sarif(diagnostics: Sequence[Diagnostic], sources: Dict[str, str], col
                 "shortDescription": {"text": rule.summary or rule.name},
                 "fullDescription": {"text": rule.documentation()},
                 "help": {"text": rule.documentation(), "markdown": rule.documentation()},
+                "helpUri": rule_url(code, rule.name),
                 "defaultConfiguration": {"enabled": rule.default, "level": "warning"},
                 "properties": {"fix": rule.fix.value},
             }
@@ -370,27 +424,61 @@ def statistics(diagnostics: Sequence[Diagnostic], unsafe_fixes: bool = False, fm
     return "\n".join(lines) + "\n"
 
 
-def summary(diagnostics: Sequence[Diagnostic], unsafe_fixes: bool, fix_total: Optional[int] = None) -> str:
-    """``Found N errors.`` and what ``torchlint fix`` would do about them.
+def _fixables(diagnostics: Sequence[Diagnostic], unsafe_fixes: Optional[bool]) -> Tuple[int, int]:
+    """(fixes ``--fix`` would apply, unsafe fixes it would not), as Ruff counts them."""
+    applicable = sum(1 for d in diagnostics if d.fix is not None and d.fix.applies(bool(unsafe_fixes)))
+    hidden = sum(1 for d in diagnostics if d.fix is not None and not d.fix.applies(bool(unsafe_fixes))
+                 and d.fix.applicability is Applicability.UNSAFE)
+    return applicable, hidden
 
-    ``fix_total`` is how many fixes ``fix`` would apply in all; more than the
-    fixable diagnostics when applying some makes others possible.
+
+def _es(n: int) -> str:
+    return "" if n == 1 else "es"
+
+
+def summary(diagnostics: Sequence[Diagnostic], unsafe_fixes: Optional[bool], fix_total: Optional[int] = None,
+            fixed: int = 0, color: bool = False) -> str:
+    """Ruff's summary of ``check`` (and of ``check --fix``, ``fixed`` being the
+    fixes applied), word for word as Ruff 0.17 prints it: ``Found N errors.`` and
+    what ``--fix`` would do about them. ``unsafe_fixes`` None (not set anywhere)
+    hints at the unsafe fixes, as Ruff does.
+
+    ``fix_total`` is how many fixes ``--fix`` would apply in all; more than the
+    fixable diagnostics when applying some makes others possible (said on a
+    line of its own).
     """
-    n = len(diagnostics)
-    if n == 0:
-        return "All checks passed!\n"
-    lines = [f"Found {n} error{'s' if n != 1 else ''}."]
-    safe = sum(1 for d in diagnostics if d.fix and d.fix.applicability is Applicability.SAFE)
-    unsafe = sum(1 for d in diagnostics if d.fix and d.fix.applicability is Applicability.UNSAFE)
-    if unsafe_fixes:
-        safe, unsafe = safe + unsafe, 0
-    if safe:
-        flag = " --unsafe-fixes" if unsafe_fixes else ""
-        more = (fix_total or 0) - safe
-        after = (f" ({more} more become{'s' if more == 1 else ''} fixable once these are applied)"
-                 if more > 0 else "")
-        lines.append(f"[*] {safe} fixable with `torchlint fix{flag}`{after}.")
-    if unsafe:
-        hidden = f"{unsafe} hidden fix{'es' if unsafe != 1 else ''} can be enabled with the `--unsafe-fixes` option"
-        lines.append(f"({hidden}.)" if safe else f"No fixes available ({hidden}).")
+    remaining = len(diagnostics)
+    total = remaining + fixed
+    if fixed:
+        lines = [f"Found {total} error{'s' if total != 1 else ''} ({fixed} fixed, {remaining} remaining)."]
+    elif remaining:
+        lines = [f"Found {remaining} error{'s' if remaining != 1 else ''}."]
+    else:
+        lines = ["All checks passed!"]
+    applicable, hidden = _fixables(diagnostics, unsafe_fixes)
+    star = "[" + (click.style("*", fg="cyan") if color else "*") + "]"
+    hint = unsafe_fixes is None and hidden  # Ruff hints only when unsafe-fixes is not set
+    unsafe = f"{hidden} unsafe fix{_es(hidden)} available with `--fix --unsafe-fixes`"
+    if applicable:
+        lines.append(f"{star} {applicable} fixable with `--fix`" + (f" ({unsafe})." if hint else "."))
+    elif hint:
+        lines.append(f"{unsafe}.")
+    more = (fix_total or 0) - applicable
+    if applicable and more > 0:
+        lines.append(f"{more} more become{'s' if more == 1 else ''} fixable once these are applied.")
     return "\n".join(lines) + "\n"
+
+
+def fix_summary(fixed: Dict[str, Counter], remaining: Sequence[Diagnostic], unsafe_fixes: Optional[bool],
+                diff: bool) -> str:
+    """Ruff's line for ``--fix-only`` and ``--diff`` (which show no findings)."""
+    n = sum(sum(c.values()) for c in fixed.values())
+    _, unapplied = _fixables(remaining, unsafe_fixes)
+    s = "" if n == 1 else "s"
+    verb = f"Would fix {n} error{s}" if diff else f"Fixed {n} error{s}"
+    if unapplied:
+        if n:
+            return f"{verb} ({unapplied} additional fix{_es(unapplied)} available with `--unsafe-fixes`).\n"
+        none = "No errors would be fixed" if diff else "No errors fixed"
+        return f"{none} ({unapplied} fix{_es(unapplied)} available with `--unsafe-fixes`).\n"
+    return f"{verb}.\n" if n else ""

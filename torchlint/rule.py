@@ -18,7 +18,7 @@ import libcst as cst
 
 from torchlint.model import Finding, Fix, FixAvailability
 from torchlint.names import ImportTable
-from torchlint.nodes import iter_children, walk_nodes
+from torchlint.nodes import iter_children, target_names, walk_nodes
 from torchlint.semantic import Location, SemanticModel, location_of
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -61,21 +61,13 @@ def _periodic_flags(scope: cst.CSTNode) -> frozenset:
             continue
         if kind is cst.Assign:
             for target in node.targets:
-                for name in _target_names(target.target):
+                for name in target_names(target.target):
                     modulo[name] = modulo.get(name, True) and contains_modulo(node.value)
         elif kind in (cst.AugAssign, cst.AnnAssign, cst.For, cst.NamedExpr):
-            for name in _target_names(node.target):
+            for name in target_names(node.target):
                 modulo[name] = False
         todo.extend(iter_children(node))
     return frozenset(name for name, all_modulo in modulo.items() if all_modulo)
-
-
-def _target_names(target: cst.BaseExpression) -> List[str]:
-    if isinstance(target, cst.Name):
-        return [target.value]
-    if isinstance(target, (cst.Tuple, cst.List)):
-        return [n for e in target.elements for n in _target_names(e.value)]
-    return []
 
 
 _TEST_FILE = re.compile(r"^(test_.*\.pyi?|.*_test\.pyi?|conftest\.py)$")

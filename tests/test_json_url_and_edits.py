@@ -1,0 +1,156 @@
+"""JSON diagnostics with the rule's `url` and the fix's `edits`, SARIF rules with
+`helpUri`, as Ruff's (#16)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from urllib.parse import unquote, urlparse
+
+from tests.test_add_noqa import _notebook
+from tests.test_cli import run
+from torchlint.fix_edits import text_edit
+from torchlint.reporters import docs_url, rule_url
+
+ROOT = Path(__file__).resolve().parent.parent
+
+SOURCE = """\
+import torch
+from torch.utils.data import DataLoader
+
+
+def train(dataset, device):
+    loader = DataLoader(dataset, batch_size=8, num_workers=4)
+    total = 0.0
+    for batch in loader:
+        noise = torch.zeros(3).to(device)
+        total += batch.sum().item()
+        x = batch.to(device)
+"""
+
+
+def _apply(text: str, edits: list) -> str:
+    """Apply Ruff-style edits (rows and columns from 1, end exclusive)."""
+    lines = text.splitlines(keepends=True)
+    starts = [0]
+    for line in lines:
+        starts.append(starts[-1] + len(line))
+
+    def offset(point):
+        return starts[point["row"] - 1] + point["column"] - 1
+
+    for edit in sorted(edits, key=lambda e: offset(e["location"]), reverse=True):
+        text = text[: offset(edit["location"])] + edit["content"] + text[offset(edit["end_location"]):]
+    return text
+
+
+def test_each_edit_applied_alone_gives_what_its_fix_gives(runner, workdir):
+    (workdir / "train.py").write_text(SOURCE)
+    items = json.loads(run(runner, "check", "--output-format", "json", "train.py").output)
+    fixable = [item for item in items if item["fix"] is not None]
+    assert {item["code"] for item in fixable} == {"TL201", "TL202", "TL101"}
+    for item in fixable:
+        edits = item["fix"]["edits"]
+        assert edits, item["code"]
+        fixed = _apply(SOURCE, edits)
+        if item["code"] == "TL201":
+            # the span that changes: `).to(` becomes `, device=`
+            assert edits == [{"content": ", device=", "location": {"row": 9, "column": 30},
+                              "end_location": {"row": 9, "column": 35}}]
+            assert "noise = torch.zeros(3, device=device)\n" in fixed
+        if item["code"] == "TL202":
+            assert "DataLoader(dataset, batch_size=8, num_workers=4, pin_memory=True)" in fixed
+            compile(fixed, "train.py", "exec")
+    # The unsafe fix gets its edits too (the JSON says it is unsafe).
+    (unsafe,) = [item for item in fixable if item["code"] == "TL101"]
+    assert unsafe["fix"]["applicability"] == "unsafe"
+
+
+def test_json_url_points_at_the_rules_section(runner, workdir):
+    (workdir / "train.py").write_text(SOURCE)
+    items = json.loads(run(runner, "check", "--output-format", "json", "train.py").output)
+    for item in items:
+        assert item["url"] == rule_url(item["code"], item["name"])
+        assert item["url"].endswith(f"#{item['code'].lower()}-{item['name']}")
+    rules_md = (ROOT / "docs" / "rules.md").read_text()
+    for item in items:
+        anchor = item["url"].split("#", 1)[1]
+        assert f"](#{anchor})" in rules_md  # the generated index links to the same anchor
+
+
+def test_docs_url_is_where_this_torchlint_comes_from():
+    url = docs_url()
+    parsed = urlparse(url)
+    if parsed.scheme == "file":  # a checkout (this one: an editable install or the source tree)
+        assert Path(unquote(parsed.path)) == ROOT / "docs" / "rules.md"
+    else:
+        assert parsed.scheme == "https" and url.endswith("/docs/rules.md"), url
+
+
+def test_noqa_row_is_where_a_noqa_goes(runner, workdir):
+    (workdir / "train.py").write_text(
+        'import torch\n\n\ndef train(loader, device):\n    for batch in loader:\n'
+        '        noise = torch.zeros(len("""\n1\n""")).to(device)\n'
+    )
+    (item,) = json.loads(run(runner, "check", "--output-format", "json", "train.py").output)
+    assert item["location"]["row"] == 6 and item["noqa_row"] == 8
+
+
+def test_notebook_edits_are_in_the_cell(runner, workdir):
+    (workdir / "nb.ipynb").write_text(_notebook("import torch", "for b in loader:\n    x = torch.zeros(3).cuda()"))
+    (item,) = json.loads(run(runner, "check", "--output-format", "json", "nb.ipynb").output)
+    assert item["cell"] == 2
+    assert item["fix"]["edits"] == [{"content": ", device=\"cuda\"", "cell": 2,
+                                     "location": {"row": 2, "column": 22}, "end_location": {"row": 2, "column": 29}}]
+
+
+def test_sarif_rules_have_help_uri(runner, workdir):
+    (workdir / "train.py").write_text(SOURCE)
+    sarif = json.loads(run(runner, "check", "--output-format", "sarif", "train.py").output)
+    rules = sarif["runs"][0]["tool"]["driver"]["rules"]
+    assert all(rule["helpUri"] == rule_url(rule["id"], rule["name"]) for rule in rules)
+
+
+def test_text_edit_keeps_whole_words_and_positions():
+    assert text_edit("a = f(x=False)\n", "a = f(x=True)\n") == {
+        "content": "True", "location": {"row": 1, "column": 9}, "end_location": {"row": 1, "column": 14}}
+    assert text_edit("a\nb\n", "a\nx\nb\n")["location"] == {"row": 2, "column": 1}
+    assert text_edit("same", "same") is None
+    deletion = text_edit("keep\ndrop\nkeep\n", "keep\nkeep\n")
+    assert deletion["content"] == "" and _apply("keep\ndrop\nkeep\n", [deletion]) == "keep\nkeep\n"
+
+
+def test_edits_for_standard_input(runner, workdir):
+    code = "import torch\nfor b in loader:\n    x = torch.zeros(3).cuda()\n"
+    (item,) = json.loads(run(runner, "check", "--output-format", "json", "-", input=code).output)
+    assert _apply(code, item["fix"]["edits"]) == code.replace("torch.zeros(3).cuda()", 'torch.zeros(3, device="cuda")')
+
+
+def test_fix_json_gives_the_edits_of_the_fixes_left(runner, workdir):
+    path = workdir / "train.py"
+    path.write_text(SOURCE)
+    items = json.loads(run(runner, "fix", "--output-format", "json", "train.py").output)
+    fixed = path.read_text()
+    assert "torch.zeros(3, device=device)" in fixed  # the safe fix was applied
+    left = {item["code"]: item for item in items if item["fix"] is not None}
+    assert sorted(left) == ["TL101", "TL202"]  # unsafe here (the dataset is unknown)
+    assert "total += batch.sum().detach()" in _apply(fixed, left["TL101"]["fix"]["edits"])
+    assert "pin_memory=True" in _apply(fixed, left["TL202"]["fix"]["edits"])
+
+
+def test_spliced_fixes_equal_the_whole_module_rewrite():
+    """fix_edits.alone splices one-line expression fixes into the text; it must
+    give exactly what engine.single_fixes (the whole module regenerated) gives."""
+    from torchlint.config import Settings
+    from torchlint.engine import single_fixes
+    from torchlint.fix_edits import alone
+    from torchlint.registry import all_codes
+
+    paths = sorted(ROOT.glob("tests/fixtures/*/input.py")) + sorted(ROOT.glob("examples/*.py"))
+    compared = 0
+    for path in paths:
+        text = path.read_text()
+        expected = single_fixes(text, path.name, Settings(), all_codes(), True)
+        assert alone(text, path.name, Settings(), all_codes()) == expected, path
+        compared += sum(1 for _, fixed in expected if fixed is not None)
+    assert compared > 50

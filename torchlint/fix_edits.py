@@ -1,0 +1,164 @@
+"""The edits of each fix, as Ruff's JSON output gives them (``fix.edits``).
+
+A fix is a codemod applied to the syntax tree; its edit is what applying only
+that fix changes in the text: the span of the original text it replaces
+(``location`` to ``end_location``, rows and columns from 1, columns counting
+characters, the end exclusive) and the new ``content``.  In a notebook the
+positions are in the cell, as the diagnostic's own.
+"""
+
+from __future__ import annotations
+
+import bisect
+from typing import Any, Dict, List, Optional, Sequence, Tuple
+
+from torchlint.model import Diagnostic
+from torchlint.source import is_notebook
+
+Key = Tuple[str, Optional[int], int, int, Optional[str]]
+
+
+def key(d: Diagnostic) -> Key:
+    return (d.path, d.cell, d.line, d.column, d.code)
+
+
+def text_edit(before: str, after: str) -> Optional[Dict[str, Any]]:
+    """The one replacement that turns ``before`` into ``after`` (the span between
+    their common beginning and common end); None when they are equal."""
+    if before == after:
+        return None
+    start = 0
+    limit = min(len(before), len(after))
+    while start < limit and before[start] == after[start]:
+        start += 1
+    end_before, end_after = len(before), len(after)
+    while end_before > start and end_after > start and before[end_before - 1] == after[end_after - 1]:
+        end_before -= 1
+        end_after -= 1
+    # Whole words: `True` for `False`, not `Tru` for `Fals`.
+    while start > 0 and start < end_before and _word(before[start - 1]) and _word(before[start]):
+        start -= 1
+    while end_before < len(before) and _word(before[end_before]) and (
+            end_before > start and _word(before[end_before - 1])):
+        end_before += 1
+        end_after += 1
+    starts = [0] + [i + 1 for i, ch in enumerate(before) if ch == "\n"]
+    return {
+        "content": after[start:end_after],
+        "location": _point(starts, start),
+        "end_location": _point(starts, end_before),
+    }
+
+
+def _word(ch: str) -> bool:
+    return ch.isalnum() or ch == "_"
+
+
+def _point(starts: List[int], offset: int) -> Dict[str, int]:
+    row = bisect.bisect_right(starts, offset) - 1
+    return {"row": row + 1, "column": offset - starts[row] + 1}
+
+
+def for_file(text: str, display: str, settings, codes: Sequence[str],
+             project: Optional[Dict[str, Any]] = None) -> Dict[Key, List[Dict[str, Any]]]:
+    """Each fixable diagnostic of a file (``key``) -> its edits; every fix, safe or
+    not (the JSON says which by ``applicability``)."""
+    if is_notebook(display):
+        return _for_notebook(text, display, settings, codes)
+    out: Dict[Key, List[Dict[str, Any]]] = {}
+    for diagnostic, fixed in alone(text, display, settings, codes, project):
+        edit = None if fixed is None else text_edit(text, fixed)
+        out[key(diagnostic)] = [] if edit is None else [edit]
+    return out
+
+
+def alone(text: str, display: str, settings, codes: Sequence[str],
+          project: Optional[Dict[str, Any]] = None) -> List[Tuple[Diagnostic, Optional[str]]]:
+    """Each fixable diagnostic with the text that applying only its fix gives
+    (None when the fix raises or gives code that does not parse), as
+    ``engine.single_fixes``; an expression replaced by one line of code is
+    spliced into the text instead of regenerating the whole module."""
+    from torchlint.engine import could_concern_torch, on_large_stack
+
+    if not codes or not could_concern_torch(text, codes):
+        return []
+    return on_large_stack(_alone, text, display, settings, codes, project)
+
+
+def _alone(text, display, settings, codes, project) -> List[Tuple[Diagnostic, Optional[str]]]:
+    import ast
+
+    import libcst as cst
+
+    from torchlint import engine
+
+    result = engine._lint_text(text, display, settings, codes, project)
+    if result.module is None or result.positions is None:
+        return []
+    starts = [0] + [i + 1 for i, ch in enumerate(text) if ch == "\n"]
+    compiles = _parses(text, ast)
+    out: List[Tuple[Diagnostic, Optional[str]]] = []
+    for finding in result.findings:
+        if finding.fix is None or finding.diagnostic is None:
+            continue
+        try:
+            replacement = finding.fix.build()
+        except Exception:  # noqa: BLE001 - a broken codemod is fix_text's to report
+            out.append((finding.diagnostic, None))
+            continue
+        target = finding.fix.target if finding.fix.target is not None else finding.node
+        fixed = _splice(text, starts, result, target, replacement, cst)
+        if fixed is None:
+            fixed = engine._apply(result.module, [(finding, replacement)])
+        valid = _parses(fixed, ast) if compiles else engine._valid(fixed, False)
+        out.append((finding.diagnostic, fixed if valid and fixed != text else None))
+    out.sort(key=lambda pair: pair[0].sort_key())
+    return out
+
+
+def _splice(text: str, starts: List[int], result, target, replacement, cst) -> Optional[str]:
+    """``text`` with ``target`` (an expression on one line) replaced by one line of
+    code; None when the replacement is not that simple (a statement, a removal,
+    several lines: their code depends on the indentation around them)."""
+    if not isinstance(target, cst.BaseExpression) or not isinstance(replacement, cst.BaseExpression):
+        return None
+    (line, column), (end_line, end_column) = result.positions[target]
+    if line != end_line:
+        return None
+    code = result.module.code_for_node(replacement)
+    if "\n" in code or "\r" in code:
+        return None
+    start, end = starts[line - 1] + column, starts[line - 1] + end_column
+    return text[:start] + code + text[end:]
+
+
+def _parses(text: str, ast) -> bool:
+    import warnings
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        try:
+            ast.parse(text)
+        except (SyntaxError, ValueError, RecursionError, MemoryError):
+            return False
+    return True
+
+
+def _for_notebook(text: str, display: str, settings, codes: Sequence[str]) -> Dict[Key, List[Dict[str, Any]]]:
+    from torchlint.notebook import NotebookError, parse
+
+    try:
+        notebook = parse(text)
+    except NotebookError:
+        return {}
+    out: Dict[Key, List[Dict[str, Any]]] = {}
+    for diagnostic, fixed in alone(notebook.program, display, settings, codes):
+        located = notebook.locate(diagnostic)
+        cells = None if fixed is None else notebook.split(fixed)
+        edits = []
+        for cell in notebook.cells if cells is not None else ():
+            edit = text_edit(cell.source, cells[cell.number])
+            if edit is not None:
+                edits.append({**edit, "cell": cell.number})
+        out[key(located)] = edits
+    return out
