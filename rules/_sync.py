@@ -1,6 +1,6 @@
 """Shared questions of the "in a loop" rules TL101, TL102, TL103 and TL702, and the
 statement a reported call makes up (which TL701 and TL702 hand to the
-``remove_statement`` codemod).
+``codemods.statements.remove_statement``).
 
 Everything here looks at the ancestry the walker already holds
 (``Context.stack``) or walks one loop body once (cached per loop); nothing

@@ -1,7 +1,7 @@
 from __future__ import annotations
 
 from torchlint.model import FixAvailability
-from torchlint.rule import Rule
+from torchlint.rule import Invalid, Rule, Valid
 
 
 class UnusedNoqa(Rule):
@@ -55,18 +55,48 @@ class UnusedNoqa(Rule):
 
     code = "TL001"
     name = "unused-noqa"
-    summary = "a `# noqa` comment lists torchlint codes that suppress nothing"
+    summary = "A `# noqa` comment lists torchlint codes that suppress nothing"
     default = False
     fix = FixAvailability.SAFE
 
     # The engine reports this rule itself, once the other rules have run
     # (torchlint/engine.py, `_unused_noqa`): it needs to know what they reported.
     VALID = [
-        "# torchlint: noqa: TL201\nimport torch\nx = torch.zeros(3)\n",
-        "x = 1  # noqa: E501\n",
-        "x = 1  # noqa\n",
+        Valid(
+            """
+            # torchlint: noqa: TL201
+            import torch
+            x = torch.zeros(3)
+            """
+        ),
+        Valid(
+            """
+            x = 1  # noqa: E501
+            """
+        ),
+        Valid(
+            """
+            x = 1  # noqa
+            """
+        ),
     ]
     INVALID = [
-        "import torch\nx = torch.zeros(3)  # noqa: TL201\n",
-        "x = 1  # noqa: TL999\n",
+        Invalid(
+            """
+            import torch
+            x = torch.zeros(3)  # noqa: TL201
+            """,
+            expected_fix="""
+            import torch
+            x = torch.zeros(3)
+            """,
+        ),
+        Invalid(
+            """
+            x = 1  # noqa: TL999
+            """,
+            expected_fix="""
+            x = 1
+            """,
+        ),
     ]

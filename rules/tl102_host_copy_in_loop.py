@@ -7,7 +7,7 @@ import libcst as cst
 
 from torchlint.model import FixAvailability
 from torchlint.nodes import walk_nodes
-from torchlint.rule import Rule
+from torchlint.rule import Invalid, Rule, Valid
 from torchlint.rules._helpers import (
     device_kind,
     has_star,
@@ -171,20 +171,84 @@ class HostCopyInLoop(Rule):
     fix = FixAvailability.NONE
 
     VALID = [
-        "import torch\nfor x, idx in loader:\n    feats = model(x.cuda())\n    if args.use_cuda:\n"
-        "        bank.index_copy_(0, idx.cuda(), feats)\n    else:\n        bank.index_copy_(0, idx, feats.cpu())\n",
-        "import time\nimport torch\nfor x, y in loader:\n    loss = model(x.cuda()).sum()\n    loss.backward()\n"
-        "    optimizer.step()\n    torch.cuda.synchronize()\n    batch_time = time.perf_counter() - end\n"
-        "    losses.append(loss.detach().cpu())\n",
-        "import torch\nfor x in loader:\n    preds.append(model(x))\nall_preds = torch.cat(preds).cpu()\n",
-        "import torch\nfor step, x in enumerate(loader):\n    out = model(x)\n    if step % 100 == 0:\n        log(out.cpu())\n",
-        "import torch\nfor image in images:\n    array = image.numpy()\n",
-        "import torch\nfor model in ensemble:\n    model.cpu()\n",
+        Valid(
+            """
+            import torch
+            for x, idx in loader:
+                feats = model(x.cuda())
+                if args.use_cuda:
+                    bank.index_copy_(0, idx.cuda(), feats)
+                else:
+                    bank.index_copy_(0, idx, feats.cpu())
+            """
+        ),
+        Valid(
+            """
+            import time
+            import torch
+            for x, y in loader:
+                loss = model(x.cuda()).sum()
+                loss.backward()
+                optimizer.step()
+                torch.cuda.synchronize()
+                batch_time = time.perf_counter() - end
+                losses.append(loss.detach().cpu())
+            """
+        ),
+        Valid(
+            """
+            import torch
+            for x in loader:
+                preds.append(model(x))
+            all_preds = torch.cat(preds).cpu()
+            """
+        ),
+        Valid(
+            """
+            import torch
+            for step, x in enumerate(loader):
+                out = model(x)
+                if step % 100 == 0:
+                    log(out.cpu())
+            """
+        ),
+        Valid(
+            """
+            import torch
+            for image in images:
+                array = image.numpy()
+            """
+        ),
+        Valid(
+            """
+            import torch
+            for model in ensemble:
+                model.cpu()
+            """
+        ),
     ]
     INVALID = [
-        "import torch\nfor x in loader:\n    preds.append(model(x).argmax(-1).cpu())\n",
-        "import torch\nfor x in loader:\n    probs = model(x).softmax(-1).detach().cpu().numpy()\n",
-        "import torch\ndef training_step(outputs):\n    arrays = [t.cpu().numpy() for t in outputs]\n",
+        Invalid(
+            """
+            import torch
+            for x in loader:
+                preds.append(model(x).argmax(-1).cpu())
+            """,
+        ),
+        Invalid(
+            """
+            import torch
+            for x in loader:
+                probs = model(x).softmax(-1).detach().cpu().numpy()
+            """,
+        ),
+        Invalid(
+            """
+            import torch
+            def training_step(outputs):
+                arrays = [t.cpu().numpy() for t in outputs]
+            """,
+        ),
     ]
 
     _MESSAGE = (

@@ -6,7 +6,7 @@ from typing import Dict, Optional
 import libcst as cst
 
 from torchlint.model import FixAvailability
-from torchlint.rule import Rule
+from torchlint.rule import Invalid, Rule, Valid
 from torchlint.rules._helpers import method_name, receiver, source_mentions
 from torchlint.rules._sync import DEVICE_SYNCS as _DEVICE_SYNCS, LoopFacts, loop_facts, runs_once, runs_once_per_pass
 
@@ -111,14 +111,60 @@ class SynchronizeInLoop(Rule):
     needs = ("synchronize",)
 
     VALID = [
-        "import torch\nfor x in loader:\n    loss = model(x)\ntorch.cuda.synchronize()\n",
-        "import time\nimport torch\nfor _ in range(10):\n    start = time.perf_counter()\n    model(x)\n    torch.cuda.synchronize()\n    times.append(time.perf_counter() - start)\n",
-        "import torch\nfor step, x in enumerate(loader):\n    model(x)\n    if step % 100 == 0:\n        torch.cuda.synchronize()\n",
+        Valid(
+            """
+            import torch
+            for x in loader:
+                loss = model(x)
+            torch.cuda.synchronize()
+            """
+        ),
+        Valid(
+            """
+            import time
+            import torch
+            for _ in range(10):
+                start = time.perf_counter()
+                model(x)
+                torch.cuda.synchronize()
+                times.append(time.perf_counter() - start)
+            """
+        ),
+        Valid(
+            """
+            import torch
+            for step, x in enumerate(loader):
+                model(x)
+                if step % 100 == 0:
+                    torch.cuda.synchronize()
+            """
+        ),
     ]
     INVALID = [
-        "import torch\nfor x in loader:\n    model(x).backward()\n    torch.cuda.synchronize()\n",
-        "import torch\nwhile True:\n    step()\n    torch.cuda.current_stream().synchronize()\n",
-        "from torch.cuda import synchronize\nfor x in loader:\n    model(x)\n    synchronize()\n",
+        Invalid(
+            """
+            import torch
+            for x in loader:
+                model(x).backward()
+                torch.cuda.synchronize()
+            """,
+        ),
+        Invalid(
+            """
+            import torch
+            while True:
+                step()
+                torch.cuda.current_stream().synchronize()
+            """,
+        ),
+        Invalid(
+            """
+            from torch.cuda import synchronize
+            for x in loader:
+                model(x)
+                synchronize()
+            """,
+        ),
     ]
 
     _MESSAGE = (

@@ -6,9 +6,9 @@ from typing import List, Optional, Tuple
 
 import libcst as cst
 
-from torchlint.codemods import create_on_device as codemod
+from torchlint.codemods import calls
 from torchlint.model import Applicability, Fix, FixAvailability
-from torchlint.rule import Rule
+from torchlint.rule import Benchmark, Invalid, Rule, Valid
 from torchlint.rules._device import host_values
 from torchlint.rules._frequency import per_step_here
 from torchlint.rules._helpers import (
@@ -202,34 +202,202 @@ class CreateThenMove(Rule):
     fix = FixAvailability.SOMETIMES_SAFE
 
     VALID = [
-        "import torch\nfor x in loader:\n    m = torch.zeros(3, device='cuda')\n",
-        "import torch\nfor x in loader:\n    m = torch.zeros(3).to(torch.float16)\n",
-        "import torch\nfor x in loader:\n    m = torch.zeros(3).to(other)\n",
-        "import torch\nfor x in loader:\n    m = torch.zeros(3).to('cpu')\n",
-        "import torch\nfor x in loader:\n    m = torch.from_numpy(a).cuda()\n",
-        "import torch\nfor x in loader:\n    m = torch.zeros(3).float().cuda()\n",
-        "def zeros(n): ...\nimport torch\nfor x in loader:\n    m = zeros(3).cuda()\n",
-        "import torch\nfor x in loader:\n    m = torch.randn(3, generator=g).to(device)\n",
-        "import torch\nfor x in loader:\n    m = torch.zeros_like(y).to(device)\n",
+        Valid(
+            """
+            import torch
+            for x in loader:
+                m = torch.zeros(3, device='cuda')
+            """
+        ),
+        Valid(
+            """
+            import torch
+            for x in loader:
+                m = torch.zeros(3).to(torch.float16)
+            """
+        ),
+        Valid(
+            """
+            import torch
+            for x in loader:
+                m = torch.zeros(3).to(other)
+            """
+        ),
+        Valid(
+            """
+            import torch
+            for x in loader:
+                m = torch.zeros(3).to('cpu')
+            """
+        ),
+        Valid(
+            """
+            import torch
+            for x in loader:
+                m = torch.from_numpy(a).cuda()
+            """
+        ),
+        Valid(
+            """
+            import torch
+            for x in loader:
+                m = torch.zeros(3).float().cuda()
+            """
+        ),
+        Valid(
+            """
+            def zeros(n): ...
+            import torch
+            for x in loader:
+                m = zeros(3).cuda()
+            """
+        ),
+        Valid(
+            """
+            import torch
+            for x in loader:
+                m = torch.randn(3, generator=g).to(device)
+            """
+        ),
+        Valid(
+            """
+            import torch
+            for x in loader:
+                m = torch.zeros_like(y).to(device)
+            """
+        ),
         # Host data is copied whatever you write.
-        "import torch\nfor x in loader:\n    ids = torch.tensor([1, 2, 3]).to(device)\n",
+        Valid(
+            """
+            import torch
+            for x in loader:
+                ids = torch.tensor([1, 2, 3]).to(device)
+            """
+        ),
         # Runs once: module set-up, a constructor, an export script's dummy input.
-        "import torch\nmask = torch.zeros(3).cuda()\n",
-        "import torch\nclass Net(torch.nn.Module):\n    def __init__(self):\n        super().__init__()\n"
-        "        self.w = torch.ones(3).cuda()\n",
-        "import torch\ndef export(model):\n    dummy = torch.zeros(1, 3, 224, 224).to(device)\n"
-        "    torch.onnx.export(model, dummy, 'm.onnx')\n",
+        Valid(
+            """
+            import torch
+            mask = torch.zeros(3).cuda()
+            """
+        ),
+        Valid(
+            """
+            import torch
+            class Net(torch.nn.Module):
+                def __init__(self):
+                    super().__init__()
+                    self.w = torch.ones(3).cuda()
+            """
+        ),
+        Valid(
+            """
+            import torch
+            def export(model):
+                dummy = torch.zeros(1, 3, 224, 224).to(device)
+                torch.onnx.export(model, dummy, 'm.onnx')
+            """
+        ),
         # Once per epoch.
-        "import torch\nfor epoch in range(9):\n    w = torch.ones(3).cuda()\n    for x in loader:\n        step(x, w)\n",
+        Valid(
+            """
+            import torch
+            for epoch in range(9):
+                w = torch.ones(3).cuda()
+                for x in loader:
+                    step(x, w)
+            """
+        ),
     ]
     INVALID = [
-        "import torch\nfor x in loader:\n    m = torch.zeros(3).cuda()\n",
-        "import torch\nfor x in loader:\n    noise = torch.randn(3).to(device)\n",
-        "import torch\nclass Net(torch.nn.Module):\n    def forward(self, x):\n"
-        "        return x + torch.arange(10).to(device=x.device)\n",
-        "import torch\nclass Net(torch.nn.Module):\n    def forward(self, x):\n        return x * self.mask(x)\n"
-        "    def mask(self, x):\n        return torch.ones(x.shape[-1]).to(x.device)\n",
+        Invalid(
+            """
+            import torch
+            for x in loader:
+                m = torch.zeros(3).cuda()
+            """,
+            expected_fix="""
+            import torch
+            for x in loader:
+                m = torch.zeros(3, device="cuda")
+            """,
+        ),
+        Invalid(
+            """
+            import torch
+            for x in loader:
+                noise = torch.randn(3).to(device)
+            """,
+            expected_fix="""
+            import torch
+            for x in loader:
+                noise = torch.randn(3, device=device)
+            """,
+        ),
+        Invalid(
+            """
+            import torch
+            class Net(torch.nn.Module):
+                def forward(self, x):
+                    return x + torch.arange(10).to(device=x.device)
+            """,
+            expected_fix="""
+            import torch
+            class Net(torch.nn.Module):
+                def forward(self, x):
+                    return x + torch.arange(10, device=x.device)
+            """,
+        ),
+        Invalid(
+            """
+            import torch
+            class Net(torch.nn.Module):
+                def forward(self, x):
+                    return x * self.mask(x)
+                def mask(self, x):
+                    return torch.ones(x.shape[-1]).to(x.device)
+            """,
+            expected_fix="""
+            import torch
+            class Net(torch.nn.Module):
+                def forward(self, x):
+                    return x * self.mask(x)
+                def mask(self, x):
+                    return torch.ones(x.shape[-1], device=x.device)
+            """,
+        ),
     ]
+
+    BENCHMARK = Benchmark(
+        title="factory then `.to(device)` vs the factory with `device=`",
+        before="""
+            import torch
+
+            device = torch.device(DEVICE)
+
+
+            def train_step():  # runs every step: TL201 reports only there
+                return torch.zeros(1024, 1024).to(device)
+
+
+            def run():
+                return train_step()
+            """,
+        after="""
+            import torch
+
+            device = torch.device(DEVICE)
+
+
+            def train_step():  # runs every step: TL201 reports only there
+                return torch.zeros(1024, 1024, device=device)
+
+
+            def run():
+                return train_step()
+            """,
+        cpu_note='`.to("cpu")` of a CPU tensor is free, so both versions do the same work on a CPU',
+    )
 
     def __init__(self, context) -> None:
         super().__init__(context)
@@ -392,7 +560,7 @@ class CreateThenMove(Rule):
         return Fix(
             applicability,
             f"Pass {names} to `torch.{kind}`",
-            lambda: codemod.create_on_device(node, factory, keywords),
+            lambda: calls.parenthesized_like(node, calls.add_keywords(factory, keywords)),
         )
 
 

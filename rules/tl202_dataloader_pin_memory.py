@@ -4,9 +4,9 @@ from typing import List, Optional, Set, Tuple
 
 import libcst as cst
 
-from torchlint.codemods import dataloader as codemod
+from torchlint.codemods import calls
 from torchlint.model import Applicability, Fix, FixAvailability
-from torchlint.rule import Rule
+from torchlint.rule import Benchmark, Invalid, Rule, Valid
 from torchlint.rules._helpers import (
     argument,
     device_kind,
@@ -183,23 +183,138 @@ class DataLoaderPinMemory(Rule):
     fix_enables = ("TL204",)  # copies of a pinned loader's batches
 
     VALID = [
-        "import torch\nloader = torch.utils.data.DataLoader(ds, pin_memory=True)\nmodel.cuda()\n",
-        "import torch\nclass Samples(torch.utils.data.Dataset):\n"
-        "    def __getitem__(self, i):\n        return self.x[i].to(self.device)\n"
-        "loader = torch.utils.data.DataLoader(Samples())\nmodel.cuda()\n",
-        "import torch\nloader = torch.utils.data.DataLoader(ds)\n",
-        "import torch\nloader = torch.utils.data.DataLoader(ds, batch_size=64)\nmodel.cuda()\n",
-        "import torch\nloader = torch.utils.data.DataLoader(ds, num_workers=0)\nmodel.cuda()\n",
-        "import torch\nloader = torch.utils.data.DataLoader(ds, **kw)\nmodel.cuda()\n",
-        "import torch\nclass DataLoader: ...\nloader = DataLoader(ds)\nmodel.cuda()\n",
+        Valid(
+            """
+            import torch
+            loader = torch.utils.data.DataLoader(ds, pin_memory=True)
+            model.cuda()
+            """
+        ),
+        Valid(
+            """
+            import torch
+            class Samples(torch.utils.data.Dataset):
+                def __getitem__(self, i):
+                    return self.x[i].to(self.device)
+            loader = torch.utils.data.DataLoader(Samples())
+            model.cuda()
+            """
+        ),
+        Valid(
+            """
+            import torch
+            loader = torch.utils.data.DataLoader(ds)
+            """
+        ),
+        Valid(
+            """
+            import torch
+            loader = torch.utils.data.DataLoader(ds, batch_size=64)
+            model.cuda()
+            """
+        ),
+        Valid(
+            """
+            import torch
+            loader = torch.utils.data.DataLoader(ds, num_workers=0)
+            model.cuda()
+            """
+        ),
+        Valid(
+            """
+            import torch
+            loader = torch.utils.data.DataLoader(ds, **kw)
+            model.cuda()
+            """
+        ),
+        Valid(
+            """
+            import torch
+            class DataLoader: ...
+            loader = DataLoader(ds)
+            model.cuda()
+            """
+        ),
     ]
     INVALID = [
-        "import torch\nloader = torch.utils.data.DataLoader(ds, num_workers=4)\nmodel.cuda()\n",
-        "import torch\nx = torch.randn(64, 3)\n"
-        "loader = torch.utils.data.DataLoader(torch.utils.data.TensorDataset(x), num_workers=4)\nmodel.cuda()\n",
-        "from torch.utils.data import DataLoader\n"
-        "loader = DataLoader(ds, num_workers=args.workers, pin_memory=False)\nx.to('cuda')\n",
+        Invalid(
+            """
+            import torch
+            loader = torch.utils.data.DataLoader(ds, num_workers=4)
+            model.cuda()
+            """,
+            expected_fix="""
+            import torch
+            loader = torch.utils.data.DataLoader(ds, num_workers=4, pin_memory=True)
+            model.cuda()
+            """,
+        ),
+        Invalid(
+            """
+            import torch
+            x = torch.randn(64, 3)
+            loader = torch.utils.data.DataLoader(torch.utils.data.TensorDataset(x), num_workers=4)
+            model.cuda()
+            """,
+            expected_fix="""
+            import torch
+            x = torch.randn(64, 3)
+            loader = torch.utils.data.DataLoader(torch.utils.data.TensorDataset(x), num_workers=4, pin_memory=True)
+            model.cuda()
+            """,
+        ),
+        Invalid(
+            """
+            from torch.utils.data import DataLoader
+            loader = DataLoader(ds, num_workers=args.workers, pin_memory=False)
+            x.to('cuda')
+            """,
+            expected_fix="""
+            from torch.utils.data import DataLoader
+            loader = DataLoader(ds, num_workers=args.workers, pin_memory=True)
+            x.to('cuda')
+            """,
+        ),
     ]
+
+    BENCHMARK = Benchmark(
+        title="`DataLoader` copying batches to the device, without vs with `pin_memory=True`",
+        before="""
+            import torch
+
+            device = torch.device(DEVICE)
+            from torch.utils.data import DataLoader, TensorDataset
+
+            dataset = TensorDataset(torch.randn(512, 1024), torch.randint(0, 10, (512,)))
+            loader = DataLoader(dataset, batch_size=128, num_workers=1, persistent_workers=True)
+
+
+            def run():
+                total = torch.zeros((), device=device)
+                for x, y in loader:
+                    x = x.to(device)
+                    total += x.sum()
+                return total
+            """,
+        after="""
+            import torch
+
+            device = torch.device(DEVICE)
+            from torch.utils.data import DataLoader, TensorDataset
+
+            dataset = TensorDataset(torch.randn(512, 1024), torch.randint(0, 10, (512,)))
+            loader = DataLoader(dataset, batch_size=128, num_workers=1, persistent_workers=True, pin_memory=True)
+
+
+            def run():
+                total = torch.zeros((), device=device)
+                for x, y in loader:
+                    x = x.to(device)
+                    total += x.sum()
+                return total
+            """,
+        cpu_note="pinning needs CUDA: on a CPU the loader does not pin and both versions do the same work",
+    )
 
     _MESSAGE = (
         "`DataLoader` without `pin_memory=True` in code that copies batches to the GPU: "
@@ -296,7 +411,7 @@ class DataLoaderPinMemory(Rule):
                 fix=Fix(
                     Applicability.SAFE if safe else Applicability.UNSAFE,
                     "Pass `pin_memory=True`",
-                    lambda call=call, arg=arg: codemod.pin_memory_true(call, arg),
+                    lambda call=call, arg=arg: calls.set_keyword(call, "pin_memory", "True", arg),
                 ),
             )
 

@@ -6,7 +6,7 @@ from typing import Dict, List, Optional, Tuple
 import libcst as cst
 
 from torchlint.model import FixAvailability
-from torchlint.rule import Rule
+from torchlint.rule import Invalid, Rule, Valid
 from torchlint.rules._helpers import argument, keyword, literal_number, positional
 from torchlint.rules._loaders import (
     DATALOADERS,
@@ -130,25 +130,63 @@ class DataLoaderNumWorkers(Rule):
     fix = FixAvailability.NONE
 
     VALID = [
-        "from torch.utils.data import DataLoader\nfrom torchvision.datasets import MNIST\n"
-        "loader = DataLoader(MNIST('data', transform=tf), num_workers=4)\n",
-        "from torch.utils.data import DataLoader\nfrom torchvision.datasets import MNIST\n"
-        "loader = DataLoader(MNIST('data', transform=tf), num_workers=args.workers)\n",
-        "from torch.utils.data import DataLoader\nfrom torchvision.datasets import MNIST\n"
-        "loader = DataLoader(MNIST('data', transform=tf), **loader_kwargs)\n",
-        "from torch.utils.data import DataLoader, TensorDataset\n"
-        "loader = DataLoader(TensorDataset(x, y), batch_size=32)\n",
-        "import torch\nfrom torchvision.datasets import MNIST\n"
-        "class DataLoader: ...\nloader = DataLoader(MNIST('data', transform=tf))\n",
+        Valid(
+            """
+            from torch.utils.data import DataLoader
+            from torchvision.datasets import MNIST
+            loader = DataLoader(MNIST('data', transform=tf), num_workers=4)
+            """
+        ),
+        Valid(
+            """
+            from torch.utils.data import DataLoader
+            from torchvision.datasets import MNIST
+            loader = DataLoader(MNIST('data', transform=tf), num_workers=args.workers)
+            """
+        ),
+        Valid(
+            """
+            from torch.utils.data import DataLoader
+            from torchvision.datasets import MNIST
+            loader = DataLoader(MNIST('data', transform=tf), **loader_kwargs)
+            """
+        ),
+        Valid(
+            """
+            from torch.utils.data import DataLoader, TensorDataset
+            loader = DataLoader(TensorDataset(x, y), batch_size=32)
+            """
+        ),
+        Valid(
+            """
+            import torch
+            from torchvision.datasets import MNIST
+            class DataLoader: ...
+            loader = DataLoader(MNIST('data', transform=tf))
+            """
+        ),
     ]
     INVALID = [
-        "from torch.utils.data import DataLoader\nfrom torchvision import datasets\n"
-        "train_set = datasets.ImageFolder('data/train', transform=augment)\n"
-        "loader = DataLoader(train_set, batch_size=32, shuffle=True)\n",
-        "from torch.utils.data import DataLoader\n"
-        "loader = DataLoader(Images(paths, transform=tf), batch_size=32, num_workers=0)\n",
-        "from torch.utils.data import DataLoader\n"
-        "loader = DataLoader(Images(paths, transform=tf), 32, True, None, None, 0)\n",
+        Invalid(
+            """
+            from torch.utils.data import DataLoader
+            from torchvision import datasets
+            train_set = datasets.ImageFolder('data/train', transform=augment)
+            loader = DataLoader(train_set, batch_size=32, shuffle=True)
+            """,
+        ),
+        Invalid(
+            """
+            from torch.utils.data import DataLoader
+            loader = DataLoader(Images(paths, transform=tf), batch_size=32, num_workers=0)
+            """,
+        ),
+        Invalid(
+            """
+            from torch.utils.data import DataLoader
+            loader = DataLoader(Images(paths, transform=tf), 32, True, None, None, 0)
+            """,
+        ),
     ]
 
     _ADVICE = (

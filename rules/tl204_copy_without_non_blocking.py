@@ -4,9 +4,9 @@ from typing import Dict, List, Optional, Tuple
 
 import libcst as cst
 
-from torchlint.codemods import non_blocking as codemod
+from torchlint.codemods import calls
 from torchlint.model import Applicability, Fix, FixAvailability
-from torchlint.rule import Rule
+from torchlint.rule import Benchmark, Invalid, Rule, Valid
 from torchlint.rules._helpers import (
     argument,
     device_type,
@@ -197,35 +197,142 @@ class CopyWithoutNonBlocking(Rule):
     fix = FixAvailability.SOMETIMES_SAFE
 
     VALID = [
-        "from torch.utils.data import DataLoader\n"
-        "loader = DataLoader(ds, pin_memory=True)\n"
-        "for x, y in loader:\n    x = x.to(device, non_blocking=True)\n",
-        "from torch.utils.data import DataLoader\n"
-        "loader = DataLoader(ds)\n"
-        "for x, y in loader:\n    x = x.to(device)\n",
-        "from torch.utils.data import DataLoader\n"
-        "loader = DataLoader(ds, pin_memory=True)\n"
-        "for x, y in loader:\n    x = x.to(torch.float16)\n",
-        "from torch.utils.data import DataLoader\n"
-        "loader = DataLoader(ds, pin_memory=True)\n"
-        "for x, y in loader:\n    x = x.float().cuda()\n",
-        "from torch.utils.data import DataLoader\n"
-        "def train(loader):\n    for x, y in loader:\n        x = x.cuda()\n",
+        Valid(
+            """
+            from torch.utils.data import DataLoader
+            loader = DataLoader(ds, pin_memory=True)
+            for x, y in loader:
+                x = x.to(device, non_blocking=True)
+            """
+        ),
+        Valid(
+            """
+            from torch.utils.data import DataLoader
+            loader = DataLoader(ds)
+            for x, y in loader:
+                x = x.to(device)
+            """
+        ),
+        Valid(
+            """
+            from torch.utils.data import DataLoader
+            loader = DataLoader(ds, pin_memory=True)
+            for x, y in loader:
+                x = x.to(torch.float16)
+            """
+        ),
+        Valid(
+            """
+            from torch.utils.data import DataLoader
+            loader = DataLoader(ds, pin_memory=True)
+            for x, y in loader:
+                x = x.float().cuda()
+            """
+        ),
+        Valid(
+            """
+            from torch.utils.data import DataLoader
+            def train(loader):
+                for x, y in loader:
+                    x = x.cuda()
+            """
+        ),
     ]
     INVALID = [
-        "from torch.utils.data import DataLoader\n"
-        "loader = DataLoader(ds, pin_memory=True)\n"
-        "for x, y in loader:\n    x = x.to(device)\n",
-        "from torch.utils.data import DataLoader\n"
-        "loader = DataLoader(ds, pin_memory=True)\n"
-        "for step, batch in enumerate(loader):\n    ids = batch['input_ids'].cuda()\n",
-        "import torch\n"
-        "class Trainer:\n"
-        "    def __init__(self, ds):\n"
-        "        self.loader = torch.utils.data.DataLoader(ds, pin_memory=True)\n"
-        "    def fit(self):\n"
-        "        for x, y in self.loader:\n            x, y = x.to(self.device), y.to(self.device)\n",
+        Invalid(
+            """
+            from torch.utils.data import DataLoader
+            loader = DataLoader(ds, pin_memory=True)
+            for x, y in loader:
+                x = x.to(device)
+            """,
+            expected_fix="""
+            from torch.utils.data import DataLoader
+            loader = DataLoader(ds, pin_memory=True)
+            for x, y in loader:
+                x = x.to(device, non_blocking=True)
+            """,
+        ),
+        Invalid(
+            """
+            from torch.utils.data import DataLoader
+            loader = DataLoader(ds, pin_memory=True)
+            for step, batch in enumerate(loader):
+                ids = batch['input_ids'].cuda()
+            """,
+            expected_fix="""
+            from torch.utils.data import DataLoader
+            loader = DataLoader(ds, pin_memory=True)
+            for step, batch in enumerate(loader):
+                ids = batch['input_ids'].cuda(non_blocking=True)
+            """,
+        ),
+        Invalid(
+            """
+            import torch
+            class Trainer:
+                def __init__(self, ds):
+                    self.loader = torch.utils.data.DataLoader(ds, pin_memory=True)
+                def fit(self):
+                    for x, y in self.loader:
+                        x, y = x.to(self.device), y.to(self.device)
+            """,
+            expected_fix="""
+            import torch
+            class Trainer:
+                def __init__(self, ds):
+                    self.loader = torch.utils.data.DataLoader(ds, pin_memory=True)
+                def fit(self):
+                    for x, y in self.loader:
+                        x, y = x.to(self.device, non_blocking=True), y.to(self.device, non_blocking=True)
+            """,
+            findings=2,
+        ),
     ]
+
+    BENCHMARK = Benchmark(
+        title="copies from a pinned `DataLoader` without vs with `non_blocking=True`",
+        before="""
+            import torch
+
+            device = torch.device(DEVICE)
+            from torch.utils.data import DataLoader, TensorDataset
+
+            dataset = TensorDataset(torch.randn(512, 1024), torch.randint(0, 10, (512,)))
+            loader = DataLoader(dataset, batch_size=128, pin_memory=True)
+            weight = torch.randn(1024, 256, device=device)
+
+
+            def run():
+                total = torch.zeros((), device=device)
+                for x, y in loader:
+                    x = x.to(device)
+                    total += (x @ weight).relu().sum()
+                return total
+            """,
+        after="""
+            import torch
+
+            device = torch.device(DEVICE)
+            from torch.utils.data import DataLoader, TensorDataset
+
+            dataset = TensorDataset(torch.randn(512, 1024), torch.randint(0, 10, (512,)))
+            loader = DataLoader(dataset, batch_size=128, pin_memory=True)
+            weight = torch.randn(1024, 256, device=device)
+
+
+            def run():
+                total = torch.zeros((), device=device)
+                for x, y in loader:
+                    x = x.to(device, non_blocking=True)
+                    total += (x @ weight).relu().sum()
+                return total
+            """,
+        cpu_note=(
+            "a copy to the CPU is no copy and memory is not pinned without CUDA: both versions do the same "
+            "work"
+        ),
+    )
 
     def __init__(self, context) -> None:
         super().__init__(context)
@@ -635,7 +742,7 @@ class CopyWithoutNonBlocking(Rule):
             fix=Fix(
                 Applicability.SAFE if safe else Applicability.UNSAFE,
                 "Pass `non_blocking=True`",
-                lambda: codemod.non_blocking_true(call, arg),
+                lambda: calls.set_keyword(call, "non_blocking", "True", arg),
             ),
         )
 

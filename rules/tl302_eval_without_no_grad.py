@@ -5,10 +5,10 @@ from typing import Dict, List, Optional, Tuple
 
 import libcst as cst
 
-from torchlint.codemods import no_grad as codemod
+from torchlint.codemods import statements
 from torchlint.model import Applicability, Fix, FixAvailability
 from torchlint.names import dotted_name
-from torchlint.rule import Rule
+from torchlint.rule import Benchmark, Invalid, Rule, Valid
 from torchlint.rules._helpers import last_name, literal_bool, method_name
 from torchlint.rules._training import GRAD_OFF, GRAD_ON, grad_mode, is_optimizer_step
 
@@ -203,17 +203,134 @@ class EvalWithoutNoGrad(Rule):
     fix = FixAvailability.UNSAFE
 
     VALID = [
-        "import torch\n@torch.no_grad()\ndef evaluate(model, x):\n    model.eval()\n    return model(x)\n",
-        "import torch\ndef evaluate(model, x):\n    model.eval()\n    with torch.inference_mode():\n        return model(x)\n",
-        "import torch\ndef evaluate(preds, labels):\n    return (preds == labels).float().mean()\n",
-        "import torch\ndef saliency(model, x):\n    model.eval()\n    x.requires_grad_()\n    model(x).max().backward()\n    return x.grad\n",
-        "import torch\ndef prepare(model):\n    model.eval()\n    return model\n",
+        Valid(
+            """
+            import torch
+            @torch.no_grad()
+            def evaluate(model, x):
+                model.eval()
+                return model(x)
+            """
+        ),
+        Valid(
+            """
+            import torch
+            def evaluate(model, x):
+                model.eval()
+                with torch.inference_mode():
+                    return model(x)
+            """
+        ),
+        Valid(
+            """
+            import torch
+            def evaluate(preds, labels):
+                return (preds == labels).float().mean()
+            """
+        ),
+        Valid(
+            """
+            import torch
+            def saliency(model, x):
+                model.eval()
+                x.requires_grad_()
+                model(x).max().backward()
+                return x.grad
+            """
+        ),
+        Valid(
+            """
+            import torch
+            def prepare(model):
+                model.eval()
+                return model
+            """
+        ),
     ]
     INVALID = [
-        "import torch\ndef evaluate(model, x):\n    model.eval()\n    return model(x)\n",
-        "import torch\ndef predict(model, loader):\n    return [model(x).argmax(1) for x in loader]\n",
-        "import torch\ndef run(net, x):\n    net.eval()\n    return net(x).softmax(-1)\n",
+        Invalid(
+            """
+            import torch
+            def evaluate(model, x):
+                model.eval()
+                return model(x)
+            """,
+            expected_fix="""
+            import torch
+            @torch.no_grad()
+            def evaluate(model, x):
+                model.eval()
+                return model(x)
+            """,
+        ),
+        Invalid(
+            """
+            import torch
+            def predict(model, loader):
+                return [model(x).argmax(1) for x in loader]
+            """,
+            expected_fix="""
+            import torch
+            @torch.no_grad()
+            def predict(model, loader):
+                return [model(x).argmax(1) for x in loader]
+            """,
+        ),
+        Invalid(
+            """
+            import torch
+            def run(net, x):
+                net.eval()
+                return net(x).softmax(-1)
+            """,
+            expected_fix="""
+            import torch
+            @torch.no_grad()
+            def run(net, x):
+                net.eval()
+                return net(x).softmax(-1)
+            """,
+        ),
     ]
+
+    BENCHMARK = Benchmark(
+        title="an evaluation function without vs with `@torch.no_grad()`",
+        before="""
+            import torch
+
+            device = torch.device(DEVICE)
+
+            inputs = torch.randn(32, 512, device=device)
+            targets = torch.randint(0, 10, (32,), device=device)
+            model = torch.nn.Sequential(
+                torch.nn.Linear(512, 512), torch.nn.ReLU(), torch.nn.Linear(512, 512), torch.nn.ReLU(), torch.nn.Linear(512, 10)
+            ).to(device)
+            optimizer = torch.optim.SGD(model.parameters(), lr=0.01)
+
+
+            def run():
+                model.eval()
+                return model(inputs).softmax(dim=1)
+            """,
+        after="""
+            import torch
+
+            device = torch.device(DEVICE)
+
+            inputs = torch.randn(32, 512, device=device)
+            targets = torch.randint(0, 10, (32,), device=device)
+            model = torch.nn.Sequential(
+                torch.nn.Linear(512, 512), torch.nn.ReLU(), torch.nn.Linear(512, 512), torch.nn.ReLU(), torch.nn.Linear(512, 10)
+            ).to(device)
+            optimizer = torch.optim.SGD(model.parameters(), lr=0.01)
+
+
+            @torch.no_grad()
+            def run():
+                model.eval()
+                return model(inputs).softmax(dim=1)
+            """,
+    )
 
     _MESSAGE = (
         "`{name}` {why} but runs the model with gradient tracking on, so autograd records "
@@ -313,13 +430,11 @@ class EvalWithoutNoGrad(Rule):
             assert function is not None
             if frame.torch_alias is not None and function.asynchronous is None:
                 alias, attribute = frame.torch_alias, frame.alias_is_attribute
-                spelled = f"@{alias}.no_grad()" if attribute else f"@{alias}()"
+                decorator = f"{alias}.no_grad()" if attribute else f"{alias}()"
                 fix = Fix(
                     Applicability.UNSAFE,
-                    f"Decorate `{frame.name}` with `{spelled}`",
-                    lambda function=function, alias=alias, attribute=attribute: codemod.add_no_grad(
-                        function, alias, attribute
-                    ),
+                    f"Decorate `{frame.name}` with `@{decorator}`",
+                    lambda function=function, decorator=decorator: statements.add_decorator(function, decorator),
                 )
             self.report(function, self._MESSAGE.format(name=frame.name, why=why), fix=fix)
 

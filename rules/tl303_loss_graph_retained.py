@@ -4,10 +4,10 @@ from typing import Dict, Iterator, List, Optional, Set, Tuple
 
 import libcst as cst
 
-from torchlint.codemods import detach as codemod
+from torchlint.codemods import calls
 from torchlint.model import Applicability, Fix, FixAvailability
 from torchlint.names import dotted_name
-from torchlint.rule import Rule
+from torchlint.rule import Benchmark, Invalid, Rule, Valid
 from torchlint.rules._helpers import keyword, method_name, positional, receiver
 from torchlint.rules._training import GRAD_OFF, backward_loss, grad_mode, is_backward
 from torchlint.nodes import walk_nodes
@@ -179,24 +179,213 @@ class LossGraphRetained(Rule):
     fix = FixAvailability.SOMETIMES_SAFE
 
     VALID = [
-        "import torch\ntotal = 0.0\nfor x in loader:\n    loss = model(x)\n    loss.backward()\n    total += loss.item()\n",
-        "import torch\ntotal = 0.0\nfor x in loader:\n    loss = model(x)\n    loss.backward()\n    total += loss.detach()\n",
-        "import torch\nlosses = []\nfor x in loader:\n    loss = model(x)\n    loss.backward()\n    losses.append(float(loss))\n",
-        "import torch\ntotal = 0.0\nfor x in loader:\n    loss = model(x)\n    total += loss\ntotal.backward()\n",
-        "import torch\nfor x in loader:\n    loss = model(x)\n    loss.backward()\n    with torch.no_grad():\n        running += loss\n",
+        Valid(
+            """
+            import torch
+            total = 0.0
+            for x in loader:
+                loss = model(x)
+                loss.backward()
+                total += loss.item()
+            """
+        ),
+        Valid(
+            """
+            import torch
+            total = 0.0
+            for x in loader:
+                loss = model(x)
+                loss.backward()
+                total += loss.detach()
+            """
+        ),
+        Valid(
+            """
+            import torch
+            losses = []
+            for x in loader:
+                loss = model(x)
+                loss.backward()
+                losses.append(float(loss))
+            """
+        ),
+        Valid(
+            """
+            import torch
+            total = 0.0
+            for x in loader:
+                loss = model(x)
+                total += loss
+            total.backward()
+            """
+        ),
+        Valid(
+            """
+            import torch
+            for x in loader:
+                loss = model(x)
+                loss.backward()
+                with torch.no_grad():
+                    running += loss
+            """
+        ),
         # Gradient accumulation whose running loss is started afresh at every optimizer step.
-        "import torch\nrunning = 0\nfor i, x in enumerate(loader):\n    loss = model(x)\n    running += loss\n"
-        "    loss.backward()\n    if (i + 1) % 4 == 0:\n        optimizer.step()\n        log(running)\n        running = 0\n",
-        "import torch\nlosses = []\nfor i, x in enumerate(loader):\n    loss = model(x)\n    loss.backward()\n"
-        "    losses.append(loss)\n    if len(losses) == 8:\n        report(losses)\n        losses.clear()\n",
+        Valid(
+            """
+            import torch
+            running = 0
+            for i, x in enumerate(loader):
+                loss = model(x)
+                running += loss
+                loss.backward()
+                if (i + 1) % 4 == 0:
+                    optimizer.step()
+                    log(running)
+                    running = 0
+            """
+        ),
+        Valid(
+            """
+            import torch
+            losses = []
+            for i, x in enumerate(loader):
+                loss = model(x)
+                loss.backward()
+                losses.append(loss)
+                if len(losses) == 8:
+                    report(losses)
+                    losses.clear()
+            """
+        ),
     ]
     INVALID = [
-        "import torch\ntotal = 0.0\nfor x in loader:\n    loss = model(x)\n    loss.backward()\n    total += loss\n",
-        "import torch\nlosses = []\nfor x in loader:\n    loss = model(x)\n    (loss / 4).backward()\n    losses.append(loss)\n",
-        "import torch\nepoch_loss = 0\nfor x, y in loader:\n    loss = model(x)\n    loss.backward()\n    epoch_loss = epoch_loss + loss * x.size(0)\n",
+        Invalid(
+            """
+            import torch
+            total = 0.0
+            for x in loader:
+                loss = model(x)
+                loss.backward()
+                total += loss
+            """,
+            expected_fix="""
+            import torch
+            total = 0.0
+            for x in loader:
+                loss = model(x)
+                loss.backward()
+                total += loss.detach()
+            """,
+        ),
+        Invalid(
+            """
+            import torch
+            losses = []
+            for x in loader:
+                loss = model(x)
+                (loss / 4).backward()
+                losses.append(loss)
+            """,
+            expected_fix="""
+            import torch
+            losses = []
+            for x in loader:
+                loss = model(x)
+                (loss / 4).backward()
+                losses.append(loss.detach())
+            """,
+        ),
+        Invalid(
+            """
+            import torch
+            epoch_loss = 0
+            for x, y in loader:
+                loss = model(x)
+                loss.backward()
+                epoch_loss = epoch_loss + loss * x.size(0)
+            """,
+            expected_fix="""
+            import torch
+            epoch_loss = 0
+            for x, y in loader:
+                loss = model(x)
+                loss.backward()
+                epoch_loss = epoch_loss + loss.detach() * x.size(0)
+            """,
+        ),
         # Started afresh once per epoch only: every step of the epoch is kept.
-        "import torch\nfor epoch in range(9):\n    total = 0.0\n    for x in loader:\n        loss = model(x)\n        loss.backward()\n        total += loss\n",
+        Invalid(
+            """
+            import torch
+            for epoch in range(9):
+                total = 0.0
+                for x in loader:
+                    loss = model(x)
+                    loss.backward()
+                    total += loss
+            """,
+            expected_fix="""
+            import torch
+            for epoch in range(9):
+                total = 0.0
+                for x in loader:
+                    loss = model(x)
+                    loss.backward()
+                    total += loss.detach()
+            """,
+        ),
     ]
+
+    BENCHMARK = Benchmark(
+        title="accumulating the loss tensor (keeping every graph) vs `loss.detach()`",
+        before="""
+            import torch
+
+            device = torch.device(DEVICE)
+
+            inputs = torch.randn(32, 512, device=device)
+            targets = torch.randint(0, 10, (32,), device=device)
+            model = torch.nn.Sequential(
+                torch.nn.Linear(512, 512), torch.nn.ReLU(), torch.nn.Linear(512, 512), torch.nn.ReLU(), torch.nn.Linear(512, 10)
+            ).to(device)
+            optimizer = torch.optim.SGD(model.parameters(), lr=0.01)
+
+
+            def run():
+                total = 0.0
+                for _ in range(4):
+                    optimizer.zero_grad()
+                    loss = torch.nn.functional.cross_entropy(model(inputs), targets)
+                    loss.backward()
+                    optimizer.step()
+                    total += loss
+                return total
+            """,
+        after="""
+            import torch
+
+            device = torch.device(DEVICE)
+
+            inputs = torch.randn(32, 512, device=device)
+            targets = torch.randint(0, 10, (32,), device=device)
+            model = torch.nn.Sequential(
+                torch.nn.Linear(512, 512), torch.nn.ReLU(), torch.nn.Linear(512, 512), torch.nn.ReLU(), torch.nn.Linear(512, 10)
+            ).to(device)
+            optimizer = torch.optim.SGD(model.parameters(), lr=0.01)
+
+
+            def run():
+                total = 0.0
+                for _ in range(4):
+                    optimizer.zero_grad()
+                    loss = torch.nn.functional.cross_entropy(model(inputs), targets)
+                    loss.backward()
+                    optimizer.step()
+                    total += loss.detach()
+                return total
+            """,
+        comparison="values (the accumulated losses; the original's result also carries a graph, ignored)",
+    )
 
     _MESSAGE = (
         "`{loss}` is accumulated into `{acc}` with its autograd graph, which keeps every "
@@ -389,7 +578,7 @@ class LossGraphRetained(Rule):
                 fix=Fix(
                     Applicability.SAFE if safe else Applicability.UNSAFE,
                     f"Accumulate `{loss}.detach()`",
-                    lambda occurrence=occurrence: codemod.detach(occurrence),
+                    lambda occurrence=occurrence: calls.call_method(occurrence, "detach"),
                 ),
             )
 

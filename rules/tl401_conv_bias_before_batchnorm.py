@@ -4,9 +4,9 @@ from typing import Dict, List, NamedTuple, Optional, Sequence, Tuple, Union
 
 import libcst as cst
 
-from torchlint.codemods import conv_bias as codemod
+from torchlint.codemods import calls
 from torchlint.model import Applicability, Fix, FixAvailability
-from torchlint.rule import Rule
+from torchlint.rule import Benchmark, Invalid, Rule, Valid
 from torchlint.rules._helpers import CallTable, argument, literal_bool
 from torchlint.nodes import iter_children, walk_nodes
 
@@ -142,18 +142,115 @@ class ConvBiasBeforeBatchNorm(Rule):
     needs = ("BatchNorm",)
 
     VALID = [
-        "import torch.nn as nn\nm = nn.Sequential(nn.Conv2d(3, 8, 3, bias=False), nn.BatchNorm2d(8))\n",
-        "import torch.nn as nn\nm = nn.Sequential(nn.Conv2d(3, 8, 3), nn.ReLU(), nn.BatchNorm2d(8))\n",
-        "import torch.nn as nn\nm = nn.Sequential(nn.Conv1d(3, 8, 3), nn.BatchNorm2d(8))\n",
-        "import torch.nn as nn\nm = nn.ModuleList([nn.Conv2d(3, 8, 3), nn.BatchNorm2d(8)])\n",
+        Valid(
+            """
+            import torch.nn as nn
+            m = nn.Sequential(nn.Conv2d(3, 8, 3, bias=False), nn.BatchNorm2d(8))
+            """
+        ),
+        Valid(
+            """
+            import torch.nn as nn
+            m = nn.Sequential(nn.Conv2d(3, 8, 3), nn.ReLU(), nn.BatchNorm2d(8))
+            """
+        ),
+        Valid(
+            """
+            import torch.nn as nn
+            m = nn.Sequential(nn.Conv1d(3, 8, 3), nn.BatchNorm2d(8))
+            """
+        ),
+        Valid(
+            """
+            import torch.nn as nn
+            m = nn.ModuleList([nn.Conv2d(3, 8, 3), nn.BatchNorm2d(8)])
+            """
+        ),
     ]
     INVALID = [
-        "import torch.nn as nn\nm = nn.Sequential(nn.Conv2d(3, 8, 3), nn.BatchNorm2d(8))\n",
-        "from torch import nn\n\n\nclass Block(nn.Module):\n"
-        "    def __init__(self):\n        super().__init__()\n"
-        "        self.conv = nn.Conv2d(3, 8, 3)\n        self.bn = nn.BatchNorm2d(8)\n\n"
-        "    def forward(self, x):\n        return self.bn(self.conv(x))\n",
+        Invalid(
+            """
+            import torch.nn as nn
+            m = nn.Sequential(nn.Conv2d(3, 8, 3), nn.BatchNorm2d(8))
+            """,
+            expected_fix="""
+            import torch.nn as nn
+            m = nn.Sequential(nn.Conv2d(3, 8, 3, bias=False), nn.BatchNorm2d(8))
+            """,
+        ),
+        Invalid(
+            """
+            from torch import nn
+
+
+            class Block(nn.Module):
+                def __init__(self):
+                    super().__init__()
+                    self.conv = nn.Conv2d(3, 8, 3)
+                    self.bn = nn.BatchNorm2d(8)
+
+                def forward(self, x):
+                    return self.bn(self.conv(x))
+            """,
+            expected_fix="""
+            from torch import nn
+
+
+            class Block(nn.Module):
+                def __init__(self):
+                    super().__init__()
+                    self.conv = nn.Conv2d(3, 8, 3, bias=False)
+                    self.bn = nn.BatchNorm2d(8)
+
+                def forward(self, x):
+                    return self.bn(self.conv(x))
+            """,
+        ),
     ]
+
+    BENCHMARK = Benchmark(
+        title="Conv2d with vs without bias before BatchNorm2d (forward and backward, train mode)",
+        before="""
+            import torch
+
+            device = torch.device(DEVICE)
+
+            inputs = torch.randn(8, 16, 32, 32, device=device)
+            model = torch.nn.Sequential(
+                torch.nn.Conv2d(16, 32, 3, padding=1),
+                torch.nn.BatchNorm2d(32),
+                torch.nn.ReLU(),
+            ).to(device)
+
+
+            def run():
+                out = model(inputs)
+                out.sum().backward()
+                return out.detach()
+            """,
+        after="""
+            import torch
+
+            device = torch.device(DEVICE)
+
+            inputs = torch.randn(8, 16, 32, 32, device=device)
+            model = torch.nn.Sequential(
+                torch.nn.Conv2d(16, 32, 3, padding=1, bias=False),
+                torch.nn.BatchNorm2d(32),
+                torch.nn.ReLU(),
+            ).to(device)
+
+
+            def run():
+                out = model(inputs)
+                out.sum().backward()
+                return out.detach()
+            """,
+        comparison=(
+            "values, within float32 tolerances: in train mode BatchNorm subtracts the batch mean, so the bias "
+            "cancels (the weights are the same because the bias is initialised after them)"
+        ),
+    )
 
     def __init__(self, context) -> None:
         super().__init__(context)
@@ -196,7 +293,7 @@ class ConvBiasBeforeBatchNorm(Rule):
             fix=Fix(
                 Applicability.UNSAFE,
                 "Pass `bias=False`",
-                lambda call=call, arg=arg: codemod.disable_bias(call, arg),
+                lambda call=call, arg=arg: calls.set_keyword(call, "bias", "False", arg),
             ),
         )
 

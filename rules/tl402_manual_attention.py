@@ -5,7 +5,7 @@ from typing import Dict, List, NamedTuple, Optional, Set, Tuple
 import libcst as cst
 
 from torchlint.model import FixAvailability
-from torchlint.rule import Rule
+from torchlint.rule import Invalid, Rule, Valid
 from torchlint.rules._attention import Scope
 from torchlint.rules._helpers import has_star, keyword, literal_number, positional
 from torchlint.nodes import iter_children
@@ -155,32 +155,53 @@ class ManualAttention(Rule):
 
     VALID = [
         # the fused path exists; the manual one is its fallback
-        "import torch.nn.functional as F\n"
-        "def attend(q, k, v, flash):\n"
-        "    if flash:\n"
-        "        return F.scaled_dot_product_attention(q, k, v)\n"
-        "    att = F.softmax(q @ k.transpose(-2, -1), dim=-1)\n"
-        "    return att @ v\n",
+        Valid(
+            """
+            import torch.nn.functional as F
+            def attend(q, k, v, flash):
+                if flash:
+                    return F.scaled_dot_product_attention(q, k, v)
+                att = F.softmax(q @ k.transpose(-2, -1), dim=-1)
+                return att @ v
+            """
+        ),
         # the weights are returned: SDPA does not give them
-        "import torch\n"
-        "def attend(q, k, v):\n"
-        "    att = torch.softmax(q @ k.transpose(-2, -1), dim=-1)\n"
-        "    return att @ v, att\n",
+        Valid(
+            """
+            import torch
+            def attend(q, k, v):
+                att = torch.softmax(q @ k.transpose(-2, -1), dim=-1)
+                return att @ v, att
+            """
+        ),
         # classification logits, not attention
-        "import torch\n"
-        "def predict(x, head):\n"
-        "    probs = torch.softmax(head(x), dim=-1)\n"
-        "    return probs.argmax(-1)\n",
+        Valid(
+            """
+            import torch
+            def predict(x, head):
+                probs = torch.softmax(head(x), dim=-1)
+                return probs.argmax(-1)
+            """
+        ),
     ]
     INVALID = [
-        "import math\nimport torch.nn.functional as F\n"
-        "def attend(q, k, v):\n"
-        "    att = (q @ k.transpose(-2, -1)) / math.sqrt(k.size(-1))\n"
-        "    att = F.softmax(att, dim=-1)\n"
-        "    return att @ v\n",
-        "import torch\n"
-        "def attend(q, k, v):\n"
-        "    return torch.matmul(torch.softmax(torch.matmul(q, k.mT), dim=-1), v)\n",
+        Invalid(
+            """
+            import math
+            import torch.nn.functional as F
+            def attend(q, k, v):
+                att = (q @ k.transpose(-2, -1)) / math.sqrt(k.size(-1))
+                att = F.softmax(att, dim=-1)
+                return att @ v
+            """,
+        ),
+        Invalid(
+            """
+            import torch
+            def attend(q, k, v):
+                return torch.matmul(torch.softmax(torch.matmul(q, k.mT), dim=-1), v)
+            """,
+        ),
     ]
 
     _MESSAGE = (

@@ -5,6 +5,7 @@ from typing import List, Optional, Set, Tuple
 import libcst as cst
 
 from torchlint.model import FixAvailability
+from torchlint.rule import Invalid, Valid
 from torchlint.rules._helpers import literal_bool
 from torchlint.rules._program import (
     REPRODUCIBILITY_PURPOSE,
@@ -134,23 +135,87 @@ class CudnnBenchmarkDisabled(ProgramRule):
     fix = FixAvailability.NONE
 
     VALID = [
-        "import gym\nimport torch\nfrom torch import nn\n\nmodel = nn.Conv2d(3, 8, 3).cuda()\n"
-        "for x in loader:\n    model(x).sum().backward()\n    optimizer.step()\n",
-        "import torch\nfrom torch import nn\n\nmodel = nn.Conv2d(3, 8, 3).cuda()\n"
-        "torch.use_deterministic_algorithms(args.deterministic)\n"
-        "for x in loader:\n    model(x).sum().backward()\n    optimizer.step()\n",
-        "import torch\ntorch.backends.cudnn.benchmark = True\n",
-        "import torch\ntorch.backends.cudnn.benchmark = args.cudnn_benchmark\n",
-        "import torch\nif args.deterministic:\n    torch.backends.cudnn.benchmark = False\n",
-        "import torch\nfrom torch import nn\n\nmodel = nn.Conv2d(3, 8, 3).cuda()\n"
-        "torch.backends.cudnn.benchmark = True\n"
-        "for x in loader:\n    model(x).sum().backward()\n    optimizer.step()\n",
+        Valid(
+            """
+            import gym
+            import torch
+            from torch import nn
+
+            model = nn.Conv2d(3, 8, 3).cuda()
+            for x in loader:
+                model(x).sum().backward()
+                optimizer.step()
+            """
+        ),
+        Valid(
+            """
+            import torch
+            from torch import nn
+
+            model = nn.Conv2d(3, 8, 3).cuda()
+            torch.use_deterministic_algorithms(args.deterministic)
+            for x in loader:
+                model(x).sum().backward()
+                optimizer.step()
+            """
+        ),
+        Valid(
+            """
+            import torch
+            torch.backends.cudnn.benchmark = True
+            """
+        ),
+        Valid(
+            """
+            import torch
+            torch.backends.cudnn.benchmark = args.cudnn_benchmark
+            """
+        ),
+        Valid(
+            """
+            import torch
+            if args.deterministic:
+                torch.backends.cudnn.benchmark = False
+            """
+        ),
+        Valid(
+            """
+            import torch
+            from torch import nn
+
+            model = nn.Conv2d(3, 8, 3).cuda()
+            torch.backends.cudnn.benchmark = True
+            for x in loader:
+                model(x).sum().backward()
+                optimizer.step()
+            """
+        ),
     ]
     INVALID = [
-        "import torch\ntorch.backends.cudnn.benchmark = False\n",
-        "from torch.backends import cudnn\ncudnn.deterministic = True\ncudnn.benchmark = False\n",
-        "import torch\nfrom torch import nn\n\nmodel = nn.Conv2d(3, 8, 3).cuda()\n"
-        "for x in loader:\n    model(x).sum().backward()\n    optimizer.step()\n",
+        Invalid(
+            """
+            import torch
+            torch.backends.cudnn.benchmark = False
+            """,
+        ),
+        Invalid(
+            """
+            from torch.backends import cudnn
+            cudnn.deterministic = True
+            cudnn.benchmark = False
+            """,
+        ),
+        Invalid(
+            """
+            import torch
+            from torch import nn
+
+            model = nn.Conv2d(3, 8, 3).cuda()
+            for x in loader:
+                model(x).sum().backward()
+                optimizer.step()
+            """,
+        ),
     ]
 
     def __init__(self, context) -> None:

@@ -3,7 +3,7 @@ from __future__ import annotations
 import libcst as cst
 
 from torchlint.model import FixAvailability
-from torchlint.rule import Rule
+from torchlint.rule import Invalid, Rule, Valid
 from torchlint.rules._helpers import argument, literal_bool
 from torchlint.rules._program import (
     REPRODUCIBILITY_PURPOSE,
@@ -93,15 +93,53 @@ class DeterministicAlgorithms(Rule):
     fix = FixAvailability.NONE
 
     VALID = [
-        "import torch\ntorch.use_deterministic_algorithms(args.deterministic)\n",
-        "import torch\nif args.deterministic:\n    torch.use_deterministic_algorithms(True)\n",
-        "import torch\ntorch.backends.cudnn.deterministic = False\n",
-        "import torch\nif args.seed is not None:\n    torch.backends.cudnn.deterministic = True\n",
+        Valid(
+            """
+            import torch
+            torch.use_deterministic_algorithms(args.deterministic)
+            """
+        ),
+        Valid(
+            """
+            import torch
+            if args.deterministic:
+                torch.use_deterministic_algorithms(True)
+            """
+        ),
+        Valid(
+            """
+            import torch
+            torch.backends.cudnn.deterministic = False
+            """
+        ),
+        Valid(
+            """
+            import torch
+            if args.seed is not None:
+                torch.backends.cudnn.deterministic = True
+            """
+        ),
     ]
     INVALID = [
-        "import torch\ntorch.use_deterministic_algorithms(True)\n",
-        "import torch\ntorch.backends.cudnn.deterministic = True\n",
-        "from torch.backends import cudnn\ndef set_seed(seed):\n    cudnn.deterministic = True\n",
+        Invalid(
+            """
+            import torch
+            torch.use_deterministic_algorithms(True)
+            """,
+        ),
+        Invalid(
+            """
+            import torch
+            torch.backends.cudnn.deterministic = True
+            """,
+        ),
+        Invalid(
+            """
+            from torch.backends import cudnn
+            def set_seed(seed):
+                cudnn.deterministic = True
+            """,
+        ),
     ]
 
     def __init__(self, context) -> None:

@@ -1,6 +1,7 @@
 from __future__ import annotations
 
 from torchlint.model import FixAvailability
+from torchlint.rule import Invalid, Valid
 from torchlint.rules._program import ProgramFacts, ProgramRule
 
 
@@ -120,24 +121,77 @@ class Fp32MatmulPrecision(ProgramRule):
     fix = FixAvailability.NONE
 
     VALID = [
-        "import gymnasium as gym\nimport torch\nenvs = gym.make('CartPole-v1')\n"
-        "for x in loader:\n    model(x.cuda()).sum().backward()\n    optimizer.step()\n",
-        "import torch\ntorch.backends.cudnn.deterministic = args.torch_deterministic\n"
-        "for x in loader:\n    model(x.cuda()).sum().backward()\n    optimizer.step()\n",
-        "import torch\ntorch.set_float32_matmul_precision('high')\n"
-        "for x in loader:\n    model(x.cuda()).sum().backward()\n    optimizer.step()\n",
-        "import torch\n"
-        "for x in loader:\n    with torch.autocast('cuda', dtype=torch.bfloat16):\n"
-        "        loss = model(x.cuda()).sum()\n    loss.backward()\n    optimizer.step()\n",
-        "import torch\ndef train(model, loader, optimizer):\n"
-        "    for x in loader:\n        model(x.cuda()).sum().backward()\n        optimizer.step()\n",
+        Valid(
+            """
+            import gymnasium as gym
+            import torch
+            envs = gym.make('CartPole-v1')
+            for x in loader:
+                model(x.cuda()).sum().backward()
+                optimizer.step()
+            """
+        ),
+        Valid(
+            """
+            import torch
+            torch.backends.cudnn.deterministic = args.torch_deterministic
+            for x in loader:
+                model(x.cuda()).sum().backward()
+                optimizer.step()
+            """
+        ),
+        Valid(
+            """
+            import torch
+            torch.set_float32_matmul_precision('high')
+            for x in loader:
+                model(x.cuda()).sum().backward()
+                optimizer.step()
+            """
+        ),
+        Valid(
+            """
+            import torch
+            for x in loader:
+                with torch.autocast('cuda', dtype=torch.bfloat16):
+                    loss = model(x.cuda()).sum()
+                loss.backward()
+                optimizer.step()
+            """
+        ),
+        Valid(
+            """
+            import torch
+            def train(model, loader, optimizer):
+                for x in loader:
+                    model(x.cuda()).sum().backward()
+                    optimizer.step()
+            """
+        ),
     ]
     INVALID = [
-        "import torch\nmodel = torch.nn.Linear(1024, 1024).cuda()\n"
-        "for x in loader:\n    model(x.cuda()).sum().backward()\n    optimizer.step()\n",
-        "import torch\nmodel = GPT(config).cuda()\ndef train(model, loader, optimizer):\n"
-        "    for x in loader:\n        model(x.cuda()).sum().backward()\n        optimizer.step()\n"
-        "\nif __name__ == '__main__':\n    train(model, loader, optimizer)\n",
+        Invalid(
+            """
+            import torch
+            model = torch.nn.Linear(1024, 1024).cuda()
+            for x in loader:
+                model(x.cuda()).sum().backward()
+                optimizer.step()
+            """,
+        ),
+        Invalid(
+            """
+            import torch
+            model = GPT(config).cuda()
+            def train(model, loader, optimizer):
+                for x in loader:
+                    model(x.cuda()).sum().backward()
+                    optimizer.step()
+
+            if __name__ == '__main__':
+                train(model, loader, optimizer)
+            """,
+        ),
     ]
 
     def decide(self, facts: ProgramFacts) -> None:

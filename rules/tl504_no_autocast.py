@@ -1,6 +1,7 @@
 from __future__ import annotations
 
 from torchlint.model import FixAvailability
+from torchlint.rule import Invalid, Valid
 from torchlint.rules._program import ProgramFacts, ProgramRule
 
 
@@ -108,24 +109,72 @@ class NoAutocast(ProgramRule):
     fix = FixAvailability.NONE
 
     VALID = [
-        "import gymnasium as gym\nimport torch\nenvs = gym.make('CartPole-v1')\n"
-        "for x in loader:\n    model(x.cuda()).sum().backward()\n    optimizer.step()\n",
-        "import torch\ntorch.backends.cudnn.deterministic = args.torch_deterministic\n"
-        "for x in loader:\n    model(x.cuda()).sum().backward()\n    optimizer.step()\n",
-        "import torch\n"
-        "for x in loader:\n    with torch.autocast('cuda', dtype=torch.bfloat16):\n"
-        "        loss = model(x.cuda()).sum()\n    loss.backward()\n    optimizer.step()\n",
-        "import torch\n"
-        "scaler = torch.amp.GradScaler('cuda')\n"
-        "for x in loader:\n    scaler.scale(model(x.cuda()).sum()).backward()\n    scaler.step(optimizer)\n",
-        "import torch\n"
-        "for x in loader:\n    accelerator.backward(model(x.cuda()).sum())\n    optimizer.step()\n",
+        Valid(
+            """
+            import gymnasium as gym
+            import torch
+            envs = gym.make('CartPole-v1')
+            for x in loader:
+                model(x.cuda()).sum().backward()
+                optimizer.step()
+            """
+        ),
+        Valid(
+            """
+            import torch
+            torch.backends.cudnn.deterministic = args.torch_deterministic
+            for x in loader:
+                model(x.cuda()).sum().backward()
+                optimizer.step()
+            """
+        ),
+        Valid(
+            """
+            import torch
+            for x in loader:
+                with torch.autocast('cuda', dtype=torch.bfloat16):
+                    loss = model(x.cuda()).sum()
+                loss.backward()
+                optimizer.step()
+            """
+        ),
+        Valid(
+            """
+            import torch
+            scaler = torch.amp.GradScaler('cuda')
+            for x in loader:
+                scaler.scale(model(x.cuda()).sum()).backward()
+                scaler.step(optimizer)
+            """
+        ),
+        Valid(
+            """
+            import torch
+            for x in loader:
+                accelerator.backward(model(x.cuda()).sum())
+                optimizer.step()
+            """
+        ),
     ]
     INVALID = [
-        "import torch\n"
-        "for x in loader:\n    loss = model(x.cuda()).sum()\n    loss.backward()\n    optimizer.step()\n",
-        "import torch\ndef train_step(model, x, optimizer):\n"
-        "    loss = model(x.to('cuda')).sum()\n    loss.backward()\n    optimizer.step()\n",
+        Invalid(
+            """
+            import torch
+            for x in loader:
+                loss = model(x.cuda()).sum()
+                loss.backward()
+                optimizer.step()
+            """,
+        ),
+        Invalid(
+            """
+            import torch
+            def train_step(model, x, optimizer):
+                loss = model(x.to('cuda')).sum()
+                loss.backward()
+                optimizer.step()
+            """,
+        ),
     ]
 
     def decide(self, facts: ProgramFacts) -> None:

@@ -1,6 +1,7 @@
 from __future__ import annotations
 
 from torchlint.model import FixAvailability
+from torchlint.rule import Invalid, Valid
 from torchlint.rules._program import ProgramFacts, ProgramRule
 
 
@@ -97,20 +98,69 @@ class NoCompile(ProgramRule):
     fix = FixAvailability.NONE
 
     VALID = [
-        "import gymnasium as gym\nimport torch\nenvs = gym.make('CartPole-v1')\n"
-        "for x in loader:\n    model(x.cuda()).sum().backward()\n    optimizer.step()\n",
-        "import torch\nmodel = torch.compile(Net().cuda())\n"
-        "for x in loader:\n    model(x).sum().backward()\n    optimizer.step()\n",
-        "import torch\nmodel = Net().cuda()\nif args.compile:\n    model = compile_model(model)\n"
-        "for x in loader:\n    model(x).sum().backward()\n    optimizer.step()\n",
-        "import re\nimport torch\npattern = re.compile('x')\ndef train(model, loader, optimizer):\n"
-        "    for x in loader:\n        model(x.cuda()).sum().backward()\n        optimizer.step()\n",
+        Valid(
+            """
+            import gymnasium as gym
+            import torch
+            envs = gym.make('CartPole-v1')
+            for x in loader:
+                model(x.cuda()).sum().backward()
+                optimizer.step()
+            """
+        ),
+        Valid(
+            """
+            import torch
+            model = torch.compile(Net().cuda())
+            for x in loader:
+                model(x).sum().backward()
+                optimizer.step()
+            """
+        ),
+        Valid(
+            """
+            import torch
+            model = Net().cuda()
+            if args.compile:
+                model = compile_model(model)
+            for x in loader:
+                model(x).sum().backward()
+                optimizer.step()
+            """
+        ),
+        Valid(
+            """
+            import re
+            import torch
+            pattern = re.compile('x')
+            def train(model, loader, optimizer):
+                for x in loader:
+                    model(x.cuda()).sum().backward()
+                    optimizer.step()
+            """
+        ),
     ]
     INVALID = [
-        "import torch\nmodel = Net().cuda()\n"
-        "for x in loader:\n    model(x).sum().backward()\n    optimizer.step()\n",
-        "import re\nimport torch\npattern = re.compile('x')\nmodel = Net().cuda()\n"
-        "for x in loader:\n    model(x).sum().backward()\n    optimizer.step()\n",
+        Invalid(
+            """
+            import torch
+            model = Net().cuda()
+            for x in loader:
+                model(x).sum().backward()
+                optimizer.step()
+            """,
+        ),
+        Invalid(
+            """
+            import re
+            import torch
+            pattern = re.compile('x')
+            model = Net().cuda()
+            for x in loader:
+                model(x).sum().backward()
+                optimizer.step()
+            """,
+        ),
     ]
 
     def decide(self, facts: ProgramFacts) -> None:

@@ -5,7 +5,7 @@ from typing import List, Tuple
 import libcst as cst
 
 from torchlint.model import FixAvailability
-from torchlint.rule import Rule
+from torchlint.rule import Invalid, Rule, Valid
 from torchlint.rules._helpers import argument
 
 # Layer -> its size parameters as (keyword, position).
@@ -83,15 +83,52 @@ class TensorCoreAlignment(Rule):
     needs = ("Linear", "Embedding")
 
     VALID = [
-        "from torch import nn\nhead = nn.Linear(768, 50304)\n",
-        "from torch import nn\nhead = nn.Linear(768, vocab_size)\n",
-        "from torch import nn\nhead = nn.Linear(2048, 1000)\n",
-        "import torch\nclass Linear:\n    pass\nhead = Linear(768, 50257)\n",
+        Valid(
+            """
+            from torch import nn
+            head = nn.Linear(768, 50304)
+            """
+        ),
+        Valid(
+            """
+            from torch import nn
+            head = nn.Linear(768, vocab_size)
+            """
+        ),
+        Valid(
+            """
+            from torch import nn
+            head = nn.Linear(2048, 1000)
+            """
+        ),
+        Valid(
+            """
+            import torch
+            class Linear:
+                pass
+            head = Linear(768, 50257)
+            """
+        ),
     ]
     INVALID = [
-        "from torch import nn\nhead = nn.Linear(768, 50257)\n",
-        "import torch.nn as nn\nwte = nn.Embedding(num_embeddings=50257, embedding_dim=768)\n",
-        "from torch.nn import Linear\nproj = Linear(in_features=1000, out_features=1025)\n",
+        Invalid(
+            """
+            from torch import nn
+            head = nn.Linear(768, 50257)
+            """,
+        ),
+        Invalid(
+            """
+            import torch.nn as nn
+            wte = nn.Embedding(num_embeddings=50257, embedding_dim=768)
+            """,
+        ),
+        Invalid(
+            """
+            from torch.nn import Linear
+            proj = Linear(in_features=1000, out_features=1025)
+            """,
+        ),
     ]
 
     def visit_Call(self, node: cst.Call) -> None:

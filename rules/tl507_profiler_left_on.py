@@ -6,7 +6,7 @@ from pathlib import PurePath
 import libcst as cst
 
 from torchlint.model import FixAvailability
-from torchlint.rule import Rule
+from torchlint.rule import Invalid, Rule, Valid
 from torchlint.rules._helpers import argument, literal_bool
 from torchlint.rules._program import under_switch
 
@@ -97,15 +97,57 @@ class ProfilerLeftOn(Rule):
     fix = FixAvailability.NONE
 
     VALID = [
-        "import torch\nwith torch.autograd.profiler.profile(enabled=args.profile) as prof:\n    step()\n",
-        "import torch\nwith torch.profiler.profile() as prof:\n    step()\n",
-        "import torch\nwith torch.autograd.profiler.record_function('forward'):\n    step()\n",
-        "import torch\nif args.profile:\n    with torch.autograd.profiler.emit_nvtx():\n        step()\n",
+        Valid(
+            """
+            import torch
+            with torch.autograd.profiler.profile(enabled=args.profile) as prof:
+                step()
+            """
+        ),
+        Valid(
+            """
+            import torch
+            with torch.profiler.profile() as prof:
+                step()
+            """
+        ),
+        Valid(
+            """
+            import torch
+            with torch.autograd.profiler.record_function('forward'):
+                step()
+            """
+        ),
+        Valid(
+            """
+            import torch
+            if args.profile:
+                with torch.autograd.profiler.emit_nvtx():
+                    step()
+            """
+        ),
     ]
     INVALID = [
-        "import torch\nwith torch.autograd.profiler.profile(use_cuda=True) as prof:\n    step()\n",
-        "from torch.autograd import gradcheck\nok = gradcheck(layer, (x,))\n",
-        "import torch\nwith torch.autograd.profiler.emit_nvtx():\n    step()\n",
+        Invalid(
+            """
+            import torch
+            with torch.autograd.profiler.profile(use_cuda=True) as prof:
+                step()
+            """,
+        ),
+        Invalid(
+            """
+            from torch.autograd import gradcheck
+            ok = gradcheck(layer, (x,))
+            """,
+        ),
+        Invalid(
+            """
+            import torch
+            with torch.autograd.profiler.emit_nvtx():
+                step()
+            """,
+        ),
     ]
 
     def __init__(self, context) -> None:

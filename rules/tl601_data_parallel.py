@@ -6,7 +6,7 @@ from typing import List, Tuple
 import libcst as cst
 
 from torchlint.model import FixAvailability
-from torchlint.rule import Rule
+from torchlint.rule import Invalid, Rule, Valid
 from torchlint.rules._helpers import CallTable, method_name
 from torchlint.rules._training import is_backward
 
@@ -121,23 +121,92 @@ class DataParallel(Rule):
     needs = ("DataParallel", "data_parallel")
 
     VALID = [
-        "import torch\ninception = torch.nn.DataParallel(load_inception()).eval().cuda()\n"
-        "with torch.no_grad():\n    for x in loader:\n        feats.append(inception(x.cuda()))\n",
-        "import torch\nif isinstance(model, torch.nn.DataParallel):\n    model = model.module\n",
-        "import torch\nfrom torch.nn.parallel import DistributedDataParallel as DDP\nmodel = DDP(model, device_ids=[rank])\n",
-        "import torch\nclass DataParallel:\n    def __init__(self, m):\n        self.m = m\nwrapped = DataParallel(model)\n",
+        Valid(
+            """
+            import torch
+            inception = torch.nn.DataParallel(load_inception()).eval().cuda()
+            with torch.no_grad():
+                for x in loader:
+                    feats.append(inception(x.cuda()))
+            """
+        ),
+        Valid(
+            """
+            import torch
+            if isinstance(model, torch.nn.DataParallel):
+                model = model.module
+            """
+        ),
+        Valid(
+            """
+            import torch
+            from torch.nn.parallel import DistributedDataParallel as DDP
+            model = DDP(model, device_ids=[rank])
+            """
+        ),
+        Valid(
+            """
+            import torch
+            class DataParallel:
+                def __init__(self, m):
+                    self.m = m
+            wrapped = DataParallel(model)
+            """
+        ),
         # A program that also runs with DDP: DataParallel is its fallback.
-        "import torch\nfrom torch.nn.parallel import DistributedDataParallel as DDP\n"
-        "if distributed:\n    model = DDP(model, device_ids=[rank])\nelse:\n    model = torch.nn.DataParallel(model)\n",
-        "import torch\nfrom utils import smart_DDP\nif RANK == -1 and torch.cuda.device_count() > 1:\n"
-        "    model = torch.nn.DataParallel(model)\nif RANK != -1:\n    model = smart_DDP(model)\n",
+        Valid(
+            """
+            import torch
+            from torch.nn.parallel import DistributedDataParallel as DDP
+            if distributed:
+                model = DDP(model, device_ids=[rank])
+            else:
+                model = torch.nn.DataParallel(model)
+            """
+        ),
+        Valid(
+            """
+            import torch
+            from utils import smart_DDP
+            if RANK == -1 and torch.cuda.device_count() > 1:
+                model = torch.nn.DataParallel(model)
+            if RANK != -1:
+                model = smart_DDP(model)
+            """
+        ),
     ]
     INVALID = [
-        "import torch\nmodel = torch.nn.DataParallel(model).cuda()\nmodel.eval()\nvalidate(model)\n"
-        "model.train()\nfor x, y in loader:\n    loss_fn(model(x), y).backward()\n",
-        "import torch\nmodel = torch.nn.DataParallel(model)\n",
-        "import torch\nif torch.cuda.device_count() > 1:\n    model = torch.nn.DataParallel(model)\nmodel = add_dropout(model)\n",
-        "from torch.nn import DataParallel as DP\nmodel = DP(model, device_ids=[0, 1])\n",
+        Invalid(
+            """
+            import torch
+            model = torch.nn.DataParallel(model).cuda()
+            model.eval()
+            validate(model)
+            model.train()
+            for x, y in loader:
+                loss_fn(model(x), y).backward()
+            """,
+        ),
+        Invalid(
+            """
+            import torch
+            model = torch.nn.DataParallel(model)
+            """,
+        ),
+        Invalid(
+            """
+            import torch
+            if torch.cuda.device_count() > 1:
+                model = torch.nn.DataParallel(model)
+            model = add_dropout(model)
+            """,
+        ),
+        Invalid(
+            """
+            from torch.nn import DataParallel as DP
+            model = DP(model, device_ids=[0, 1])
+            """,
+        ),
     ]
 
     _MESSAGES = {

@@ -6,7 +6,7 @@ from typing import Dict, FrozenSet, List, Optional, Tuple
 import libcst as cst
 
 from torchlint.model import FixAvailability
-from torchlint.rule import Rule, contains_modulo
+from torchlint.rule import Invalid, Rule, Valid, contains_modulo
 from torchlint.rules._training import is_backward, is_ddp_helper, is_framework_backward, is_optimizer_step
 from torchlint.nodes import walk_nodes
 from torchlint.rules._frequency import model_for
@@ -150,37 +150,107 @@ class DdpAccumulationWithoutNoSync(Rule):
     fix = FixAvailability.NONE
 
     VALID = [
-        "from torch.nn.parallel import DistributedDataParallel as DDP\nmodel = DDP(model)\n"
-        "for i, (x, y) in enumerate(loader):\n    loss = criterion(model(x), y)\n"
-        "    loss_scaler(loss, optimizer, parameters=model.parameters(), update_grad=True)\n",
-        "from utils import unwrap_ddp\nnet = unwrap_ddp(model)\n"
-        "for i, (x, y) in enumerate(loader):\n    loss = criterion(model(x), y)\n    loss.backward()\n"
-        "    if (i + 1) % accum_steps == 0:\n        optimizer.step()\n        optimizer.zero_grad()\n",
+        Valid(
+            """
+            from torch.nn.parallel import DistributedDataParallel as DDP
+            model = DDP(model)
+            for i, (x, y) in enumerate(loader):
+                loss = criterion(model(x), y)
+                loss_scaler(loss, optimizer, parameters=model.parameters(), update_grad=True)
+            """
+        ),
+        Valid(
+            """
+            from utils import unwrap_ddp
+            net = unwrap_ddp(model)
+            for i, (x, y) in enumerate(loader):
+                loss = criterion(model(x), y)
+                loss.backward()
+                if (i + 1) % accum_steps == 0:
+                    optimizer.step()
+                    optimizer.zero_grad()
+            """
+        ),
         # no_sync around the micro-batches
-        "import contextlib\nfrom torch.nn.parallel import DistributedDataParallel as DDP\nmodel = DDP(net)\n"
-        "for i, x in enumerate(loader):\n    ctx = model.no_sync() if (i + 1) % 4 else contextlib.nullcontext()\n"
-        "    with ctx:\n        model(x).sum().backward()\n    if (i + 1) % 4 == 0:\n        optimizer.step()\n",
+        Valid(
+            """
+            import contextlib
+            from torch.nn.parallel import DistributedDataParallel as DDP
+            model = DDP(net)
+            for i, x in enumerate(loader):
+                ctx = model.no_sync() if (i + 1) % 4 else contextlib.nullcontext()
+                with ctx:
+                    model(x).sum().backward()
+                if (i + 1) % 4 == 0:
+                    optimizer.step()
+            """
+        ),
         # no accumulation: step every iteration
-        "from torch.nn.parallel import DistributedDataParallel as DDP\nmodel = DDP(net)\n"
-        "for x in loader:\n    model(x).sum().backward()\n    optimizer.step()\n",
+        Valid(
+            """
+            from torch.nn.parallel import DistributedDataParallel as DDP
+            model = DDP(net)
+            for x in loader:
+                model(x).sum().backward()
+                optimizer.step()
+            """
+        ),
         # no DDP in the module
-        "import torch\nfor i, x in enumerate(loader):\n    model(x).sum().backward()\n"
-        "    if (i + 1) % 4 == 0:\n        optimizer.step()\n",
+        Valid(
+            """
+            import torch
+            for i, x in enumerate(loader):
+                model(x).sum().backward()
+                if (i + 1) % 4 == 0:
+                    optimizer.step()
+            """
+        ),
     ]
     INVALID = [
-        "from torch.nn.parallel import DistributedDataParallel as DDP\nmodel = DDP(model)\n"
-        "for i, (x, y) in enumerate(loader):\n    loss = criterion(model(x), y) / accum_iter\n"
-        "    loss_scaler(loss, optimizer, parameters=model.parameters(),\n"
-        "                update_grad=(i + 1) % accum_iter == 0)\n",
-        "from utils.torch_utils import smart_DDP\nmodel = smart_DDP(model)\n"
-        "for i, (x, y) in enumerate(loader):\n    loss = criterion(model(x), y)\n    loss.backward()\n"
-        "    if (i + 1) % accum_steps == 0:\n        optimizer.step()\n        optimizer.zero_grad()\n",
-        "import torch\nmodel = torch.nn.parallel.DistributedDataParallel(net)\n"
-        "for i, x in enumerate(loader):\n    loss = model(x).sum() / 4\n    loss.backward()\n"
-        "    if (i + 1) % 4 == 0:\n        optimizer.step()\n        optimizer.zero_grad()\n",
-        "from torch.nn.parallel import DistributedDataParallel as DDP\nmodel = DDP(net)\n"
-        "for batch in loader:\n    for micro in batch.chunk(4):\n        model(micro).sum().backward()\n"
-        "    optimizer.step()\n",
+        Invalid(
+            """
+            from torch.nn.parallel import DistributedDataParallel as DDP
+            model = DDP(model)
+            for i, (x, y) in enumerate(loader):
+                loss = criterion(model(x), y) / accum_iter
+                loss_scaler(loss, optimizer, parameters=model.parameters(),
+                            update_grad=(i + 1) % accum_iter == 0)
+            """,
+        ),
+        Invalid(
+            """
+            from utils.torch_utils import smart_DDP
+            model = smart_DDP(model)
+            for i, (x, y) in enumerate(loader):
+                loss = criterion(model(x), y)
+                loss.backward()
+                if (i + 1) % accum_steps == 0:
+                    optimizer.step()
+                    optimizer.zero_grad()
+            """,
+        ),
+        Invalid(
+            """
+            import torch
+            model = torch.nn.parallel.DistributedDataParallel(net)
+            for i, x in enumerate(loader):
+                loss = model(x).sum() / 4
+                loss.backward()
+                if (i + 1) % 4 == 0:
+                    optimizer.step()
+                    optimizer.zero_grad()
+            """,
+        ),
+        Invalid(
+            """
+            from torch.nn.parallel import DistributedDataParallel as DDP
+            model = DDP(net)
+            for batch in loader:
+                for micro in batch.chunk(4):
+                    model(micro).sum().backward()
+                optimizer.step()
+            """,
+        ),
     ]
 
     _MESSAGE = (

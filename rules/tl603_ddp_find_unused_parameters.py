@@ -3,7 +3,7 @@ from __future__ import annotations
 import libcst as cst
 
 from torchlint.model import FixAvailability
-from torchlint.rule import Rule
+from torchlint.rule import Invalid, Rule, Valid
 from torchlint.rules._helpers import has_star, keyword, literal_bool
 
 _DDP = frozenset(
@@ -76,15 +76,39 @@ class DdpFindUnusedParameters(Rule):
     needs = ("find_unused_parameters",)
 
     VALID = [
-        "from torch.nn.parallel import DistributedDataParallel as DDP\nmodel = DDP(model, device_ids=[rank])\n",
-        "from torch.nn.parallel import DistributedDataParallel as DDP\nmodel = DDP(model, find_unused_parameters=args.find_unused)\n",
-        "from torch.nn.parallel import DistributedDataParallel as DDP\n"
-        "model = DDP(model, find_unused_parameters=True, static_graph=True)\n",
-        "import torch\nfrom lightning.pytorch.strategies import DDPStrategy\n"
-        "strategy = DDPStrategy(find_unused_parameters=True)\n",
+        Valid(
+            """
+            from torch.nn.parallel import DistributedDataParallel as DDP
+            model = DDP(model, device_ids=[rank])
+            """
+        ),
+        Valid(
+            """
+            from torch.nn.parallel import DistributedDataParallel as DDP
+            model = DDP(model, find_unused_parameters=args.find_unused)
+            """
+        ),
+        Valid(
+            """
+            from torch.nn.parallel import DistributedDataParallel as DDP
+            model = DDP(model, find_unused_parameters=True, static_graph=True)
+            """
+        ),
+        Valid(
+            """
+            import torch
+            from lightning.pytorch.strategies import DDPStrategy
+            strategy = DDPStrategy(find_unused_parameters=True)
+            """
+        ),
     ]
     INVALID = [
-        "import torch\nmodel = torch.nn.parallel.DistributedDataParallel(model, find_unused_parameters=True)\n",
+        Invalid(
+            """
+            import torch
+            model = torch.nn.parallel.DistributedDataParallel(model, find_unused_parameters=True)
+            """,
+        ),
     ]
 
     _MESSAGE = (

@@ -4,9 +4,9 @@ from typing import Optional
 
 import libcst as cst
 
-from torchlint.codemods import remove_statement as codemod
+from torchlint.codemods import statements
 from torchlint.model import Applicability, Fix, FixAvailability
-from torchlint.rule import Rule
+from torchlint.rule import Benchmark, Invalid, Rule, Valid
 from torchlint.rules._helpers import argument, literal_bool, string_value
 from torchlint.rules._sync import expression_statement
 
@@ -94,15 +94,106 @@ class AnomalyDetectionEnabled(Rule):
     needs = ("anomaly",)
 
     VALID = [
-        "import torch\ntorch.autograd.set_detect_anomaly(args.debug)\n",
-        "import torch\ntorch.autograd.set_detect_anomaly(False)\n",
-        "import torch\nif args.detect_anomaly:\n    torch.autograd.set_detect_anomaly(True)\n",
+        Valid(
+            """
+            import torch
+            torch.autograd.set_detect_anomaly(args.debug)
+            """
+        ),
+        Valid(
+            """
+            import torch
+            torch.autograd.set_detect_anomaly(False)
+            """
+        ),
+        Valid(
+            """
+            import torch
+            if args.detect_anomaly:
+                torch.autograd.set_detect_anomaly(True)
+            """
+        ),
     ]
     INVALID = [
-        "import torch\ntorch.autograd.set_detect_anomaly(True)\n",
-        "import torch\nwith torch.autograd.detect_anomaly():\n    loss.backward()\n",
-        "from torch import autograd\nwith autograd.set_detect_anomaly(mode=True, check_nan=True):\n    loss.backward()\n",
+        Invalid(
+            """
+            import torch
+            torch.autograd.set_detect_anomaly(True)
+            """,
+            expected_fix="""
+            import torch
+            """,
+        ),
+        Invalid(
+            """
+            import torch
+            with torch.autograd.detect_anomaly():
+                loss.backward()
+            """,
+            expected_fix="""
+            import torch
+            loss.backward()
+            """,
+        ),
+        Invalid(
+            """
+            from torch import autograd
+            with autograd.set_detect_anomaly(mode=True, check_nan=True):
+                loss.backward()
+            """,
+            expected_fix="""
+            from torch import autograd
+            loss.backward()
+            """,
+        ),
     ]
+
+    BENCHMARK = Benchmark(
+        title="training steps with vs without `torch.autograd.set_detect_anomaly(True)`",
+        before="""
+            import torch
+
+            device = torch.device(DEVICE)
+
+            torch.autograd.set_detect_anomaly(True)
+
+            inputs = torch.randn(32, 512, device=device)
+            targets = torch.randint(0, 10, (32,), device=device)
+            model = torch.nn.Sequential(
+                torch.nn.Linear(512, 512), torch.nn.ReLU(), torch.nn.Linear(512, 512), torch.nn.ReLU(), torch.nn.Linear(512, 10)
+            ).to(device)
+            optimizer = torch.optim.SGD(model.parameters(), lr=0.01)
+
+
+            def run():
+                optimizer.zero_grad()
+                loss = torch.nn.functional.cross_entropy(model(inputs), targets)
+                loss.backward()
+                optimizer.step()
+                return loss.detach()
+            """,
+        after="""
+            import torch
+
+            device = torch.device(DEVICE)
+
+            inputs = torch.randn(32, 512, device=device)
+            targets = torch.randint(0, 10, (32,), device=device)
+            model = torch.nn.Sequential(
+                torch.nn.Linear(512, 512), torch.nn.ReLU(), torch.nn.Linear(512, 512), torch.nn.ReLU(), torch.nn.Linear(512, 10)
+            ).to(device)
+            optimizer = torch.optim.SGD(model.parameters(), lr=0.01)
+
+
+            def run():
+                optimizer.zero_grad()
+                loss = torch.nn.functional.cross_entropy(model(inputs), targets)
+                loss.backward()
+                optimizer.step()
+                return loss.detach()
+            """,
+        comparison="values (anomaly mode only adds checks); the verifier gives each version its own anomaly setting",
+    )
 
     _MESSAGE = (
         "{what} turns on autograd anomaly detection, a debugging mode that records a stack "
@@ -154,13 +245,13 @@ class AnomalyDetectionEnabled(Rule):
     def _fix(self, node: cst.Call, item: Optional[cst.WithItem]) -> Optional[Fix]:
         if item is not None:
             with_node = self.context.stack[-3]
-            if not isinstance(with_node, cst.With) or not codemod.can_unwrap(with_node, item):
+            if not isinstance(with_node, cst.With) or not statements.can_unwrap(with_node, item):
                 return None
             message = "Remove the anomaly-detection context manager" if len(with_node.items) > 1 else (
                 "Unwrap the `with` block (its body runs without anomaly detection)"
             )
             return Fix(
-                Applicability.UNSAFE, message, lambda: codemod.unwrap_with(with_node, item), target=with_node
+                Applicability.UNSAFE, message, lambda: statements.unwrap_with(with_node, item), target=with_node
             )
         statement = expression_statement(self.context)
         if statement is None:
@@ -168,8 +259,8 @@ class AnomalyDetectionEnabled(Rule):
         return Fix(
             Applicability.UNSAFE,
             "Remove the `set_detect_anomaly(True)` call",
-            lambda: codemod.remove_statement(statement),
-            target=codemod.removal_target(statement),
+            lambda: statements.remove_statement(statement),
+            target=statements.removal_target(statement),
         )
 
 

@@ -4,9 +4,9 @@ from typing import Dict, List
 
 import libcst as cst
 
-from torchlint.codemods import remove_statement as codemod
+from torchlint.codemods import statements
 from torchlint.model import Applicability, Fix, FixAvailability
-from torchlint.rule import Rule
+from torchlint.rule import Benchmark, Invalid, Rule, Valid
 from torchlint.rules._sync import (
     LoopFacts,
     expression_statement,
@@ -119,14 +119,99 @@ class EmptyCacheInLoop(Rule):
     needs = ("empty_cache",)
 
     VALID = [
-        "import torch\nfor x in loader:\n    step(x)\ntorch.cuda.empty_cache()\n",
-        "import torch\nfor x in loader:\n    try:\n        step(x)\n    except torch.cuda.OutOfMemoryError:\n        torch.cuda.empty_cache()\n",
-        "import torch\nfor epoch in range(10):\n    train(model)\n    torch.cuda.empty_cache()\n",
+        Valid(
+            """
+            import torch
+            for x in loader:
+                step(x)
+            torch.cuda.empty_cache()
+            """
+        ),
+        Valid(
+            """
+            import torch
+            for x in loader:
+                try:
+                    step(x)
+                except torch.cuda.OutOfMemoryError:
+                    torch.cuda.empty_cache()
+            """
+        ),
+        Valid(
+            """
+            import torch
+            for epoch in range(10):
+                train(model)
+                torch.cuda.empty_cache()
+            """
+        ),
     ]
     INVALID = [
-        "import torch\nfor x in loader:\n    step(x)\n    torch.cuda.empty_cache()\n",
-        "import torch\nwhile running:\n    out = model(next(it))\n    del out\n    torch.cuda.empty_cache()\n",
+        Invalid(
+            """
+            import torch
+            for x in loader:
+                step(x)
+                torch.cuda.empty_cache()
+            """,
+            expected_fix="""
+            import torch
+            for x in loader:
+                step(x)
+            """,
+        ),
+        Invalid(
+            """
+            import torch
+            while running:
+                out = model(next(it))
+                del out
+                torch.cuda.empty_cache()
+            """,
+            expected_fix="""
+            import torch
+            while running:
+                out = model(next(it))
+                del out
+            """,
+        ),
     ]
+
+    BENCHMARK = Benchmark(
+        title="a loop with vs without `torch.cuda.empty_cache()` every iteration",
+        before="""
+            import torch
+
+            device = torch.device(DEVICE)
+
+            weight = torch.randn(256, 256, device=device)
+
+
+            def run():
+                outs = []
+                for _ in range(8):
+                    x = torch.randn(64, 256, device=device)
+                    outs.append((x @ weight).relu().sum())
+                    torch.cuda.empty_cache()
+                return torch.stack(outs)
+            """,
+        after="""
+            import torch
+
+            device = torch.device(DEVICE)
+
+            weight = torch.randn(256, 256, device=device)
+
+
+            def run():
+                outs = []
+                for _ in range(8):
+                    x = torch.randn(64, 256, device=device)
+                    outs.append((x @ weight).relu().sum())
+                return torch.stack(outs)
+            """,
+        cpu_note="`torch.cuda.empty_cache()` does nothing without CUDA: both versions do the same work on a CPU",
+    )
 
     _MESSAGE = (
         "`{what}()` in a loop returns the allocator's cached memory to the "
@@ -162,8 +247,8 @@ class EmptyCacheInLoop(Rule):
             fix = Fix(
                 Applicability.UNSAFE,
                 "Remove the `empty_cache()` call",
-                lambda: codemod.remove_statement(statement),
-                target=codemod.removal_target(statement),
+                lambda: statements.remove_statement(statement),
+                target=statements.removal_target(statement),
             )
         self.report(node, self._MESSAGE.format(what=what), fix=fix)
 

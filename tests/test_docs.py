@@ -5,6 +5,8 @@ from __future__ import annotations
 import subprocess
 import sys
 
+import pytest
+
 from torchlint.docs import DEFAULT_PATH, main, render, rule_section
 from torchlint.registry import all_rules
 
@@ -49,3 +51,29 @@ def test_check_mode_reports_stale_file(tmp_path):
         capture_output=True, text=True,
     )
     assert result.returncode == 1 and "out of date" in result.stderr
+
+
+def test_readme_table_is_regenerated_between_its_markers():
+    from torchlint.docs import TABLE_END, TABLE_START, readme_table, with_readme_table
+
+    rules = list(all_rules().values())
+    stale = f"# Title\n\n{TABLE_START}\n| TL999 | gone | on | none | x |\n{TABLE_END}\n\nMore.\n"
+    fresh = with_readme_table(stale, rules)
+    assert fresh == f"# Title\n\n{TABLE_START}\n{readme_table(rules)}{TABLE_END}\n\nMore.\n"
+    assert "TL999" not in fresh and f"| TL101 | {all_rules()['TL101'].name} |" in fresh
+    assert with_readme_table(fresh, rules) == fresh
+    with pytest.raises(ValueError, match="lacks"):
+        with_readme_table("# no table\n", rules)
+
+
+def test_check_mode_covers_the_readme(tmp_path, monkeypatch):
+    import torchlint.docs as docs
+
+    readme = tmp_path / "README.md"
+    readme.write_text(f"{docs.TABLE_START}\nold\n{docs.TABLE_END}\n")
+    monkeypatch.setattr(docs, "README_PATH", readme)
+    monkeypatch.setattr(docs, "DEFAULT_PATH", tmp_path / "rules.md")
+    assert main(["--check"]) == 1
+    assert main([]) == 0
+    assert main(["--check"]) == 0
+    assert "| TL101 |" in readme.read_text()

@@ -78,3 +78,31 @@ def test_rules_do_not_import_each_other():
     for path in (ROOT / "rules").glob("tl*.py"):
         imported = {m for m in _imports(path, "torchlint.rules") if m.rsplit(".", 1)[-1].startswith("tl")}
         assert not imported, f"{path.name} imports {sorted(imported)}"
+
+
+# What a rule may use of the engine: the rule base class and the analysis it
+# offers (names, nodes, positions, the semantic model, the diagnostic model).
+RULE_API = {
+    "torchlint.rule", "torchlint.model", "torchlint.names", "torchlint.nodes",
+    "torchlint.positions", "torchlint.semantic",
+}
+
+
+def _outside(imported: Set[str], allowed: Set[str], prefixes: tuple) -> Set[str]:
+    return {m for m in imported if m not in allowed and not m.startswith(prefixes)}
+
+
+def test_rules_use_only_the_rule_api_codemods_and_shared_rule_modules():
+    for path in (ROOT / "rules").glob("*.py"):
+        imported = _imports(path, "torchlint")
+        # `from torchlint.rule import Rule` also records `torchlint.rule.Rule`.
+        modules = {m for m in imported if not any(m.startswith(a + ".") for a in RULE_API)}
+        extra = _outside(modules, RULE_API, ("torchlint.codemods", "torchlint.rules._", "torchlint.rules"))
+        assert not extra, f"rules/{path.name} imports {sorted(extra)} (the engine's drivers are not a rule's business)"
+
+
+def test_codemods_use_only_libcst_and_each_other():
+    for path in (ROOT / "codemods").glob("*.py"):
+        imported = _imports(path, "torchlint")
+        extra = {m for m in imported if not m.startswith("torchlint.codemods")}
+        assert not extra, f"codemods/{path.name} imports {sorted(extra)}"

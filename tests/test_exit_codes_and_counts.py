@@ -162,7 +162,7 @@ def _programs():
 
     for code, rule in all_rules().items():
         for i, example in enumerate(rule.INVALID):
-            yield f"{code} INVALID[{i}]", example
+            yield f"{code} INVALID[{i}]", example.code
     yield "follow-on", FOLLOW_ON
 
 

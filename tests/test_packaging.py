@@ -58,7 +58,7 @@ def test_wheel_layout(tmp_path):
     tops = {n.split("/")[0] for n in names}
     assert not {"rules", "codemods", "tests"} & tops, tops
     assert "torchlint/rules/tl301_zero_grad_set_to_none.py" in names
-    assert "torchlint/codemods/zero_grad.py" in names
+    assert "torchlint/codemods/calls.py" in names
     assert "torchlint/cli.py" in names
     assert "torchlint/verify/_child.py" in names
     assert "torchlint/verify/_program_child.py" in names

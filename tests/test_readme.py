@@ -8,6 +8,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+from torchlint.docs import with_readme_table
 from torchlint.registry import all_rules
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -48,8 +49,12 @@ def test_ci_runs_the_readme_test_command():
 def test_rule_table_lists_every_rule():
     for code, rule in all_rules().items():
         default = "on" if rule.default else "opt-in"
-        row = f"| {code} | {rule.name} | {default} | {rule.fix.value} |"
+        row = f"| {code} | {rule.name} | {default} | {rule.fix.value} | {rule.summary} |"
         assert row in README, f"README rule table lacks: {row}"
+    # The table is generated from the rules, and nothing else is in it.
+    assert with_readme_table(README, all_rules().values()) == README, (
+        "the README's rule table is out of date: run `python -m torchlint.docs`"
+    )
 
 
 def _torchlint(args, cwd):

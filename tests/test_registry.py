@@ -1,4 +1,5 @@
-"""The rules package's catalog matches the rule classes (selection never imports rules)."""
+"""The rules package's catalog, found from the rule modules' file names and
+``default`` lines, matches the rule classes (selection never imports rules)."""
 
 import subprocess
 import sys
@@ -11,8 +12,11 @@ def test_catalog_lists_every_rule_with_its_module_and_default():
     rules = all_rules()
     assert sorted(CATALOG) == sorted(rules)
     for code, (module, default) in CATALOG.items():
-        assert rules[code].__module__ == f"torchlint.rules.{module}", code
-        assert rules[code].default is default, code
+        assert rules[code].__module__ == f"torchlint.rules.{module}", (
+            f"{code} lives in {rules[code].__module__}: a rule's module is named tlNNN_<name>.py after its code"
+        )
+        assert rules[code].default is default, f"{code}: write `default = False` in the rule's class body"
+        assert module == f"{code.lower()}_{rules[code].name.replace('-', '_')}", f"{code}: module named after the rule"
 
 
 def test_codes_and_defaults_come_from_the_catalog():

@@ -6,9 +6,10 @@ import re
 
 import pytest
 
-from tests.helpers import lint
+from tests.helpers import fix, lint
 from torchlint.model import FixAvailability
 from torchlint.registry import all_rules
+from torchlint.rule import Invalid, Valid
 
 RULES = list(all_rules().values())
 SECTIONS = ["## What it does", "## Why is this bad?", "## Example", "## Use instead", "## Fix safety", "## References"]
@@ -28,10 +29,41 @@ def test_documentation_sections(rule):
         assert "safe" in safety or "unsafe" in safety
 
 
+def _examples(kind):
+    return list(_each_example(kind))
+
+
+def _each_example(kind):
+    for rule in RULES:
+        for i, example in enumerate(getattr(rule, kind)):
+            yield pytest.param(rule, example, id=f"{rule.code}-{kind}[{i}]")
+
+
 @pytest.mark.parametrize("rule", RULES, ids=lambda r: r.code)
-def test_examples(rule):
+def test_every_rule_has_examples(rule):
     assert rule.VALID and rule.INVALID, f"{rule.code} needs VALID and INVALID examples"
-    for code in rule.VALID:
-        assert [d for d in lint(code, [rule.code])] == [], f"{rule.code} VALID example reported:\n{code}"
-    for code in rule.INVALID:
-        assert [d.code for d in lint(code, [rule.code])], f"{rule.code} INVALID example silent:\n{code}"
+    assert all(type(e) is Valid for e in rule.VALID), f"{rule.code}: VALID holds Valid(...) examples"
+    assert all(type(e) is Invalid for e in rule.INVALID), f"{rule.code}: INVALID holds Invalid(...) examples"
+    fixes = [e.expected_fix for e in rule.INVALID if e.expected_fix is not None]
+    if rule.fix is FixAvailability.NONE:
+        assert not fixes, f"{rule.code} has no fix, so no example has an expected fix"
+    else:
+        assert fixes, f"{rule.code} has a fix: show it on an INVALID example (expected_fix=...)"
+
+
+@pytest.mark.parametrize(("rule", "example"), _examples("VALID"))
+def test_valid_example_is_silent(rule, example):
+    assert lint(example.code, [rule.code], path=example.path) == [], f"reported:\n{example.code}"
+
+
+@pytest.mark.parametrize(("rule", "example"), _examples("INVALID"))
+def test_invalid_example_is_reported_and_fixed(rule, example):
+    found = [d.code for d in lint(example.code, [rule.code], path=example.path)]
+    assert found == [rule.code] * example.findings, f"{found} for:\n{example.code}"
+    result = fix(example.code, [rule.code], unsafe=True, path=example.path)
+    assert result.errors == []
+    expected = example.code if example.expected_fix is None else example.expected_fix
+    assert result.text == expected
+    if example.expected_fix is not None:
+        again = fix(result.text, [rule.code], unsafe=True, path=example.path)
+        assert again.text == result.text, "fixing must be idempotent"

@@ -7,9 +7,6 @@ import textwrap
 import pytest
 
 from tests.helpers import codes, lint
-from torchlint.registry import all_rules
-
-RULE = all_rules()["TL102"]
 
 
 def tl102(code: str, path: str = "snippet.py"):
@@ -18,16 +15,6 @@ def tl102(code: str, path: str = "snippet.py"):
 
 def positions(code: str, path: str = "snippet.py"):
     return [(d.line, d.column) for d in tl102(code, path)]
-
-
-@pytest.mark.parametrize("example", RULE.INVALID)
-def test_invalid_examples_are_reported(example: str) -> None:
-    assert codes(tl102(example)) == ["TL102"]
-
-
-@pytest.mark.parametrize("example", RULE.VALID)
-def test_valid_examples_are_silent(example: str) -> None:
-    assert tl102(example) == []
 
 
 def test_one_report_per_chain_at_its_outermost_call() -> None:

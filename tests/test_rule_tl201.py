@@ -10,9 +10,6 @@ import pytest
 
 from tests.helpers import codes, fix, lint
 from torchlint.model import Applicability
-from torchlint.registry import all_rules
-
-RULE = all_rules()["TL201"]
 
 
 _LOOP = "for step in range(steps):\n"
@@ -55,16 +52,6 @@ def _fixed(code: str, unsafe: bool = False, wrap: bool = True) -> str:
 def _applicability(code: str):
     (d,) = _lint(code)
     return None if d.fix is None else d.fix.applicability
-
-
-@pytest.mark.parametrize("example", RULE.VALID)
-def test_valid_examples(example):
-    assert _lint(example, wrap=False) == []
-
-
-@pytest.mark.parametrize("example", RULE.INVALID)
-def test_invalid_examples(example):
-    assert codes(_lint(example, wrap=False)) == ["TL201"]
 
 
 @pytest.mark.parametrize(

@@ -9,9 +9,6 @@ import pytest
 
 from tests.helpers import codes, fix, lint
 from torchlint.model import Applicability
-from torchlint.registry import all_rules
-
-RULE = all_rules()["TL202"]
 
 
 def _lint(code: str, path: str = "snippet.py"):
@@ -26,16 +23,6 @@ def _fixed(code: str, unsafe: bool = False) -> str:
     assert again.text == result.text, "fixing must be idempotent"
     assert again.applied == {}
     return result.text
-
-
-@pytest.mark.parametrize("example", RULE.VALID)
-def test_valid_examples(example):
-    assert _lint(example) == []
-
-
-@pytest.mark.parametrize("example", RULE.INVALID)
-def test_invalid_examples(example):
-    assert codes(_lint(example)) == ["TL202"]
 
 
 @pytest.mark.parametrize(

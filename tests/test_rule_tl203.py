@@ -5,9 +5,6 @@ from __future__ import annotations
 import pytest
 
 from tests.helpers import codes, fix, lint
-from torchlint.registry import all_rules
-
-RULE = all_rules()["TL203"]
 
 HEADER = (
     "import torch\n"
@@ -22,16 +19,6 @@ def _lint(code: str, path: str = "train.py"):
 
 def _positions(code: str, path: str = "train.py"):
     return [(d.line, d.column) for d in _lint(code, path)]
-
-
-@pytest.mark.parametrize("example", RULE.VALID)
-def test_valid_examples(example):
-    assert _lint(example) == []
-
-
-@pytest.mark.parametrize("example", RULE.INVALID)
-def test_invalid_examples(example):
-    assert codes(_lint(example)) == ["TL203"]
 
 
 @pytest.mark.parametrize(

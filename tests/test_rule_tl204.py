@@ -9,9 +9,6 @@ import pytest
 
 from tests.helpers import codes, fix, lint
 from torchlint.model import Applicability
-from torchlint.registry import all_rules
-
-RULE = all_rules()["TL204"]
 
 HEADER = "import torch\nfrom torch.utils.data import DataLoader\n"
 PINNED = "loader = DataLoader(train_set, batch_size=32, num_workers=4, pin_memory=True)\n"
@@ -37,16 +34,6 @@ def _fixed(code: str, unsafe: bool = False) -> str:
 
 def _in_loop(body: str, loop: str = "for x, y in loader:") -> str:
     return HEADER + PINNED + loop + "\n" + textwrap.indent(textwrap.dedent(body), "    ")
-
-
-@pytest.mark.parametrize("example", RULE.VALID)
-def test_valid_examples(example):
-    assert _lint(example) == []
-
-
-@pytest.mark.parametrize("example", RULE.INVALID)
-def test_invalid_examples(example):
-    assert set(codes(_lint(example))) == {"TL204"}
 
 
 SAFE, UNSAFE = Applicability.SAFE, Applicability.UNSAFE

@@ -6,23 +6,10 @@ import pytest
 
 from tests.helpers import codes, fix, lint
 from torchlint.model import Applicability
-from torchlint.registry import all_rules
-
-RULE = all_rules()["TL301"]
 
 
 def _lint(code: str, path: str = "snippet.py", **overrides):
     return lint(code, select=["TL301"], path=path, **overrides)
-
-
-@pytest.mark.parametrize("example", RULE.VALID)
-def test_valid_examples(example):
-    assert _lint(example) == []
-
-
-@pytest.mark.parametrize("example", RULE.INVALID)
-def test_invalid_examples(example):
-    assert codes(_lint(example)) == ["TL301"]
 
 
 def test_bare_zero_grad_depends_on_target_torch():

@@ -7,11 +7,8 @@ import textwrap
 
 import pytest
 
-from tests.helpers import codes, fix, lint
+from tests.helpers import fix, lint
 from torchlint.model import Applicability
-from torchlint.registry import all_rules
-
-RULE = all_rules()["TL303"]
 
 
 def tl303(code: str):
@@ -44,16 +41,6 @@ def loop(body: str, after: str = "", header: str = "for x, y in loader:") -> str
         f"{inner}\n"
         f"{tail}\n"
     )
-
-
-@pytest.mark.parametrize("example", RULE.INVALID)
-def test_invalid_examples_are_reported(example: str) -> None:
-    assert codes(tl303(example)) == ["TL303"]
-
-
-@pytest.mark.parametrize("example", RULE.VALID)
-def test_valid_examples_are_silent(example: str) -> None:
-    assert tl303(example) == []
 
 
 @pytest.mark.parametrize(

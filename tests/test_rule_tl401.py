@@ -22,16 +22,6 @@ def fixed(code: str) -> str:
     return result.text
 
 
-@pytest.mark.parametrize("example", RULE.VALID)
-def test_valid_examples(example: str) -> None:
-    assert tl401(example) == []
-
-
-@pytest.mark.parametrize("example", RULE.INVALID)
-def test_invalid_examples(example: str) -> None:
-    assert codes(tl401(example)) == ["TL401"]
-
-
 def test_documentation_sections() -> None:
     doc = RULE.documentation()
     for section in ("## What it does", "## Why is this bad?", "## Example", "## Use instead", "## Fix safety", "## References"):

@@ -7,9 +7,6 @@ import textwrap
 import pytest
 
 from tests.helpers import codes, lint
-from torchlint.registry import all_rules
-
-RULE = all_rules()["TL402"]
 
 HEADER = "import math\nimport torch\nimport torch.nn as nn\nimport torch.nn.functional as F\n"
 
@@ -27,16 +24,6 @@ def _reported(body: str, params: str = "q, k, v") -> bool:
     diagnostics = _lint(_function(body, params))
     assert set(codes(diagnostics)) <= {"TL402"}
     return bool(diagnostics)
-
-
-@pytest.mark.parametrize("example", RULE.VALID)
-def test_valid_examples(example):
-    assert _lint(example) == []
-
-
-@pytest.mark.parametrize("example", RULE.INVALID)
-def test_invalid_examples(example):
-    assert codes(_lint(example)) == ["TL402"]
 
 
 def test_reported_at_the_softmax_call_with_a_useful_message():

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-
 import pytest
 
 from tests.helpers import codes, lint
@@ -28,15 +27,6 @@ def test_opt_in_and_documented(code):
     assert rule.default is False
     assert code not in default_codes()
     assert rule.fix.value == "none"
-
-
-@pytest.mark.parametrize("code", CODES)
-def test_examples(code):
-    rule = all_rules()[code]
-    for example in rule.INVALID:
-        assert codes(run(example, code)) == [code], example
-    for example in rule.VALID:
-        assert run(example, code) == [], example
 
 
 def test_not_selected_by_default():

@@ -5,23 +5,10 @@ from __future__ import annotations
 import pytest
 
 from tests.helpers import codes, lint
-from torchlint.registry import all_rules
-
-RULE = all_rules()["TL601"]
 
 
 def _lint(code: str, path: str = "snippet.py"):
     return lint(code, select=["TL601"], path=path)
-
-
-@pytest.mark.parametrize("example", RULE.VALID)
-def test_valid_examples(example):
-    assert _lint(example) == []
-
-
-@pytest.mark.parametrize("example", RULE.INVALID)
-def test_invalid_examples(example):
-    assert codes(_lint(example)) == ["TL601"]
 
 
 @pytest.mark.parametrize(

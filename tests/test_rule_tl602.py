@@ -6,10 +6,7 @@ import textwrap
 
 import pytest
 
-from tests.helpers import codes, lint
-from torchlint.registry import all_rules
-
-RULE = all_rules()["TL602"]
+from tests.helpers import lint
 
 WRAP = "from torch.nn.parallel import DistributedDataParallel as DDP\nmodel = DDP(net, device_ids=[0])\n"
 
@@ -48,16 +45,6 @@ def train(model, get_batch, optimizer, scaler, max_iters, ddp):
         scaler.update()
         optimizer.zero_grad(set_to_none=True)
 """
-
-
-@pytest.mark.parametrize("example", RULE.INVALID)
-def test_invalid_examples_are_reported(example: str) -> None:
-    assert codes(tl602(example)) == ["TL602"]
-
-
-@pytest.mark.parametrize("example", RULE.VALID)
-def test_valid_examples_are_silent(example: str) -> None:
-    assert tl602(example) == []
 
 
 def test_classic_accumulation_reported_at_backward() -> None:

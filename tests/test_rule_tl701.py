@@ -6,23 +6,10 @@ import pytest
 
 from tests.helpers import codes, fix, lint
 from torchlint.model import Applicability
-from torchlint.registry import all_rules
-
-RULE = all_rules()["TL701"]
 
 
 def tl701(code: str, path: str = "train.py"):
     return lint(code, select=["TL701"], path=path)
-
-
-@pytest.mark.parametrize("example", RULE.INVALID)
-def test_invalid_examples_are_reported(example: str) -> None:
-    assert codes(tl701(example)) == ["TL701"]
-
-
-@pytest.mark.parametrize("example", RULE.VALID)
-def test_valid_examples_are_silent(example: str) -> None:
-    assert tl701(example) == []
 
 
 @pytest.mark.parametrize(

@@ -21,7 +21,7 @@ from torchlint.config import Settings
 from torchlint.engine import fix_text
 from torchlint.model import FixAvailability
 from torchlint.registry import all_rules
-from torchlint.verify import rule_benchmarks
+from torchlint.verify.rule_mode import benchmarks
 from torchlint.verify.entry import EntryOptions, _top_level_names, verify_entry
 
 torch = pytest.importorskip("torch")
@@ -113,15 +113,15 @@ def test_every_fixable_rule_has_a_benchmark():
     fixable = {code for code, rule in all_rules().items() if rule.fix is not FixAvailability.NONE}
     assert fixable, "no fixable rule registered"
     fixable.discard("TL001")  # its fix edits `# noqa` comments only: nothing runs differently
-    missing = sorted(fixable - set(rule_benchmarks.BENCHMARKS))
-    assert not missing, f"fixable rules without a benchmark in rule_benchmarks.py: {missing}"
+    missing = sorted(fixable - set(benchmarks()))
+    assert not missing, f"fixable rules without a BENCHMARK: {missing}"
 
 
-@pytest.mark.parametrize("code", sorted(rule_benchmarks.BENCHMARKS))
+@pytest.mark.parametrize("code", sorted(benchmarks()))
 def test_benchmark_after_is_the_output_of_the_fix(code):
     if code not in all_rules():
         pytest.skip(f"{code} is not registered yet")
-    benchmark = rule_benchmarks.BENCHMARKS[code]
+    benchmark = benchmarks()[code]
     result = fix_text(benchmark.before, "benchmark.py", Settings(), [code], unsafe=True)
     assert result.applied.get(code), f"{code} does not fire on its benchmark"
     assert result.text == benchmark.after
@@ -134,7 +134,8 @@ def test_importing_the_verifier_does_not_import_torch():
     probe = (
         "import sys\n"
         "import torchlint.verify, torchlint.verify.entry, torchlint.verify.rule_mode\n"
-        "import torchlint.verify.report, torchlint.verify.runner, torchlint.verify.rule_benchmarks\n"
+        "import torchlint.verify.report, torchlint.verify.runner\n"
+        "assert torchlint.verify.rule_mode.benchmarks(), 'no rule benchmark found'\n"
         "assert 'torch' not in sys.modules, 'the verifier imported torch'\n"
     )
     result = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True)
@@ -369,7 +370,7 @@ def test_rule_mode_runs_every_benchmark(tmp_path):
     report = json.loads(result.stdout)
     assert report["device"] == "cpu"
     rows = {row["code"]: row for row in report["rows"]}
-    assert set(rows) == set(rule_benchmarks.BENCHMARKS)
+    assert set(rows) == set(benchmarks())
     for row in rows.values():
         assert row["match"] is True and row["error"] is None, row
         assert row["device"] == "cpu"
@@ -380,12 +381,12 @@ def test_rule_mode_runs_every_benchmark(tmp_path):
 
 
 def test_rule_mode_table_mismatch_and_timeout(runner, workdir, monkeypatch):
-    benchmarks = rule_benchmarks.BENCHMARKS
-    tl201, tl401 = benchmarks["TL201"], benchmarks["TL401"]
+    found = benchmarks()
+    tl201, tl401 = found["TL201"], found["TL401"]
     # TL201's `after` gives other values; TL401's `after` never returns.
-    monkeypatch.setitem(benchmarks, "TL201", dataclasses.replace(tl201, after=tl201.after.replace("zeros", "ones")))
+    monkeypatch.setitem(found, "TL201", dataclasses.replace(tl201, after=tl201.after.replace("zeros", "ones")))
     hang = "\n\ndef run():\n    import time\n    while True:\n        time.sleep(0.05)\n"
-    monkeypatch.setitem(benchmarks, "TL401", dataclasses.replace(tl401, after=tl401.after + hang))
+    monkeypatch.setitem(found, "TL401", dataclasses.replace(tl401, after=tl401.after + hang))
     result = verify(runner, "--rules", "TL201,TL401", "TL702", "--timeout", "2", *FAST)
     assert result.exit_code == 1, result.output
     lines = result.output.splitlines()

@@ -9,6 +9,8 @@ per file; every enabled rule is driven by a single walk of the syntax tree.
 from __future__ import annotations
 
 import re
+import textwrap
+from dataclasses import dataclass, field
 from pathlib import PurePath
 from typing import TYPE_CHECKING, Any, ClassVar, Dict, Iterator, List, Optional, Sequence, Set, Tuple
 
@@ -218,18 +220,92 @@ class Context:
         return self.enclosing_loop() is not None
 
 
+def example_text(text: str) -> str:
+    """The code of an example or benchmark as written in a rule's class body:
+    dedented, without the line break after the opening quotes (Fixit's style)."""
+    text = textwrap.dedent(text)
+    return text[1:] if text.startswith("\n") else text
+
+
+@dataclass(frozen=True)
+class Valid:
+    """Code the rule must not report (``tests/test_rule_docs.py`` checks it)."""
+
+    code: str
+    path: str = "snippet.py"
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "code", example_text(self.code))
+
+
+@dataclass(frozen=True)
+class Invalid:
+    """Code the rule must report, ``findings`` times, and what its fix makes of it.
+
+    ``expected_fix`` is the code after ``torchlint fix --unsafe-fixes`` with
+    only this rule selected; ``None`` means the rule offers no fix there (the
+    code stays as it is).
+    """
+
+    code: str
+    expected_fix: Optional[str] = None
+    findings: int = 1
+    path: str = "snippet.py"
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "code", example_text(self.code))
+        if self.expected_fix is not None:
+            object.__setattr__(self, "expected_fix", example_text(self.expected_fix))
+
+
+@dataclass(frozen=True)
+class Benchmark:
+    """A fixable rule's before/after benchmark for ``torchlint verify --rules``.
+
+    ``before`` and ``after`` are module sources (plain text: nothing here
+    imports torch), each defining a zero-argument ``run()``; the verifier
+    injects ``DEVICE`` (``"cuda"`` when available, else ``"cpu"``) into their
+    globals, runs both with the same seeds, compares the results with
+    ``torch.testing.assert_close`` and times them.  ``after`` is the literal
+    output of ``torchlint fix --unsafe-fixes --select CODE`` on ``before``
+    (``tests/test_verify.py`` checks it), so a benchmark measures exactly what
+    the fix does.  The registry fills in ``code``.
+    """
+
+    title: str  # what is compared, in a few words
+    before: str
+    after: str
+    rtol: Optional[float] = None  # tolerances for the before/after comparison
+    atol: Optional[float] = None  # (None: torch.testing.assert_close's defaults)
+    comparison: str = "values"  # what the comparison means, for the docs
+    cpu_note: str = ""  # why the figure means little on a CPU, if it does
+    code: str = field(default="", compare=False)
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "before", example_text(self.before))
+        object.__setattr__(self, "after", example_text(self.after))
+
+
 class Rule:
     """Base class of every rule.  Subclasses live in ``torchlint.rules``.
 
     Class attributes:
       code, name      -- e.g. ``"TL101"``, ``"item-in-loop"``
-      default         -- on unless deselected (False: opt-in)
+      summary         -- one line: the README's rule table and ``docs/rules.md``
+                         show it (``python -m torchlint.docs`` writes them)
+      default         -- on unless deselected (False: opt-in); written
+                         ``default = False`` in the class body, where the
+                         catalog reads it without importing the rule
       fix             -- what the docs say about fixes (FixAvailability)
       fix_enables     -- codes whose fixes this rule's fix can make possible
                          (TL202's ``pin_memory=True`` makes TL204's copies
                          fixable); ``check`` counts such follow-on fixes by
                          running the fixer only on files with such a fix
-      VALID, INVALID  -- small examples; tests are generated from them
+      VALID, INVALID  -- ``Valid``/``Invalid`` examples, with the expected fixes;
+                         ``tests/test_rule_docs.py`` runs them
+      BENCHMARK       -- a fixable rule's ``Benchmark`` for ``verify --rules``
+    The module's file name is ``tlNNN_<name with underscores>.py``: the
+    catalog (``rules/__init__.py``) finds the rule by it.
     The class docstring is the rule's user-facing documentation, in the
     sections What it does / Why is this bad? / Example / Use instead /
     Fix safety / References.
@@ -241,8 +317,9 @@ class Rule:
     default: ClassVar[bool] = True
     fix: ClassVar[FixAvailability] = FixAvailability.NONE
     fix_enables: ClassVar[Tuple[str, ...]] = ()
-    VALID: ClassVar[Sequence[str]] = ()
-    INVALID: ClassVar[Sequence[str]] = ()
+    VALID: ClassVar[Sequence[Valid]] = ()
+    INVALID: ClassVar[Sequence[Invalid]] = ()
+    BENCHMARK: ClassVar[Optional[Benchmark]] = None
     # Words of which the source must contain at least one for the rule to
     # find anything (``("DataLoader",)``): a file without any is not walked.
     needs: ClassVar[Tuple[str, ...]] = ()

@@ -1,39 +1,61 @@
-"""Rule mode: ``torchlint verify --rules [CODES]`` runs the rules' benchmarks."""
+"""Rule mode: ``torchlint verify --rules [CODES]`` runs the rules' benchmarks.
+
+Each fixable rule declares its benchmark beside its examples, as its class's
+``BENCHMARK`` (``torchlint.rule.Benchmark``: plain text, no torch import); the
+verifier finds them through the registry and knows no rule.
+"""
 
 from __future__ import annotations
 
-from typing import Any, Callable, Dict, List, Optional, Sequence
+import dataclasses
+from functools import lru_cache
+from typing import TYPE_CHECKING, Any, Callable, Dict, List, Optional, Sequence
 
 from torchlint.verify import UsageError
 from torchlint.verify.report import speedup_of
-from torchlint.verify.rule_benchmarks import BENCHMARKS, RuleBenchmark
 from torchlint.verify.runner import run_job
+
+if TYPE_CHECKING:  # pragma: no cover
+    from torchlint.rule import Benchmark
 
 SEED = 0
 
 
-def select_benchmarks(selectors: Optional[Sequence[str]]) -> List[RuleBenchmark]:
+@lru_cache(maxsize=1)
+def benchmarks() -> Dict[str, "Benchmark"]:
+    """Every registered rule's benchmark, by code (the same dict on every call)."""
+    from torchlint.registry import all_rules
+
+    return {
+        code: dataclasses.replace(rule.BENCHMARK, code=code)
+        for code, rule in all_rules().items()
+        if rule.BENCHMARK is not None
+    }
+
+
+def select_benchmarks(selectors: Optional[Sequence[str]]) -> List["Benchmark"]:
     """The benchmarks for ``selectors`` (codes, prefixes like ``TL2``, ``ALL``; none: all)."""
+    found = benchmarks()
     if not selectors:
-        return list(BENCHMARKS.values())
+        return list(found.values())
     from torchlint.registry import all_rules
 
     rules = all_rules()
-    chosen: Dict[str, RuleBenchmark] = {}
+    chosen: Dict[str, Benchmark] = {}
     for selector in selectors:
-        matched = [b for code, b in BENCHMARKS.items() if selector == "ALL" or code.startswith(selector)]
+        matched = [b for code, b in found.items() if selector == "ALL" or code.startswith(selector)]
         if not matched:
             if selector in rules:
                 raise UsageError(f"{selector} has no fix, so it has no benchmark")
             raise UsageError(
-                f"no rule benchmark matches `{selector}` (benchmarks: {', '.join(BENCHMARKS)})"
+                f"no rule benchmark matches `{selector}` (benchmarks: {', '.join(found)})"
             )
         for benchmark in matched:
             chosen[benchmark.code] = benchmark
     return [chosen[code] for code in sorted(chosen)]
 
 
-def _case(benchmark: RuleBenchmark) -> Dict[str, Any]:
+def _case(benchmark: "Benchmark") -> Dict[str, Any]:
     code = benchmark.code
     variants = []
     for key, source in (("before", benchmark.before), ("after", benchmark.after)):

@@ -1,9 +1,9 @@
-"""Codemods for TL701 (anomaly-detection-enabled) and TL702 (empty-cache-in-loop):
-remove a call that is a statement of its own, or unwrap a ``with`` block.
+"""Edits of statements: remove a call that is a statement of its own, unwrap a
+``with`` block, add a decorator, assign a value.
 
 The rules hand over the statement they found (``rules._sync.Statement``: the
-line or one-line suite, the ``Expr`` in it and the block that holds the line)
-or the ``with`` statement and its item; nothing is searched again.
+line or one-line suite, the ``Expr`` in it and the block that holds the line),
+the ``with`` statement and its item, or the function; nothing is searched again.
 
 Removal keeps the code valid and its comments:
 - ``a(); torch.cuda.empty_cache()`` loses only the call (and its ``;``);
@@ -18,6 +18,8 @@ from __future__ import annotations
 from typing import List, Sequence, Union
 
 import libcst as cst
+
+from torchlint.codemods.calls import Value, expression
 
 Replacement = Union[cst.CSTNode, cst.RemovalSentinel, cst.FlattenSentinel]
 
@@ -116,3 +118,30 @@ def unwrap_with(with_node: cst.With, item: cst.WithItem) -> Replacement:
     first = statements[0]
     statements[0] = first.with_changes(leading_lines=[*leading, *first.leading_lines])
     return cst.FlattenSentinel(statements)
+
+
+# -- decorators and assignments -------------------------------------------------------------
+
+
+def add_decorator(function: cst.FunctionDef, decorator: Value) -> cst.FunctionDef:
+    """Add ``@decorator`` (source text such as ``"torch.no_grad()"``, or an
+    expression) as the innermost decorator of ``function``.
+
+    Innermost, so that ``@staticmethod``, ``@classmethod`` or ``@property``
+    above it still receive a plain function.  Comments above the function and
+    between its decorators stay where they are; no import is added (the rule
+    passes names the module already binds).
+    """
+    return function.with_changes(
+        decorators=[*function.decorators, cst.Decorator(decorator=expression(decorator))]
+    )
+
+
+def assign(target: cst.BaseAssignTargetExpression, value: Value) -> cst.Assign:
+    """A statement ``target = value`` (``p.grad.zero_()`` -> ``p.grad = None``)."""
+    return cst.Assign(targets=[cst.AssignTarget(target=target)], value=expression(value))
+
+
+def set_value(statement: cst.Assign, value: Value) -> cst.Assign:
+    """``p.grad = torch.zeros_like(p)`` -> ``p.grad = None``: only the value changes."""
+    return statement.with_changes(value=expression(value))

@@ -1,10 +1,23 @@
-"""Building blocks for codemods: small, formatting-preserving edits of calls."""
+"""Edits of calls and expressions: small, formatting-preserving builders that
+rules call in their fixes (``set_keyword(call, "pin_memory", "True")``).
+
+A value is given as source text (``"True"``, ``"None"``) or as a LibCST
+expression.  Every builder returns a new node; none searches the tree: the
+rule hands over what it found.
+"""
 
 from __future__ import annotations
 
-from typing import Optional, Tuple, Union
+from typing import Optional, Sequence, Tuple, Union
 
 import libcst as cst
+
+Value = Union[str, cst.BaseExpression]
+
+
+def expression(value: Value) -> cst.BaseExpression:
+    """``"True"`` -> ``Name("True")``; a node is returned as it is."""
+    return cst.parse_expression(value) if isinstance(value, str) else value
 
 
 def _no_space_equal() -> cst.AssignEqual:
@@ -44,7 +57,7 @@ def _newline(indent: bool, last_line: cst.SimpleWhitespace) -> cst.Parenthesized
     )
 
 
-def add_keyword(call: cst.Call, name: str, value: cst.BaseExpression) -> cst.Call:
+def add_keyword(call: cst.Call, name: str, value: Value) -> cst.Call:
     """Append ``name=value`` to a call, keeping its layout and its comments.
 
     ``f(a, b)`` -> ``f(a, b, name=value)``.  In a call laid out one argument per
@@ -52,7 +65,7 @@ def add_keyword(call: cst.Call, name: str, value: cst.BaseExpression) -> cst.Cal
     the trailing comma (if any) is kept, and a comment written after the old
     last argument stays on that argument's line.
     """
-    new = keyword_arg(name, value)
+    new = keyword_arg(name, expression(value))
     args = list(call.args)
     if not args:
         return call.with_changes(args=[new])
@@ -88,11 +101,55 @@ def add_keyword(call: cst.Call, name: str, value: cst.BaseExpression) -> cst.Cal
     return call.with_changes(args=args)
 
 
-def set_argument(call: cst.Call, arg: cst.Arg, value: cst.BaseExpression) -> cst.Call:
+def set_argument(call: cst.Call, arg: cst.Arg, value: Value) -> cst.Call:
     """Replace the value of one argument of ``call`` (identified by identity)."""
+    new = expression(value)
     return call.with_changes(
-        args=[a.with_changes(value=value) if a is arg else a for a in call.args]
+        args=[a.with_changes(value=new) if a is arg else a for a in call.args]
     )
+
+
+def set_keyword(call: cst.Call, name: str, value: Value, arg: Optional[cst.Arg] = None) -> cst.Call:
+    """Give the parameter ``name`` of ``call`` the value ``value``.
+
+    ``arg`` is the argument the rule found for that parameter (a keyword, or a
+    positional argument in its place): its value is replaced.  Without one,
+    a ``name=`` keyword of the call is replaced, or ``name=value`` is appended
+    (``add_keyword``).  ``DataLoader(ds)`` -> ``DataLoader(ds, pin_memory=True)``;
+    ``zero_grad(set_to_none=False)`` -> ``zero_grad(set_to_none=True)``.
+    """
+    if arg is None:
+        arg = next((a for a in call.args if a.keyword is not None and a.keyword.value == name), None)
+    if arg is not None:
+        return set_argument(call, arg, value)
+    return add_keyword(call, name, value)
+
+
+def add_keywords(call: cst.Call, keywords: Sequence[Tuple[str, Value]]) -> cst.Call:
+    """``add_keyword`` for each ``(name, value)``, in order."""
+    for name, value in keywords:
+        call = add_keyword(call, name, value)
+    return call
+
+
+def rename_method(call: cst.Call, name: str) -> cst.Call:
+    """``<expr>.item()`` -> ``<expr>.detach()``: only the method's name changes."""
+    func = call.func
+    assert isinstance(func, cst.Attribute), "a method call"
+    return call.with_changes(func=func.with_changes(attr=func.attr.with_changes(value=name)))
+
+
+def call_method(expr: cst.BaseExpression, name: str) -> cst.Call:
+    """``loss`` -> ``loss.detach()``.  Parentheses written around ``expr`` stay
+    around it (``(loss)`` -> ``(loss).detach()``): the same expression, then the call."""
+    return cst.Call(func=cst.Attribute(value=expr, attr=cst.Name(name)))
+
+
+def parenthesized_like(original: cst.BaseExpression, replacement: cst.BaseExpression) -> cst.BaseExpression:
+    """``replacement`` inside the parentheses written around ``original``, if any."""
+    if original.lpar:
+        return replacement.with_changes(lpar=original.lpar, rpar=original.rpar)
+    return replacement
 
 
 def remove_args(call: cst.Call, remove: "list[cst.Arg]") -> cst.Call:
