@@ -547,7 +547,7 @@ def _show_settings(run: Run, targets: List[Target], problems: List[str]) -> None
 
 def _add_noqa(run: Run, targets: List[Target], problems: List[str], use_cache: bool) -> None:
     """``check --add-noqa``: a ``# noqa`` for every finding, in the files themselves."""
-    from torchlint.engine import on_large_stack
+    from torchlint.threads import on_large_stack
 
     if run.reads_stdin:
         raise _fail("--add-noqa edits files in place; it cannot read standard input")
@@ -763,7 +763,7 @@ def fix(paths, select, ignore, extend_select, config, exclude, extend_exclude, o
 def _run_fixes(run: Run, diff: bool, show_statistics: bool, exit_zero: bool, fix_only: bool = False,
                exit_non_zero_on_fix: bool = False, use_cache: bool = True, show_fixes: bool = False) -> None:
     """`fix`, `check --fix`, `check --fix-only` and `check --diff`."""
-    from torchlint.engine import on_large_stack
+    from torchlint.threads import on_large_stack
 
     unsafe = run.settings.unsafe_fixes
     targets, problems = _targets(run)

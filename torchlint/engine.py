@@ -1,78 +1,42 @@
-"""Linting and fixing one source text: parse once, walk once, report, rewrite."""
+"""Linting and fixing one source text: parse once, walk once, report, rewrite.
+
+The large-stack thread these run on is ``torchlint.threads``; the screening
+before the parse and the engine's own diagnostics (syntax and internal errors)
+are ``torchlint.screen``.  Both are re-exported here for library callers.
+"""
 
 from __future__ import annotations
 
 import ast
-import re
-import sys
-import threading
 import warnings
 from collections import Counter
-from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass, field, replace
-from functools import lru_cache
-from pathlib import Path
+from dataclasses import dataclass, field
 from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 
 import libcst as cst
 
 from torchlint.config import Settings
-from torchlint.discovery import PathPatterns
-from torchlint.model import Applicability, Diagnostic, Finding, FixInfo, Kind
+from torchlint.model import Applicability, Diagnostic, Finding, FixInfo
 from torchlint.noqa import NoqaWarning, Suppressions, parse_suppressions
 from torchlint.positions import Span, node_positions
 from torchlint.registry import all_rules
 from torchlint.rule import Context
+from torchlint.screen import (  # noqa: F401 - re-exported for library callers
+    DEEP_BRACKETS,
+    UNUSED_NOQA,
+    codes_for_path,
+    could_concern_torch,
+    crashed,
+    explain_syntax_error,
+    internal_error,
+    many_operators,
+    refused_by_python,
+    syntax_error,
+)
+from torchlint.threads import CANCELLED, on_large_stack  # noqa: F401 - re-exported
 from torchlint.walker import Walker
 
 MAX_FIX_ROUNDS = 10
-
-# Deeply nested code (a sum of 10,000 terms, generated tables) overflows the
-# default thread stack inside LibCST's native parser, which kills the process
-# instead of raising.  Each file is therefore analysed on a thread with a large
-# stack (reserved address space; only what is used is committed), with a Python
-# recursion limit to match, so such files are handled or reported, never fatal.
-_STACK_BYTES = 512 * 1024 * 1024
-_RECURSION_LIMIT = 60_000
-
-
-_executor: Optional[ThreadPoolExecutor] = None
-
-
-def on_large_stack(function, *args):
-    """Run ``function(*args)`` on the one long-lived large-stack worker thread.
-
-    The command line runs its whole per-file loop through this once (a hop per
-    file costs a thread hand-off, about 1 ms); library callers of ``lint_text``
-    and ``fix_text`` hop per call.
-    """
-    global _executor
-    if threading.current_thread().name.startswith("torchlint-file"):
-        return function(*args)
-    if _executor is None:
-        if sys.getrecursionlimit() < _RECURSION_LIMIT:
-            sys.setrecursionlimit(_RECURSION_LIMIT)
-        previous = threading.stack_size(_STACK_BYTES)
-        try:
-            _executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="torchlint-file")
-            future = _executor.submit(function, *args)  # starts the thread now
-        finally:
-            threading.stack_size(previous)
-    else:
-        future = _executor.submit(function, *args)
-    try:
-        return future.result()
-    except KeyboardInterrupt:
-        # Ctrl-C reaches the main thread only; the worker stops at the next
-        # file boundary (the per-file loops check this), so a file being
-        # written is finished and no further one is started.
-        CANCELLED.set()
-        raise
-
-
-# Set when the user interrupts a run: the CLI's per-file loops stop at the
-# next file.
-CANCELLED = threading.Event()
 
 
 @dataclass
@@ -85,125 +49,6 @@ class LintResult:
     """Suppression comments that do not do what they seem to (see torchlint.noqa)."""
     pending: List[str] = field(default_factory=list)
     """Functions whose frequency the module alone does not show (``Context.pending``)."""
-
-
-def could_concern_torch(text: str, codes: Sequence[str] = ()) -> bool:
-    """The cheap textual test: a file that never says ``torch`` has nothing to
-    report (but a ``# noqa`` comment in it, when TL001 judges those)."""
-    return "torch" in text or (UNUSED_NOQA in codes and "noqa" in text.lower())
-
-
-UNUSED_NOQA = "TL001"  # reported here, once the other rules have run (rules/tl001_unused_noqa.py)
-
-
-@lru_cache(maxsize=64)
-def _per_file_ignores(settings: Settings) -> Tuple[Tuple[PathPatterns, Tuple[str, ...]], ...]:
-    return tuple(
-        (PathPatterns([pattern], settings.root), codes)
-        for pattern, codes in settings.per_file_ignores
-    )
-
-
-def codes_for_path(path: str, settings: Settings, codes: Sequence[str]) -> List[str]:
-    """The enabled codes minus what ``per-file-ignores`` removes for this path."""
-    if not settings.per_file_ignores:
-        return list(codes)
-    p = Path(path)
-    ignored: List[str] = []
-    for patterns, ignore_codes in _per_file_ignores(settings):
-        if patterns.matches_any_component(p):
-            ignored.extend(ignore_codes)
-    if not ignored:
-        return list(codes)
-    return [c for c in codes if not any(s == "ALL" or c.startswith(s) for s in ignored)]
-
-
-def syntax_error(path: str, exc: Exception) -> Diagnostic:
-    line, column, message = 1, 1, str(exc)
-    if isinstance(exc, cst.ParserSyntaxError):
-        line, column, message = exc.raw_line, exc.raw_column + 1, exc.message
-    elif isinstance(exc, SyntaxError):
-        line, column, message = exc.lineno or 1, (exc.offset or 1), exc.msg
-    message = " ".join(message.split())
-    return Diagnostic(path, line, column, line, column, message, kind=Kind.SYNTAX_ERROR)
-
-
-def _python_parse(text: str) -> ast.Module:
-    """``ast.parse`` without the SyntaxWarnings (invalid escapes...) it may print."""
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        return ast.parse(text)
-
-
-def _explain_syntax_error(text: str, path: str, exc: cst.ParserSyntaxError) -> Diagnostic:
-    """Python's own message and position are clearer than the CST parser's."""
-    try:
-        _python_parse(text)
-    except SyntaxError as py_exc:
-        return syntax_error(path, py_exc)
-    except (ValueError, RecursionError, MemoryError):
-        pass
-    diagnostic = syntax_error(path, exc)
-    return replace(
-        diagnostic, message=f"torchlint's parser (LibCST) cannot parse this file: {diagnostic.message}"
-    )
-
-
-# A hundred brackets opened with none closed in between. LibCST's parser needs
-# time and memory quadratic in bracket depth (1.5 GB for `f(f(...))` 800 deep),
-# while CPython refuses more than 200 levels outright; such files are asked of
-# Python's own (fast) parser first and reported as the syntax error they are.
-_DEEP_BRACKETS = re.compile(r"[(\[{](?:[^()\[\]{}]*[(\[{]){99}")
-
-
-# LibCST's parser also takes time quadratic in the length of a chain of binary
-# operators (`1 + 1 + ...`: 0.7 s for 2,000 terms, about 40 s for 10,000).
-# Files with that many operator characters are measured with Python's parser,
-# and a chain longer than this is not analysed.
-_MAX_OPERATOR_CHAIN = 2_500
-
-
-def _many_operators(text: str) -> bool:
-    return len(text) > 10_000 and sum(text.count(op) for op in "+-*/%|&^@") > _MAX_OPERATOR_CHAIN
-
-
-def _refused_by_python(text: str, path: str) -> Optional[Diagnostic]:
-    """A diagnostic when Python's own parser refuses the file, or when it holds
-    an operator chain too long for LibCST; None when LibCST may parse it."""
-    try:
-        tree = _python_parse(text)
-    except SyntaxError as exc:
-        return syntax_error(path, exc)
-    except (ValueError, RecursionError, MemoryError):
-        return internal_error(path, "the file is too deeply nested to analyse")
-    inner = set()
-    for node in ast.walk(tree):
-        if type(node) is ast.BinOp and id(node) not in inner:
-            length, current = 1, node.left
-            while type(current) is ast.BinOp:
-                inner.add(id(current))
-                length, current = length + 1, current.left
-            if length > _MAX_OPERATOR_CHAIN:
-                return internal_error(
-                    path,
-                    f"an expression here chains {length:,} binary operators, more than torchlint's "
-                    f"parser handles in reasonable time ({_MAX_OPERATOR_CHAIN:,}); the file was not "
-                    "analysed (exclude it, e.g. with `extend-exclude`)",
-                    node.lineno,
-                    node.col_offset + 1,
-                )
-    return None
-
-
-def internal_error(path: str, message: str, line: int = 1, column: int = 1) -> Diagnostic:
-    return Diagnostic(path, line, column, line, column, message, kind=Kind.INTERNAL_ERROR)
-
-
-def crashed(path: str, exc: Exception) -> Diagnostic:
-    """An unexpected exception while processing one file (the run goes on)."""
-    return internal_error(
-        path, f"torchlint crashed on this file ({type(exc).__name__}: {exc}); please report this"
-    )
 
 
 def lint_text(text: str, path: str, settings: Settings, codes: Sequence[str],
@@ -239,8 +84,8 @@ def _lint_suppressed(
     codes = codes_for_path(path, settings, codes)
     if not codes:
         return LintResult([])
-    if _DEEP_BRACKETS.search(text) or _many_operators(text):
-        refused = _refused_by_python(text, path)
+    if DEEP_BRACKETS.search(text) or many_operators(text):
+        refused = refused_by_python(text, path)
         if refused is not None:
             return LintResult([refused])
     try:
@@ -248,7 +93,7 @@ def _lint_suppressed(
             warnings.simplefilter("ignore")
             module = (parse or cst.parse_module)(text)
     except cst.ParserSyntaxError as exc:
-        return LintResult([_explain_syntax_error(text, path, exc)])
+        return LintResult([explain_syntax_error(text, path, exc)])
     except RecursionError:
         return LintResult([internal_error(path, "the file is too deeply nested to analyse")])
 

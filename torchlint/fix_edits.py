@@ -78,7 +78,8 @@ def alone(text: str, display: str, settings, codes: Sequence[str],
     (None when the fix raises or gives code that does not parse), as
     ``engine.single_fixes``; an expression replaced by one line of code is
     spliced into the text instead of regenerating the whole module."""
-    from torchlint.engine import could_concern_torch, on_large_stack
+    from torchlint.screen import could_concern_torch
+    from torchlint.threads import on_large_stack
 
     if not codes or not could_concern_torch(text, codes):
         return []

@@ -13,7 +13,7 @@
    the order in which workers finish.
 
 Each worker analyses its files on its own long-lived large-stack thread (see
-``torchlint.engine.on_large_stack``), as the single-process path does.  A
+``torchlint.threads.on_large_stack``), as the single-process path does.  A
 Python exception while analysing a file is already an internal-error
 diagnostic for that file (``analyse_text``); a worker process that dies (a
 crash in native code, the out-of-memory killer) breaks the pool: the files
@@ -207,16 +207,16 @@ _worker_profiles: Sequence[Profile] = ()
 
 def _worker_init(profiles: Sequence[Profile]) -> None:
     global _worker_profiles
-    import torchlint.engine as engine
+    import torchlint.threads as threads
 
     # A forked worker inherits the parent's handle on its large-stack thread
     # but not the thread itself: start its own on first use.
-    engine._executor = None
+    threads._executor = None
     _worker_profiles = tuple(profiles)
 
 
 def _worker_chunk(items: Sequence[Item]) -> List[FileResult]:
-    from torchlint.engine import on_large_stack
+    from torchlint.threads import on_large_stack
 
     return on_large_stack(_analyse_many, items, _worker_profiles)
 
@@ -323,7 +323,7 @@ def _isolate(items: Sequence[Item], profiles: Sequence[Profile]) -> List[FileRes
     from concurrent.futures import ProcessPoolExecutor
     from concurrent.futures.process import BrokenProcessPool
 
-    from torchlint.engine import internal_error
+    from torchlint.screen import internal_error
 
     results: List[FileResult] = []
     pool = None
@@ -435,7 +435,7 @@ def check_files(
 
     callback = progress(len(pending)) if progress is not None else None
     if pending or inline:
-        from torchlint.engine import on_large_stack
+        from torchlint.threads import on_large_stack
 
         if jobs > 1 and len(pending) >= MIN_FILES_FOR_POOL:
             results.extend(on_large_stack(_serial, [], inline, profiles, None))
@@ -510,7 +510,7 @@ def _prefetch(by_display: Dict[str, FileResult], jobs: int):
 
 
 def _sites_in_file(display: str, path: Optional[str], wanted):
-    from torchlint.engine import on_large_stack
+    from torchlint.threads import on_large_stack
     from torchlint.project import sites_in
 
     try:
@@ -546,7 +546,7 @@ def _project_index(
     store = cache_of(files[0].profile)
     facts = store.get_index(key) if store is not None else None
     if facts is None:
-        from torchlint.engine import on_large_stack
+        from torchlint.threads import on_large_stack
 
         facts = on_large_stack(project.derive, noted, [r.display for r in files], read,
                                _prefetch(by_display, jobs))
@@ -572,7 +572,7 @@ def _project_index(
             result = FileResult(display, diagnostics, excerpt_sources(display, text) if diagnostics else None,
                                 None, warned, first.profile, total, path=first.path)
         else:
-            from torchlint.engine import on_large_stack
+            from torchlint.threads import on_large_stack
 
             result = on_large_stack(analyse_text, text, display, profile.settings, profile.codes, first.digest,
                                     {"frequency": found})
@@ -584,7 +584,7 @@ def _project_index(
 
 def _serial(pending: Sequence[Item], inline, profiles: Sequence[Profile],
             progress: Optional[Progress]) -> List[FileResult]:
-    from torchlint.engine import CANCELLED
+    from torchlint.threads import CANCELLED
 
     results = []
     for display, text, digest, i in inline:

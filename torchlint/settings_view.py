@@ -18,7 +18,7 @@ def _value(value: Any) -> str:
 def render(display: Optional[str], profile, overrides) -> str:
     """The resolved settings of ``display`` (None: the current directory's), with
     the configuration files they come from and the rules enabled for that file."""
-    from torchlint.engine import codes_for_path
+    from torchlint.screen import codes_for_path
 
     settings = profile.settings
     lines: List[str] = [

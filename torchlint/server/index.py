@@ -78,7 +78,7 @@ class WorkspaceIndex:
         files = self._python_files(folder)
         found: Facts = {}
         if files is not None:
-            from torchlint.engine import on_large_stack
+            from torchlint.threads import on_large_stack
 
             display = self._display(path.resolve(), folder)
             read = lambda name: self._read(folder / name)  # noqa: E731
