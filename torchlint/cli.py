@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import difflib
 import os
 from functools import partial
 import sys
@@ -28,7 +27,8 @@ from torchlint.config import (
 )
 from torchlint.discovery import PathPatterns, discover
 from torchlint.model import Applicability, Diagnostic, Kind
-from torchlint.source import Source, SourceError, decode, encode, is_notebook, read_source, write_atomic
+from torchlint.inputs import input_for
+from torchlint.source import SourceError
 
 EXIT_OK, EXIT_FINDINGS, EXIT_ERROR = 0, 1, 2
 
@@ -201,20 +201,6 @@ def _find_targets(run: Run) -> Tuple[List[Target], List[str]]:
             continue
         targets.append(Target(_display(f), f, profile))
     return targets, problems
-
-
-def _read(target: Target) -> Source:
-    from torchlint.notebook import decode_notebook, read_notebook
-
-    notebook = is_notebook(target.display)
-    if target.path is None:
-        raw = sys.stdin.buffer.read()
-        return decode_notebook(raw) if notebook else decode(raw)
-    return read_notebook(target.path) if notebook else read_source(target.path)
-
-
-def _io_error(display: str, message: str) -> Diagnostic:
-    return Diagnostic(display, 1, 1, 1, 1, f"cannot read file: {message}", kind=Kind.IO_ERROR)
 
 
 def _warn(warnings: Sequence[str]) -> None:
@@ -417,7 +403,7 @@ def check(paths, select, ignore, extend_select, config, exclude, extend_exclude,
                    stdin_filename, force_exclude, unsafe_fixes, exclude, extend_exclude)
     if apply_fixes or fix_only or diff:
         _run_fixes(run, diff, show_statistics, exit_zero, fix_only, exit_non_zero_on_fix, use_cache=not no_cache,
-                   show_fixes=show_fixes)
+                   show_fixes=show_fixes, jobs=jobs)
     baseline = _load_baseline(baseline_file, update_baseline)
     targets, problems = _targets(run)
     if show_settings:
@@ -439,7 +425,7 @@ def check(paths, select, ignore, extend_select, config, exclude, extend_exclude,
         _warn(warnings)
     if baseline is not None:
         diagnostics = _apply_baseline(baseline, diagnostics, sources, targets, update_baseline, counts)
-    from torchlint.reporters import TEXT_FORMATS, summary
+    from torchlint.reporters import TEXT_FORMATS, check_summary
 
     out = None
     try:
@@ -451,15 +437,11 @@ def check(paths, select, ignore, extend_select, config, exclude, extend_exclude,
         if not silent:
             edits = _fix_edits(diagnostics, sources, targets, run, facts) if facts is not None else None
             _report(diagnostics, sources, run.settings, show_statistics, file=out, edits=edits)
-        text_summary = (run.settings.output_format in TEXT_FORMATS and not show_statistics and not quiet
-                        and not silent)
-        if text_summary and show_fixes:
-            _emit(_fix_list(_fixable_counts(diagnostics, run.settings.unsafe_fixes), "Would fix",
-                            _use_color() and out is None), file=out)
-        if text_summary and (diagnostics or not problems):
-            # (not "All checks passed!" over an error)
-            _emit(summary(diagnostics, run.settings.unsafe_fixes, counts.get("fix_total"),
-                          color=_use_color() and out is None), file=out)
+        if run.settings.output_format in TEXT_FORMATS and not show_statistics and not quiet and not silent:
+            _emit(check_summary(diagnostics, run.settings.unsafe_fixes, counts.get("fix_total"), show_fixes,
+                                # (not "All checks passed!" over an error)
+                                with_counts=bool(diagnostics or not problems), color=_use_color() and out is None),
+                  file=out)
     finally:
         if out is not None:
             out.close()
@@ -471,35 +453,6 @@ def check(paths, select, ignore, extend_select, config, exclude, extend_exclude,
 
 
 # -- fixes listed, and their edits (JSON) ----------------------------------------
-
-
-def _fixable_counts(diagnostics: Sequence[Diagnostic], unsafe: Optional[bool]) -> Dict[str, Counter]:
-    """Per file, per code: the diagnostics whose fix ``--fix`` would apply."""
-    found: Dict[str, Counter] = {}
-    for d in diagnostics:
-        if d.code and d.fix is not None and d.fix.applies(bool(unsafe)):
-            found.setdefault(d.path, Counter())[d.code] += 1
-    return found
-
-
-def _fix_list(fixed: Dict[str, Counter], verb: str, color: bool = False) -> str:
-    """Ruff's ``--show-fixes`` list: ``Fixed N errors:``, then per file the count
-    of each rule (most first)."""
-    from torchlint.registry import all_rules
-
-    total = sum(sum(c.values()) for c in fixed.values())
-    if not total:
-        return ""
-    rules = all_rules()
-    width = len(str(max(n for c in fixed.values() for n in c.values())))
-    label = f"{verb} {total} error{'s' if total != 1 else ''}:"
-    lines = ["", click.style(label, fg="green", bold=True) if color else label]
-    for display in sorted(fixed):
-        lines.append(f"- {click.style(display, bold=True) if color else display}:")
-        for code, n in sorted(fixed[display].items(), key=lambda item: (-item[1], item[0])):
-            shown = click.style(code, fg="red", bold=True) if color else code
-            lines.append(f"    {n:>{width}} × {shown} ({rules[code].name})")
-    return "\n".join(lines) + "\n\n"
 
 
 def _fix_edits(diagnostics: Sequence[Diagnostic], sources: Dict[str, str], targets: Sequence[Target], run: Run,
@@ -517,12 +470,7 @@ def _fix_edits(diagnostics: Sequence[Diagnostic], sources: Dict[str, str], targe
         target = by_display.get(display)
         if target is None:
             continue
-        text = sources.get(display)
-        if is_notebook(display):
-            try:
-                text = _read(target).text if target.path is not None else None
-            except SourceError:
-                text = None
+        text = input_for(display, target.path).edit_text(sources)
         if text is None:
             continue
         profile = target.profile or run.profile(target.path)
@@ -579,18 +527,18 @@ def _still_parses(before: str, after: str) -> bool:
 def _add_noqa_all(targets: List[Target], run: Run, facts: Dict[str, dict]) -> Tuple[int, List[str]]:
     from torchlint.engine import UNUSED_NOQA, lint_text
     from torchlint.noqa import add_noqa
-    from torchlint.notebook import NotebookError, parse
+    from torchlint.notebook import NotebookError
 
     added, errors = 0, []
     for target in targets:
         profile = target.profile or run.profile(target.path)
+        item = input_for(target.display, target.path)
         try:
-            source = _read(target)
-            notebook = parse(source.text) if is_notebook(target.display) else None
+            source = item.read()
+            program = item.program(source.text)
         except (SourceError, NotebookError) as exc:
             errors.append(f"{target.display}: {exc}")
             continue
-        program = notebook.program if notebook is not None else source.text
         found = lint_text(program, target.display, profile.settings, profile.codes,
                           project=facts.get(target.display)).diagnostics
         wanted: Dict[int, set] = {}
@@ -603,15 +551,12 @@ def _add_noqa_all(targets: List[Target], run: Run, facts: Dict[str, dict]) -> Tu
         if not _still_parses(program, new_program):  # never expected: a comment where none can go
             errors.append(f"{target.display}: the `# noqa` comments would not parse; nothing was written")
             continue
-        text = new_program
-        if notebook is not None:
-            cells = notebook.split(new_program)
-            if cells is None:
-                errors.append(f"{target.display}: the comments do not fit the notebook's cells; nothing was written")
-                continue
-            text = ("\ufeff" if notebook.bom else "") + notebook.render(cells)
+        text = item.with_program(source.text, new_program)
+        if text is None:
+            errors.append(f"{target.display}: the comments do not fit the notebook's cells; nothing was written")
+            continue
         try:
-            write_atomic(target.path, encode(source, text))
+            item.write(source, text)
         except (OSError, UnicodeEncodeError) as exc:
             errors.append(f"{target.display}: cannot write: {exc}")
             continue
@@ -674,11 +619,24 @@ def _check_all(
     Cached results are used when ``use_cache``; the files left are analysed
     by ``jobs`` worker processes (None: one per CPU) when there are enough.
     """
-    from torchlint.parallel import PROGRESS_MIN_FILES, TerminalProgress, check_files, default_jobs
+    from torchlint.parallel import check_files, default_jobs
 
+    bar: list = []
+    try:
+        return check_files(
+            [(t.display, t.path, t.profile or run.profile(t.path)) for t in targets],
+            jobs=default_jobs() if jobs is None else jobs, use_cache=use_cache,
+            progress=_progress(run, bar), stats=stats, warnings=warnings, facts_out=facts_out,
+        )
+    finally:
+        for b in bar:
+            b.close()
+
+
+def _progress(run: Run, bar: list):
+    """The progress callback of a run of ``n`` files (on a terminal, for many files)."""
+    from torchlint.parallel import PROGRESS_MIN_FILES, TerminalProgress
     from torchlint.reporters import TEXT_FORMATS
-
-    bar: List[TerminalProgress] = []
 
     def progress(n: int):
         if n >= PROGRESS_MIN_FILES and run.settings.output_format in TEXT_FORMATS and sys.stderr.isatty():
@@ -686,17 +644,7 @@ def _check_all(
             return bar[0]
         return None
 
-    stdin = [t for t in targets if t.path is None]
-    try:
-        return check_files(
-            [(t.display, t.path, t.profile or run.profile(t.path)) for t in targets],
-            jobs=default_jobs() if jobs is None else jobs, use_cache=use_cache,
-            read_stdin=lambda: _read(stdin[0]).text, progress=progress, stats=stats, warnings=warnings,
-            facts_out=facts_out,
-        )
-    finally:
-        for b in bar:
-            b.close()
+    return progress
 
 
 # -- end of speed --------------------------------------------------------------
@@ -729,6 +677,8 @@ def server(config) -> None:
 
 @main.command()
 @_common_options
+@click.option("-j", "--jobs", type=click.IntRange(min=1), default=None, metavar="N",
+              help="Worker processes for large runs (default: the number of CPUs; 1: none).")
 @_UNSAFE_FIXES_OPTION
 @click.option("--diff", is_flag=True, help="Print a unified diff of the fixes and write nothing.")
 @click.option("--fix-only", is_flag=True,
@@ -741,7 +691,7 @@ def server(config) -> None:
               "(PATHS are then SCRIPT's arguments; needs PyTorch; see `torchlint verify`).")
 @_program_options
 def fix(paths, select, ignore, extend_select, config, exclude, extend_exclude, output_format, target_torch,
-        stdin_filename, force_exclude, show_statistics, exit_zero, no_cache, unsafe_fixes, diff,
+        stdin_filename, force_exclude, show_statistics, exit_zero, no_cache, jobs, unsafe_fixes, diff,
         fix_only, exit_non_zero_on_fix, show_fixes, verify_script, steps, warmup, timeout, rtol, atol) -> None:
     """Apply fixes to PATHS (default: the current directory), then report what remains.
 
@@ -757,13 +707,14 @@ def fix(paths, select, ignore, extend_select, config, exclude, extend_exclude, o
     run = _prepare(paths, select, ignore, extend_select, config, output_format, target_torch,
                    stdin_filename, force_exclude, unsafe_fixes, exclude, extend_exclude)
     _run_fixes(run, diff, show_statistics, exit_zero, fix_only, exit_non_zero_on_fix, use_cache=not no_cache,
-               show_fixes=show_fixes)
+               show_fixes=show_fixes, jobs=jobs)
 
 
 def _run_fixes(run: Run, diff: bool, show_statistics: bool, exit_zero: bool, fix_only: bool = False,
-               exit_non_zero_on_fix: bool = False, use_cache: bool = True, show_fixes: bool = False) -> None:
+               exit_non_zero_on_fix: bool = False, use_cache: bool = True, show_fixes: bool = False,
+               jobs: Optional[int] = None) -> None:
     """`fix`, `check --fix`, `check --fix-only` and `check --diff`."""
-    from torchlint.threads import on_large_stack
+    from torchlint.parallel import DIFF, FIX, FIX_ONLY
 
     unsafe = run.settings.unsafe_fixes
     targets, problems = _targets(run)
@@ -771,9 +722,9 @@ def _run_fixes(run: Run, diff: bool, show_statistics: bool, exit_zero: bool, fix
     sources: Dict[str, str] = {}
     fixed: Dict[str, Counter] = {}
     warnings: List[str] = []
-    facts = _project_facts(targets, run, use_cache)
-    changed_files = on_large_stack(_fix_all, targets, run, bool(unsafe), diff, remaining, sources, fixed, warnings,
-                                   facts)
+    facts: Dict[str, dict] = {}
+    mode = DIFF if diff else FIX_ONLY if fix_only else FIX
+    changed_files = _fix_all(targets, run, mode, jobs, use_cache, remaining, sources, fixed, warnings, facts)
     remaining.sort(key=Diagnostic.sort_key)
     _warn(warnings)
     left = remaining  # what the summary counts (the unsafe fixes not applied)
@@ -781,7 +732,7 @@ def _run_fixes(run: Run, diff: bool, show_statistics: bool, exit_zero: bool, fix
         remaining = [d for d in remaining if d.kind is not Kind.RULE]
 
     to_stderr = diff or run.reads_stdin
-    from torchlint.reporters import TEXT_FORMATS, fix_summary, summary
+    from torchlint.reporters import TEXT_FORMATS, fix_run_summary
 
     if not diff:
         edits = (_fix_edits(remaining, sources, targets, run, facts)
@@ -790,12 +741,7 @@ def _run_fixes(run: Run, diff: bool, show_statistics: bool, exit_zero: bool, fix
     if run.settings.output_format in TEXT_FORMATS or to_stderr:
         err = to_stderr or run.settings.output_format not in TEXT_FORMATS
         color = _use_color(err)
-        text = _fix_list(fixed, "Would fix" if diff else "Fixed", color) if show_fixes else ""
-        if fix_only or diff:  # Ruff: no findings shown, so a line on the fixes only
-            text += fix_summary(fixed, left, unsafe, diff)
-        else:
-            text += summary(remaining, unsafe, fixed=sum(sum(c.values()) for c in fixed.values()), color=color)
-        _emit(text, err=err, color=color)
+        _emit(fix_run_summary(fixed, remaining, left, unsafe, mode, show_fixes, color), err=err, color=color)
     for problem in problems:
         click.echo(f"torchlint: error: {problem}", err=True)
     if diff:
@@ -811,7 +757,7 @@ def _project_facts(targets: List[Target], run: Run, use_cache: bool) -> Dict[str
     """What the project index establishes about each file (torchlint/project.py),
     so that `fix` reports and fixes what `check` does: a check of the files
     (from the cache when it is warm) that keeps the index's facts."""
-    files = [t for t in targets if t.path is not None and not is_notebook(t.display)]
+    files = [t for t in targets if t.path is not None and input_for(t.display, t.path).indexed]
     if len(files) < 2:
         return {}
     facts: Dict[str, dict] = {}
@@ -819,82 +765,68 @@ def _project_facts(targets: List[Target], run: Run, use_cache: bool) -> Dict[str
     return facts
 
 
-def _fix_all(targets, run, unsafe, diff, remaining, sources, fixed, warnings=None, facts=None) -> int:
-    """Fix every target (on the large-stack thread), each with its own
-    configuration; returns the number of changed files.  ``warnings`` receives
-    the warnings about suppression comments (in the fixed texts)."""
-    from torchlint.engine import CANCELLED, crashed, fix_text, internal_error
-    from torchlint.noqa import warning_text
+def _fix_all(targets: List[Target], run: Run, mode: str, jobs: Optional[int], use_cache: bool,
+             remaining: List[Diagnostic], sources: Dict[str, str], fixed: Dict[str, Counter],
+             warnings: List[str], facts: Dict[str, dict]) -> int:
+    """Fix every target through the run's one path (``parallel.process_files``:
+    the cache, the worker pool, the project index), then, in the targets'
+    order, show each diff or write each fixed file (standard input: the fixed
+    text on standard output).  Returns the number of changed files; the rest
+    is collected in ``remaining``, ``sources``, ``fixed`` and ``warnings``
+    (the warnings about suppression comments in the fixed texts), and the
+    index's facts in ``facts``."""
+    from torchlint.parallel import DIFF, Task, default_jobs, process_files
+    from torchlint.screen import internal_error
+    from torchlint.threads import CANCELLED
 
+    bar: list = []
+    try:
+        results = process_files(
+            [(t.display, t.path, t.profile or run.profile(t.path)) for t in targets],
+            task=Task(mode, bool(run.settings.unsafe_fixes)), jobs=default_jobs() if jobs is None else jobs,
+            use_cache=use_cache, progress=_progress(run, bar), facts_out=facts,
+        )
+    finally:
+        for b in bar:
+            b.close()
+    by_display = {r.display: r for r in results}
+    diff = mode == DIFF
     changed_files = 0
     for target in targets:
         if CANCELLED.is_set():
             break
-        display = target.display
-        profile = target.profile or run.profile(target.path)
-        try:
-            source = _read(target)
-        except SourceError as exc:
-            remaining.append(_io_error(display, str(exc)))
+        result = by_display.get(target.display)
+        if result is None:
             continue
-        try:
-            if is_notebook(display):
-                from torchlint.notebook import fix_notebook
-
-                result = fix_notebook(source.text, display, profile.settings, profile.codes, unsafe)
-                excerpts = result.sources  # the notebook's cells
-                render_diff = result.diff
-                file_warnings = result.warnings
-            else:
-                result = fix_text(source.text, display, profile.settings, profile.codes, unsafe,
-                                  project=(facts or {}).get(display))
-                excerpts = {display: result.text}
-                file_warnings = [warning_text(display, w.line, w.message) for w in result.warnings]
-                render_diff = lambda display, before=source.text, after=result.text: _unified_diff(
-                    before, after, display
-                )
-        except Exception as exc:  # noqa: BLE001
-            remaining.append(crashed(display, exc))
-            if target.path is None and not diff:
-                _emit(source.text)  # `fix -` still passes its input through
+        if result.fix is None:  # nothing to fix: what the check found remains
+            warnings.extend(result.warnings)
+            remaining.extend(result.diagnostics)
+            if result.diagnostics and result.sources:
+                sources.update(result.sources)
             continue
-        if warnings is not None:
-            warnings.extend(file_warnings)
-        remaining.extend(result.remaining)
-        remaining.extend(result.errors)
-        if result.remaining or result.errors:
-            sources.update(excerpts)
-        if result.applied:
-            fixed[display] = result.applied
+        source, done = result.fix.source, result.fix.fixed
+        warnings.extend(done.warnings)
+        remaining.extend(done.remaining)
+        remaining.extend(done.errors)
+        if done.remaining or done.errors:
+            sources.update(done.sources)
+        if done.applied:
+            fixed[target.display] = done.applied
         if target.path is None:
-            _emit(render_diff(display) if diff else result.text)
-            changed_files += result.text != source.text
+            _emit(done.diff_text if diff else done.text)
+            changed_files += result.fix.changed
             continue
-        if result.text == source.text:
+        if not result.fix.changed:
             continue
         changed_files += 1
         if diff:
-            _emit(render_diff(display))
-        else:
-            try:
-                write_atomic(target.path, encode(source, result.text))
-            except (OSError, UnicodeEncodeError) as exc:
-                remaining.append(internal_error(display, f"cannot write the fixed file: {exc}"))
+            _emit(done.diff_text)
+            continue
+        try:
+            input_for(target.display, target.path).write(source, done.text)
+        except (OSError, UnicodeEncodeError) as exc:
+            remaining.append(internal_error(target.display, f"cannot write the fixed file: {exc}"))
     return changed_files
-
-
-def _unified_diff(before: str, after: str, display: str) -> str:
-    if before == after:
-        return ""
-    lines = difflib.unified_diff(
-        before.splitlines(keepends=True), after.splitlines(keepends=True),
-        fromfile=display if os.path.isabs(display) else f"a/{display}",
-        tofile=display if os.path.isabs(display) else f"b/{display}",
-    )
-    out = []
-    for line in lines:
-        out.append(line if line.endswith("\n") else line + "\n\\ No newline at end of file\n")
-    return "".join(out)
 
 
 @main.command()
@@ -980,7 +912,7 @@ def _program_files(script: str, select, ignore, config, unsafe_fixes):
     root = settings.root if settings.config_path is not None else path.resolve().parent
     project = _prepare([str(root)], select, ignore, (), config, None, None, None, False, unsafe_fixes)
     targets, _ = _targets(project)
-    targets = [t for t in targets if t.path is not None and not is_notebook(t.display)]
+    targets = [t for t in targets if t.path is not None and input_for(t.display, t.path).indexed]
     if not any(t.path.resolve() == path.resolve() for t in targets):  # an excluded script is still run
         targets.append(Target(_display(path), path, profile))
     facts = _project_facts(targets, project, use_cache=True)

@@ -27,14 +27,17 @@ from __future__ import annotations
 import os
 import sys
 import time
+from collections import Counter
 from dataclasses import dataclass, field
 from functools import lru_cache
 from pathlib import Path
 from typing import Callable, Dict, List, Optional, Sequence, Tuple
 
 from torchlint.config import Profile
-from torchlint.model import Diagnostic, Kind
-from torchlint.source import SourceError, is_notebook, read_source, text_hash
+from torchlint.model import Diagnostic
+from torchlint.inputs import Fixed, input_for
+from torchlint.screen import io_error
+from torchlint.source import Source, SourceError, text_hash
 
 # Below this many files to analyse a pool costs more than it saves (starting
 # the workers, shipping results back), whatever ``jobs`` says.
@@ -53,6 +56,43 @@ def default_jobs() -> int:
         return max(1, len(os.sched_getaffinity(0)))  # type: ignore[attr-defined]
     except (AttributeError, OSError):
         return max(1, os.cpu_count() or 1)
+
+
+# What a run does with each file: report (check), or fix and report what
+# remains: writing the files (fix), showing the fixes as a diff (diff), or
+# writing them and reporting no finding (fix-only: the same work as fix).
+CHECK, FIX, DIFF, FIX_ONLY = "check", "fix", "diff", "fix-only"
+MODES = (CHECK, FIX, DIFF, FIX_ONLY)
+
+
+@dataclass(frozen=True)
+class Task:
+    """What ``process`` does with every file of a run.
+
+    ``unsafe``: whether ``fix`` applies unsafe fixes (the run's setting).
+    ``facts``: set for the second stage of a fix run, after the project
+    index: the files to fix, with what the index established about each.
+    """
+
+    mode: str = CHECK
+    unsafe: bool = False
+    facts: Optional[Dict[str, Optional[dict]]] = None
+
+    @property
+    def fixes(self) -> bool:
+        return self.mode != CHECK
+
+
+@dataclass
+class FileFix:
+    """What fixing a file gave: the text as read (and its encoding), and the fixes."""
+
+    source: Source
+    fixed: Fixed
+
+    @property
+    def changed(self) -> bool:
+        return self.fixed.text != self.source.text
 
 
 @dataclass
@@ -74,6 +114,9 @@ class FileResult:
     # Functions whose frequency the file alone does not show (torchlint/project.py).
     pending: List[str] = field(default_factory=list)
     path: Optional[str] = None  # the file on disk (None: standard input)
+    # A fix run: what fixing the file gave (None: nothing to fix; the check's
+    # findings are what remains).
+    fix: Optional[FileFix] = None
 
 
 Progress = Callable[[int, int], None]
@@ -82,59 +125,51 @@ Progress = Callable[[int, int], None]
 # -- analysing one file (in this process or in a worker) -------------------------
 
 
-def _io_error(display: str, message: str) -> Diagnostic:
-    return Diagnostic(display, 1, 1, 1, 1, f"cannot read file: {message}", kind=Kind.IO_ERROR)
-
-
 def read_text(display: str, path: Path) -> str:
     """A file's text: a Python file decoded as Python does, a notebook as UTF-8 JSON."""
-    if is_notebook(display):
-        from torchlint.notebook import read_notebook
-
-        return read_notebook(path).text
-    return read_source(path).text
+    return input_for(display, path).read().text
 
 
 def excerpt_sources(display: str, text: str) -> Dict[str, str]:
     """What the reporters show excerpts from: the text, or a notebook's cells."""
-    if is_notebook(display):
-        from torchlint.notebook import NotebookError, parse
-
-        try:
-            return parse(text).sources(display)
-        except NotebookError:
-            return {}
-    return {display: text}
+    return input_for(display, None).excerpts(text)
 
 
 def analyse_text(text: str, display: str, settings, codes: Sequence[str], digest: Optional[str],
                  project: Optional[dict] = None) -> FileResult:
-    from torchlint.engine import crashed, lint_text
+    from torchlint.screen import crashed
 
-    from torchlint.noqa import warning_text
-
-    sources: Optional[Dict[str, str]] = None
-    warnings: List[str] = []
+    source = input_for(display, None)
     pending: List[str] = []
+    warnings: List[str] = []
     try:
-        if is_notebook(display):
-            from torchlint.notebook import lint_notebook
-
-            linted = lint_notebook(text, display, settings, codes)
-            found, sources, warnings = linted.diagnostics, linted.sources, linted.warnings
-        else:
-            result = (lint_text(text, display, settings, codes, project) if project
-                      else lint_text(text, display, settings, codes))
-            found = result.diagnostics
-            pending = result.pending
-            warnings = [warning_text(display, w.line, w.message) for w in result.warnings]
-            sources = {display: text}
+        analysis = source.analyse(text, settings, codes, project)
+        found, sources, warnings, pending = (analysis.diagnostics, analysis.sources, analysis.warnings,
+                                             analysis.pending)
     except Exception as exc:  # noqa: BLE001 - one bad file must not stop the run
         found = [crashed(display, exc)]
         sources = {display: text}
     return FileResult(display, found, sources if found else None, digest, warnings,
                       fix_total=fix_total(text, display, settings, codes, found, project), pending=pending)
 
+
+def needs_fix(diagnostics: Sequence[Diagnostic], unsafe: bool) -> bool:
+    """Whether ``fix`` has anything to do in a file with these findings: a fix that
+    applies (the fixer's first round; later rounds follow only from an applied fix)."""
+    return any(d.fix is not None and d.fix.applies(unsafe) for d in diagnostics)
+
+
+def fix_source(result: FileResult, source: Source, settings, codes: Sequence[str], task: Task,
+               project: Optional[dict] = None) -> None:
+    """Fix ``source`` (the text of ``result``'s file) and attach what it gave to ``result``."""
+    from torchlint.screen import crashed
+
+    item = input_for(result.display, None)
+    try:
+        fixed = item.fix(source.text, settings, codes, task.unsafe, project, diff=task.mode == DIFF)
+    except Exception as exc:  # noqa: BLE001 - one bad file must not stop the run
+        fixed = Fixed(source.text, Counter(), [crashed(result.display, exc)], [], {}, [])
+    result.fix = FileFix(source, fixed)
 
 @lru_cache(maxsize=8)
 def _enabling(codes: Tuple[str, ...]) -> frozenset:
@@ -163,13 +198,7 @@ def fix_total(text: str, display: str, settings, codes: Sequence[str], found: Se
     if not any(d.code in _enabling(tuple(codes)) for d in applicable):
         return len(applicable)  # no fix here can make another possible
     try:
-        if is_notebook(display):
-            from torchlint.notebook import fix_notebook
-
-            return sum(fix_notebook(text, display, settings, codes, unsafe).applied.values())
-        from torchlint.engine import fix_text
-
-        return fix_text(text, display, settings, codes, unsafe, project=project).fixed_count
+        return sum(input_for(display, None).fix(text, settings, codes, unsafe, project).applied.values())
     except Exception:  # noqa: BLE001 - a count for the summary; `fix` reports its own errors
         return None
 
@@ -178,47 +207,71 @@ def analyse_file(display: str, path: str, settings, codes: Sequence[str]) -> Fil
     try:
         text = read_text(display, Path(path))
     except SourceError as exc:
-        return FileResult(display, [_io_error(display, str(exc))])
+        return FileResult(display, [io_error(display, str(exc))])
     result = analyse_text(text, display, settings, codes, text_hash(text))
     result.path = path
     return result
 
 
-# An item to analyse: (display, path, index of its profile in the run's profiles).
+# An item to process: (display, path, index of its profile in the run's profiles).
 Item = Tuple[str, str, int]
 
 
-def _analyse_item(item: Item, profiles: Sequence[Profile]) -> FileResult:
+def process(item: Item, profiles: Sequence[Profile], task: Task = Task()) -> FileResult:
+    """One file through the run's ``task``: what ``check`` and ``fix`` both do.
+
+    The first stage analyses the file (as ``check`` does) and, in a fix run,
+    fixes it at once when it has a fix to apply and nothing for the project
+    index to decide (no ``pending`` functions).  The second stage (``task.facts``
+    set) fixes the files left, with the index's facts.  Nothing is written
+    here: the fixed text comes back with the result.
+    """
     display, path, index = item
     profile = profiles[index]
+    if task.facts is not None:
+        result = FileResult(display, [], profile=index, path=path)
+        try:
+            source = input_for(display, Path(path)).read()
+        except SourceError:
+            return result  # unreadable since its check: its findings stand
+        fix_source(result, source, profile.settings, profile.codes, task, task.facts.get(display))
+        return result
     result = analyse_file(display, path, profile.settings, profile.codes)
     result.profile = index
+    if task.fixes and result.path is not None and not result.pending and needs_fix(result.diagnostics, task.unsafe):
+        try:
+            source = input_for(display, Path(path)).read()
+        except SourceError:
+            return result
+        fix_source(result, source, profile.settings, profile.codes, task)
     return result
 
 
-def _analyse_many(items: Sequence[Item], profiles: Sequence[Profile]) -> List[FileResult]:
-    return [_analyse_item(item, profiles) for item in items]
+def _process_many(items: Sequence[Item], profiles: Sequence[Profile], task: Task) -> List[FileResult]:
+    return [process(item, profiles, task) for item in items]
 
 
 # -- worker processes ------------------------------------------------------------
 
 _worker_profiles: Sequence[Profile] = ()
+_worker_task: Task = Task()
 
 
-def _worker_init(profiles: Sequence[Profile]) -> None:
-    global _worker_profiles
+def _worker_init(profiles: Sequence[Profile], task: Task = Task()) -> None:
+    global _worker_profiles, _worker_task
     import torchlint.threads as threads
 
     # A forked worker inherits the parent's handle on its large-stack thread
     # but not the thread itself: start its own on first use.
     threads._executor = None
     _worker_profiles = tuple(profiles)
+    _worker_task = task
 
 
 def _worker_chunk(items: Sequence[Item]) -> List[FileResult]:
     from torchlint.threads import on_large_stack
 
-    return on_large_stack(_analyse_many, items, _worker_profiles)
+    return on_large_stack(_process_many, items, _worker_profiles, _worker_task)
 
 
 def _context():
@@ -257,7 +310,7 @@ def _chunks(items: Sequence[Item], jobs: int) -> List[List[Item]]:
 
 
 def _run_pool(items: Sequence[Item], profiles: Sequence[Profile], jobs: int,
-              progress: Optional[Progress]) -> List[FileResult]:
+              progress: Optional[Progress], task: Task = Task()) -> List[FileResult]:
     from concurrent.futures import FIRST_COMPLETED, ProcessPoolExecutor, wait
     from concurrent.futures.process import BrokenProcessPool
 
@@ -267,7 +320,7 @@ def _run_pool(items: Sequence[Item], profiles: Sequence[Profile], jobs: int,
     unfinished: List[Item] = []
     pool = ProcessPoolExecutor(
         max_workers=min(jobs, len(chunks)), mp_context=_context(),
-        initializer=_worker_init, initargs=(tuple(profiles),),
+        initializer=_worker_init, initargs=(tuple(profiles), task),
     )
     try:
         queue = list(reversed(chunks))  # pop() takes the largest first
@@ -306,7 +359,7 @@ def _run_pool(items: Sequence[Item], profiles: Sequence[Profile], jobs: int,
                 queue.clear()
     except KeyboardInterrupt:
         # Ctrl-C: stop the workers now rather than wait for their chunks (a
-        # check writes nothing, so there is nothing to finish).
+        # worker writes nothing, so there is nothing to finish).
         for process in list(getattr(pool, "_processes", {}).values()):
             process.terminate()
         pool.shutdown(wait=False, cancel_futures=True)
@@ -314,11 +367,11 @@ def _run_pool(items: Sequence[Item], profiles: Sequence[Profile], jobs: int,
     finally:
         pool.shutdown(wait=True, cancel_futures=True)
     if unfinished:
-        results.extend(_isolate(unfinished, profiles))
+        results.extend(_isolate(unfinished, profiles, task))
     return results
 
 
-def _isolate(items: Sequence[Item], profiles: Sequence[Profile]) -> List[FileResult]:
+def _isolate(items: Sequence[Item], profiles: Sequence[Profile], task: Task = Task()) -> List[FileResult]:
     """After a worker died: each file alone in a one-worker pool; the killer is reported."""
     from concurrent.futures import ProcessPoolExecutor
     from concurrent.futures.process import BrokenProcessPool
@@ -332,7 +385,7 @@ def _isolate(items: Sequence[Item], profiles: Sequence[Profile]) -> List[FileRes
             if pool is None:
                 pool = ProcessPoolExecutor(
                     max_workers=1, mp_context=_context(),
-                    initializer=_worker_init, initargs=(tuple(profiles),),
+                    initializer=_worker_init, initargs=(tuple(profiles), task),
                 )
             try:
                 results.extend(pool.submit(_worker_chunk, [(display, path, index)]).result())
@@ -352,29 +405,34 @@ def _isolate(items: Sequence[Item], profiles: Sequence[Profile]) -> List[FileRes
 # -- the whole run ---------------------------------------------------------------
 
 
-def check_files(
+def process_files(
     targets: Sequence[Tuple[str, Optional[Path], Profile]],
     *,
+    task: Task = Task(),
     jobs: int = 1,
     use_cache: bool = True,
-    read_stdin: Optional[Callable[[], str]] = None,
     progress: Optional[Callable[[int], Optional[Progress]]] = None,
     stats: Optional[Dict[str, int]] = None,
-    warnings: Optional[List[str]] = None,
     facts_out: Optional[Dict[str, dict]] = None,
-) -> Tuple[List[Diagnostic], Dict[str, str]]:
-    """Diagnostics (sorted) and the texts of the files that have some.
+) -> List[FileResult]:
+    """Every file of a run through ``process``: one result per file.
 
-    ``targets`` are ``(display, path, profile)``: each file is checked with its
-    own configuration and rules; a ``None`` path is standard input, read with
-    ``read_stdin`` and never cached.  Each configuration has its own cache
-    namespace (in the cache directory of its root).  ``progress(n)`` may return
-    a callback for a run that analyses ``n`` files.  ``stats`` (if given)
-    receives ``cached`` and ``analysed`` counts, and ``fix_total``: how many
-    fixes ``torchlint fix`` would apply (see ``fix_total``); ``warnings`` (if given) the
-    warnings about suppression comments, by path and line.  ``facts_out`` (if
-    given) receives, per file, the facts other files established about it (the
-    project index), as the engine's ``project`` argument takes them.
+    ``targets`` are ``(display, path, profile)``: each file is processed with
+    its own configuration and rules; a ``None`` path is standard input (read
+    here, never cached).  Each configuration has its own cache namespace (in
+    the cache directory of its root).  Cached results stand for the analysis
+    (a file whose cached findings have no fix to apply is not touched by a
+    fix run either); the rest is processed in worker processes when there
+    are enough files, then the project index re-checks the files whose
+    callers in other modules decide a finding, and a fix run fixes what is
+    left to fix with the index's facts (``Task.facts``).
+
+    ``progress(n)`` may return a callback for a run that analyses ``n``
+    files.  ``stats`` (if given) receives ``cached`` and ``analysed`` counts,
+    and ``fix_total``: how many fixes ``torchlint fix`` would apply (see
+    ``fix_total``).  ``facts_out`` (if given) receives, per file, the facts
+    other files established about it (the project index), as the engine's
+    ``project`` argument takes them.
     """
     profiles: List[Profile] = []
     index_of: Dict[Profile, int] = {}
@@ -398,15 +456,14 @@ def check_files(
 
     results: List[FileResult] = []
     pending: List[Item] = []
-    inline: List[Tuple[str, str, Optional[str], int]] = []  # (display, text, digest, profile): stdin
+    inline: List[Tuple[str, Source, int]] = []  # (display, source, profile): standard input
     for display, path, profile in targets:
         i = index(profile)
         if path is None:
-            assert read_stdin is not None
             try:
-                inline.append((display, read_stdin(), None, i))
+                inline.append((display, input_for(display, None).read(), i))
             except SourceError as exc:
-                results.append(FileResult(display, [_io_error(display, str(exc))], profile=i))
+                results.append(FileResult(display, [io_error(display, str(exc))], profile=i))
             continue
         cache = cache_of(i)
         if cache is None:
@@ -415,7 +472,7 @@ def check_files(
         try:
             text = read_text(display, path)
         except SourceError as exc:
-            results.append(FileResult(display, [_io_error(display, str(exc))], profile=i))
+            results.append(FileResult(display, [io_error(display, str(exc))], profile=i))
             continue
         digest = text_hash(text)
         found = cache.get(display, digest)
@@ -435,18 +492,7 @@ def check_files(
 
     callback = progress(len(pending)) if progress is not None else None
     if pending or inline:
-        from torchlint.threads import on_large_stack
-
-        if jobs > 1 and len(pending) >= MIN_FILES_FOR_POOL:
-            results.extend(on_large_stack(_serial, [], inline, profiles, None))
-            try:
-                results.extend(_run_pool(pending, profiles, jobs, callback))
-            except (OSError, NotImplementedError, ImportError):
-                # No process pool on this system (e.g. a sandbox without POSIX
-                # semaphores): analyse everything here instead.
-                results.extend(on_large_stack(_serial, pending, [], profiles, callback))
-        else:
-            results.extend(on_large_stack(_serial, pending, inline, profiles, callback))
+        results.extend(_process_items(pending, inline, profiles, jobs, callback, task))
 
     replaced, with_facts = _project_index(results, profiles, cache_of if use_cache else (lambda i: None), facts_out,
                                           jobs if len(targets) >= MIN_FILES_FOR_POOL else 1)
@@ -464,7 +510,66 @@ def check_files(
         for i in sorted(caches):
             caches[i].save()
     results = [replaced.get(r.display, r) for r in results]
+    if task.fixes:
+        _fix_rest(results, profiles, jobs, task, facts_out or {})
+    if stats is not None:
+        stats["fix_total"] = sum(r.fix_total or 0 for r in results)
+    return results
 
+
+def _process_items(pending: Sequence[Item], inline, profiles: Sequence[Profile], jobs: int,
+                   callback: Optional[Progress], task: Task) -> List[FileResult]:
+    """``process`` over the items: in worker processes when there are enough of
+    them (and ``jobs > 1``), else here; standard input (``inline``) here."""
+    from torchlint.threads import on_large_stack
+
+    if jobs > 1 and len(pending) >= MIN_FILES_FOR_POOL:
+        results = on_large_stack(_serial, [], inline, profiles, None, task)
+        try:
+            return results + _run_pool(pending, profiles, jobs, callback, task)
+        except (OSError, NotImplementedError, ImportError):
+            # No process pool on this system (e.g. a sandbox without POSIX
+            # semaphores): process everything here instead.
+            return results + on_large_stack(_serial, pending, [], profiles, callback, task)
+    return on_large_stack(_serial, pending, inline, profiles, callback, task)
+
+
+def _fix_rest(results: List[FileResult], profiles: Sequence[Profile], jobs: int, task: Task,
+              facts: Dict[str, dict]) -> None:
+    """A fix run's second stage: fix the files not fixed yet that have a fix to
+    apply (cache hits, and files the project index had to answer for first),
+    each with the index's facts about it."""
+    items = [(r.display, r.path, r.profile) for r in results
+             if r.fix is None and r.path is not None and needs_fix(r.diagnostics, task.unsafe)]
+    if not items:
+        return
+    stage = Task(task.mode, task.unsafe, {display: facts.get(display) for display, _, _ in items})
+    fixed = {r.display: r for r in _process_items(items, [], profiles, jobs, None, stage)}
+    for result in results:
+        done = fixed.get(result.display)
+        if done is None or result.path is None:
+            continue
+        if done.fix is not None:
+            result.fix = done.fix
+        else:  # its worker died: the internal error joins the findings
+            result.diagnostics = [*result.diagnostics, *done.diagnostics]
+
+
+def check_files(
+    targets: Sequence[Tuple[str, Optional[Path], Profile]],
+    *,
+    jobs: int = 1,
+    use_cache: bool = True,
+    progress: Optional[Callable[[int], Optional[Progress]]] = None,
+    stats: Optional[Dict[str, int]] = None,
+    warnings: Optional[List[str]] = None,
+    facts_out: Optional[Dict[str, dict]] = None,
+) -> Tuple[List[Diagnostic], Dict[str, str]]:
+    """Diagnostics (sorted) and the texts of the files that have some: ``check``
+    (``process_files`` with the check task).  ``warnings`` (if given) receives
+    the warnings about suppression comments, by path and line."""
+    results = process_files(targets, jobs=jobs, use_cache=use_cache, progress=progress, stats=stats,
+                            facts_out=facts_out)
     diagnostics: List[Diagnostic] = []
     sources: Dict[str, str] = {}
     for result in results:
@@ -473,8 +578,6 @@ def check_files(
             if result.sources:
                 sources.update(result.sources)
     diagnostics.sort(key=Diagnostic.sort_key)
-    if stats is not None:
-        stats["fix_total"] = sum(r.fix_total or 0 for r in results)
     if warnings is not None:
         # Stable: each file's warnings stay in the order of their lines.
         for result in sorted(results, key=lambda r: r.display):
@@ -530,7 +633,8 @@ def _project_index(
     new results to cache under "<path>#<facts hash>"."""
     from torchlint import project
 
-    files = [r for r in results if r.path is not None and r.digest is not None and not is_notebook(r.display)]
+    files = [r for r in results
+             if r.path is not None and r.digest is not None and input_for(r.display, None).indexed]
     noted = {r.display: r.pending for r in files if r.pending}
     if not noted or len(files) < 2:
         return {}, []
@@ -583,18 +687,21 @@ def _project_index(
 
 
 def _serial(pending: Sequence[Item], inline, profiles: Sequence[Profile],
-            progress: Optional[Progress]) -> List[FileResult]:
+            progress: Optional[Progress], task: Task = Task()) -> List[FileResult]:
     from torchlint.threads import CANCELLED
 
     results = []
-    for display, text, digest, i in inline:
-        result = analyse_text(text, display, profiles[i].settings, profiles[i].codes, digest)
+    for display, source, i in inline:
+        settings, codes = profiles[i].settings, profiles[i].codes
+        result = analyse_text(source.text, display, settings, codes, None)
         result.profile = i
+        if task.fixes:  # standard input is always passed through `fix`
+            fix_source(result, source, settings, codes, task)
         results.append(result)
     for n, item in enumerate(pending, 1):
         if CANCELLED.is_set():
             break  # Ctrl-C: the main thread is already on its way out
-        results.append(_analyse_item(item, profiles))
+        results.append(process(item, profiles, task))
         if progress is not None:
             progress(n, len(pending))
     return results

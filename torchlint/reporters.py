@@ -482,3 +482,55 @@ def fix_summary(fixed: Dict[str, Counter], remaining: Sequence[Diagnostic], unsa
         none = "No errors would be fixed" if diff else "No errors fixed"
         return f"{none} ({unapplied} fix{_es(unapplied)} available with `--unsafe-fixes`).\n"
     return f"{verb}.\n" if n else ""
+
+
+def fixable_counts(diagnostics: Sequence[Diagnostic], unsafe: Optional[bool]) -> Dict[str, Counter]:
+    """Per file, per code: the diagnostics whose fix ``--fix`` would apply."""
+    found: Dict[str, Counter] = {}
+    for d in diagnostics:
+        if d.code and d.fix is not None and d.fix.applies(bool(unsafe)):
+            found.setdefault(d.path, Counter())[d.code] += 1
+    return found
+
+
+def fix_list(fixed: Dict[str, Counter], verb: str, color: bool = False) -> str:
+    """Ruff's ``--show-fixes`` list: ``Fixed N errors:``, then per file the count
+    of each rule (most first)."""
+    from torchlint.registry import all_rules
+
+    total = sum(sum(c.values()) for c in fixed.values())
+    if not total:
+        return ""
+    rules = all_rules()
+    width = len(str(max(n for c in fixed.values() for n in c.values())))
+    label = f"{verb} {total} error{'s' if total != 1 else ''}:"
+    lines = ["", click.style(label, fg="green", bold=True) if color else label]
+    for display in sorted(fixed):
+        lines.append(f"- {click.style(display, bold=True) if color else display}:")
+        for code, n in sorted(fixed[display].items(), key=lambda item: (-item[1], item[0])):
+            shown = click.style(code, fg="red", bold=True) if color else code
+            lines.append(f"    {n:>{width}} × {shown} ({rules[code].name})")
+    return "\n".join(lines) + "\n\n"
+
+
+def check_summary(diagnostics: Sequence[Diagnostic], unsafe_fixes: Optional[bool], fix_total: Optional[int],
+                  show_fixes: bool, with_counts: bool = True, color: bool = False) -> str:
+    """What ``check`` prints after the findings (text formats): the fixes
+    ``--fix`` would apply (``--show-fixes``), then the summary (``with_counts``)."""
+    text = fix_list(fixable_counts(diagnostics, unsafe_fixes), "Would fix", color) if show_fixes else ""
+    if with_counts:
+        text += summary(diagnostics, unsafe_fixes, fix_total, color=color)
+    return text
+
+
+def fix_run_summary(fixed: Dict[str, Counter], shown: Sequence[Diagnostic], left: Sequence[Diagnostic],
+                    unsafe_fixes: Optional[bool], mode: str, show_fixes: bool, color: bool = False) -> str:
+    """What a fix run prints after the findings: the fixes applied (or, with
+    ``--diff``, that would be), then Ruff's summary: the counts of the
+    findings ``shown``, or for ``--fix-only`` and ``--diff`` (which show no
+    findings) a line on the fixes only, counting the unsafe fixes ``left``."""
+    diff = mode == "diff"
+    text = fix_list(fixed, "Would fix" if diff else "Fixed", color) if show_fixes else ""
+    if mode in ("diff", "fix-only"):
+        return text + fix_summary(fixed, left, unsafe_fixes, diff)
+    return text + summary(shown, unsafe_fixes, fixed=sum(sum(c.values()) for c in fixed.values()), color=color)
