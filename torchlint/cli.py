@@ -775,9 +775,8 @@ def _fix_all(targets: List[Target], run: Run, mode: str, jobs: Optional[int], us
     is collected in ``remaining``, ``sources``, ``fixed`` and ``warnings``
     (the warnings about suppression comments in the fixed texts), and the
     index's facts in ``facts``."""
-    from torchlint.parallel import DIFF, Task, default_jobs, process_files
-    from torchlint.screen import internal_error
-    from torchlint.threads import CANCELLED
+    from torchlint.parallel import Task, default_jobs, process_files
+    from torchlint.threads import on_large_stack
 
     bar: list = []
     try:
@@ -789,6 +788,19 @@ def _fix_all(targets: List[Target], run: Run, mode: str, jobs: Optional[int], us
     finally:
         for b in bar:
             b.close()
+    # On the large-stack thread, as the files' analysis: Ctrl-C then stops the
+    # writes between two files (the one being written is finished).
+    return on_large_stack(_write_fixes, targets, results, mode, remaining, sources, fixed, warnings)
+
+
+def _write_fixes(targets: List[Target], results, mode: str, remaining: List[Diagnostic], sources: Dict[str, str],
+                 fixed: Dict[str, Counter], warnings: List[str]) -> int:
+    """Each file's fix, in the targets' order: its diff shown, or the file written
+    (standard input: the fixed text printed); the number of changed files."""
+    from torchlint.parallel import DIFF
+    from torchlint.screen import internal_error
+    from torchlint.threads import CANCELLED
+
     by_display = {r.display: r for r in results}
     diff = mode == DIFF
     changed_files = 0
