@@ -10,7 +10,8 @@ times, in fresh processes and with `--no-cache`:
   fix-diff  -- `torchlint fix --no-cache -j N --diff COPY` (writes nothing)
   fix       -- `torchlint fix --no-cache -j N COPY` (writes the fixed files)
 
-and prints the median of each and the ratios fix-diff / check and fix / check.
+and prints the median of each and the ratios fix-diff / check and fix / check
+(the median of the rounds' own ratios: a round's three runs share the machine's load).
 `--python` runs another interpreter (e.g. with PYTHONPATH set to an older
 checkout) to compare versions; a torchlint whose `fix` has no `--jobs` option
 is run without it (it then uses one worker per CPU).
@@ -69,8 +70,11 @@ def main(argv: List[str] | None = None) -> int:
     for name, values in times.items():
         spread = f" ({min(values):.2f}-{max(values):.2f})" if len(values) > 1 else ""
         print(f"{name:9} {median[name]:7.2f} s{spread}")
-    print(f"fix-diff / check  {median['fix-diff'] / median['check']:.2f}")
-    print(f"fix / check       {median['fix'] / median['check']:.2f}")
+    for name in ("fix-diff", "fix"):
+        # Each round's own ratio (its runs back to back, under the same load), then their median.
+        ratios = [value / check for value, check in zip(times[name], times["check"])]
+        spread = f" (rounds: {', '.join(f'{r:.2f}' for r in ratios)})" if len(ratios) > 1 else ""
+        print(f"{name + ' / check':17} {statistics.median(ratios):.2f}{spread}")
     return 0
 
 
