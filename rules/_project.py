@@ -25,6 +25,7 @@ model (``rules/_frequency.py``), so a call in a training loop, in a
 
 from __future__ import annotations
 
+import functools
 import re
 from typing import Dict, List, Optional, Sequence, Tuple
 
@@ -40,6 +41,7 @@ from torchlint.semantic import Location, SemanticModel, location_of
 Site = Tuple[int, int, Optional[str], bool]
 
 
+@functools.lru_cache(maxsize=8192)
 def module_parts(path: str) -> Tuple[str, ...]:
     """``pkg/sub/mod.py`` -> ``("pkg", "sub", "mod")`` (``__init__`` names its package)."""
     parts = [p for p in path.replace("\\", "/").split("/") if p and p != "."]
@@ -271,6 +273,17 @@ class Finder:
         chain.reverse()
         return chain
 
+    def _calls_named(self, tail: str) -> List[cst.Call]:
+        """The module's calls whose callee ends in ``tail``, in source order
+        (one walk of the module, on the first question)."""
+        if not hasattr(self, "_calls_by_tail"):
+            calls: Dict[str, List[cst.Call]] = {}
+            for n in walk_nodes(self.module):
+                if isinstance(n, cst.Call):
+                    calls.setdefault(_tail(n.func), []).append(n)
+            self._calls_by_tail = calls
+        return self._calls_by_tail.get(tail, [])
+
     def _line(self, call: cst.Call) -> int:
         """The call's line: found in the text when its callee is written once
         there (the common case, and no pass over the tree), else from positions."""
@@ -289,10 +302,7 @@ class Finder:
         while at >= 0:
             starts.append(at)
             at = text.find(written, at + 1)
-        tail = _tail(call.func)
-        same = [n for n in walk_nodes(self.module)
-                if isinstance(n, cst.Call) and (n is call or (_tail(n.func) == tail and code_for(n) == written))
-                ] if starts else []
+        same = [n for n in self._calls_named(_tail(call.func)) if n is call or code_for(n) == written] if starts else []
         if starts and len(same) == len(starts):
             return text.count("\n", 0, starts[[id(n) for n in same].index(id(call))]) + 1
         from torchlint.positions import node_positions

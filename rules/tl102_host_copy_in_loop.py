@@ -169,6 +169,7 @@ class HostCopyInLoop(Rule):
     name = "host-copy-in-loop"
     summary = "`.cpu()`/`.numpy(force=True)` in a loop copies to the host and waits every iteration"
     fix = FixAvailability.NONE
+    needs = ("cpu", "force")
 
     VALID = [
         Valid(

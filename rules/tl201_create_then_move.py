@@ -200,6 +200,7 @@ class CreateThenMove(Rule):
     name = "create-then-move"
     summary = "Tensor created on the CPU and then moved to the device"
     fix = FixAvailability.SOMETIMES_SAFE
+    needs = ("cuda", ".to(")
 
     VALID = [
         Valid(

@@ -81,6 +81,7 @@ class ZeroGradSetToNone(Rule):
     name = "zero-grad-set-to-none"
     summary = "Gradients zeroed in place instead of set to None"
     fix = FixAvailability.UNSAFE
+    needs = ("zero_", "fill_")
 
     VALID = [
         Valid(

@@ -201,6 +201,7 @@ class EvalWithoutNoGrad(Rule):
     name = "eval-without-no-grad"
     summary = "Evaluation or inference function runs the model with gradient tracking on"
     fix = FixAvailability.UNSAFE
+    needs = ("eval", "Eval", "EVAL", "valid", "Valid", "predict", "Predict", "infer", "Infer", "test", "Test")
 
     VALID = [
         Valid(

@@ -177,6 +177,7 @@ class LossGraphRetained(Rule):
     name = "loss-graph-retained"
     summary = "A backpropagated loss accumulated with its autograd graph keeps every step's graph alive"
     fix = FixAvailability.SOMETIMES_SAFE
+    needs = ("backward", "grad(")
 
     VALID = [
         Valid(

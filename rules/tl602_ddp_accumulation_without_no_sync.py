@@ -9,7 +9,6 @@ from torchlint.model import FixAvailability
 from torchlint.rule import Invalid, Rule, Valid, contains_modulo
 from torchlint.rules._training import is_backward, is_ddp_helper, is_framework_backward, is_optimizer_step
 from torchlint.nodes import walk_nodes
-from torchlint.rules._frequency import model_for
 
 _DDP = frozenset(
     {
@@ -30,11 +29,12 @@ _SYNC_CONTROL = ("no_sync", "no_backward_sync", "require_backward_grad_sync", ".
 class _Site:
     """Where a backward call or an optimizer step sits in its function."""
 
-    __slots__ = ("node", "function", "loop", "conditions", "order")
+    __slots__ = ("node", "function", "loop", "conditions", "order", "qualname")
 
-    def __init__(self, node, function, loop, conditions, order) -> None:
+    def __init__(self, node, function, loop, conditions, order, qualname=None) -> None:
         self.node = node
         self.function = function  # the enclosing FunctionDef (None: module level)
+        self.qualname = qualname  # how other modules name it (`f`, `Class.method`; None if nested)
         self.loop = loop  # innermost for/while whose every iteration may run it
         self.conditions = conditions  # `if` statements between the loop and the node
         self.order = order
@@ -337,12 +337,14 @@ class DdpAccumulationWithoutNoSync(Rule):
         conditions: List[Tuple[cst.CSTNode, cst.CSTNode]] = []
         loop = None
         function = None
+        qualname = None
         for i in range(len(stack) - 2, -1, -1):
             ancestor, child = stack[i], stack[i + 1]
             if isinstance(ancestor, _BOUNDARIES):
                 if not isinstance(ancestor, cst.FunctionDef):
                     return None
                 function = ancestor
+                qualname = _qualname(stack[:i], ancestor)
                 break
             if isinstance(ancestor, _COMPREHENSIONS):
                 return None
@@ -360,7 +362,7 @@ class DdpAccumulationWithoutNoSync(Rule):
             elif isinstance(ancestor, cst.Match):
                 conditions.append((ancestor, child))
         self._order += 1
-        return _Site(node, function, loop, conditions, self._order)
+        return _Site(node, function, loop, conditions, self._order, qualname)
 
     # -- decision ------------------------------------------------------------------
     def leave_Module(self, node: cst.Module) -> None:
@@ -371,20 +373,17 @@ class DdpAccumulationWithoutNoSync(Rule):
             if self._has_ddp:
                 self.report(backward.node, self._MESSAGE)
                 continue
-            where = self._ddp_caller(backward.function)
+            where = self._ddp_caller(backward.qualname)
             if where is not None:
                 self.report(backward.node, f"{self._MESSAGE} (the model is wrapped in DDP in {where}, "
                             "which calls this function)")
 
-    def _ddp_caller(self, function: Optional[cst.FunctionDef]) -> Optional[str]:
-        """Where a module that wraps a model in DDP calls ``function`` (the
-        project index's answer); the function is noted for the index."""
-        if function is None:
-            return None
-        ctx = self.context
-        name = model_for(ctx).qualified_name(function)
+    def _ddp_caller(self, name: Optional[str]) -> Optional[str]:
+        """Where a module that wraps a model in DDP calls the function ``name``
+        (the project index's answer); the function is noted for the index."""
         if name is None:
             return None
+        ctx = self.context
         ctx.pending.add(name)
         fact = ctx.project.get("frequency", {}).get(f"{name}|ddp")
         return fact[1] if fact else None
@@ -471,3 +470,15 @@ def _scaler_accumulates(node: cst.Call) -> bool:
                 isinstance(n, cst.Name) and _ACCUMULATION_WORDS.search(n.value) for n in walk_nodes(value)
             )
     return False
+
+
+def _qualname(ancestors, function: cst.FunctionDef) -> Optional[str]:
+    """``f`` for a module-level function, ``Class.method`` for a method of a
+    module-level class, None for anything nested (as the project index names
+    functions)."""
+    scopes = [a for a in ancestors if isinstance(a, (cst.FunctionDef, cst.ClassDef, cst.Lambda))]
+    if not scopes:
+        return function.name.value
+    if len(scopes) == 1 and isinstance(scopes[0], cst.ClassDef):
+        return f"{scopes[0].name.value}.{function.name.value}"
+    return None

@@ -154,3 +154,24 @@ def test_spliced_fixes_equal_the_whole_module_rewrite():
         assert alone(text, path.name, Settings(), all_codes()) == expected, path
         compared += sum(1 for _, fixed in expected if fixed is not None)
     assert compared > 50
+
+
+def test_edits_are_cached_with_the_results(runner, workdir, monkeypatch):
+    """A warm JSON run takes the edits from the cache (no fix is run again),
+    and a change to the file makes them new."""
+    from torchlint import fix_edits
+
+    (workdir / "train.py").write_text(SOURCE)
+    cold = run(runner, "check", "--output-format", "json", "train.py").output
+    calls = []
+    real = fix_edits.for_file
+    monkeypatch.setattr(fix_edits, "for_file", lambda *a, **k: calls.append(a[1]) or real(*a, **k))
+    warm = run(runner, "check", "--output-format", "json", "train.py").output
+    assert warm == cold and calls == []
+    (workdir / "train.py").write_text(SOURCE.replace("batch_size=8", "batch_size=16"))
+    changed = json.loads(run(runner, "check", "--output-format", "json", "train.py").output)
+    assert calls == ["train.py"]
+    (tl202,) = [item for item in changed if item["code"] == "TL202"]
+    assert tl202["fix"]["edits"][0]["location"]["row"] == 6
+    nocache = run(runner, "check", "--no-cache", "--output-format", "json", "train.py").output
+    assert json.loads(nocache) == changed

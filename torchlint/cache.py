@@ -245,6 +245,20 @@ class Cache:
             self.index = index
             self._dirty = True
 
+    def get_edits(self, path: str, digest: str) -> Optional[list]:
+        """The JSON edits of ``path``'s fixes (torchlint/fix_edits.py), if its
+        text and facts hash to ``digest``."""
+        entry = self.entries.get(f"{path}#edits")
+        if isinstance(entry, list) and len(entry) == 2 and entry[0] == digest and isinstance(entry[1], list):
+            return entry[1]
+        return None
+
+    def put_edits(self, path: str, digest: str, edits: list) -> None:
+        entry = [digest, edits]
+        if self.entries.get(f"{path}#edits") != entry:
+            self.entries[f"{path}#edits"] = entry
+            self._dirty = True
+
     def put(self, path: str, digest: str, diagnostics: Sequence[Diagnostic],
             fix_total: Optional[int] = None, warnings: Sequence[str] = (), pending: Sequence[str] = ()) -> None:
         if not cacheable(diagnostics):

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import hashlib
+import json
 import os
 from functools import partial
 import sys
@@ -435,7 +437,8 @@ def check(paths, select, ignore, extend_select, config, exclude, extend_exclude,
         raise _fail(f"cannot write {output_file}: {exc.strerror or exc}") from None
     try:
         if not silent:
-            edits = _fix_edits(diagnostics, sources, targets, run, facts) if facts is not None else None
+            edits = (_fix_edits(diagnostics, sources, targets, run, facts, use_cache=not no_cache)
+                     if facts is not None else None)
             _report(diagnostics, sources, run.settings, show_statistics, file=out, edits=edits)
         if run.settings.output_format in TEXT_FORMATS and not show_statistics and not quiet and not silent:
             _emit(check_summary(diagnostics, run.settings.unsafe_fixes, counts.get("fix_total"), show_fixes,
@@ -456,12 +459,16 @@ def check(paths, select, ignore, extend_select, config, exclude, extend_exclude,
 
 
 def _fix_edits(diagnostics: Sequence[Diagnostic], sources: Dict[str, str], targets: Sequence[Target], run: Run,
-               facts: Dict[str, dict]) -> Dict[Tuple, list]:
+               facts: Dict[str, dict], use_cache: bool = False) -> Dict[Tuple, list]:
     """The edits of each fixable diagnostic (JSON's ``fix.edits``): what applying
     only its fix changes, in the diagnostic's own coordinates (a notebook's cell).
     A Python file's text is the one checked (``sources``, standard input too);
-    a notebook is read again for its JSON."""
+    a notebook is read again for its JSON.  With ``use_cache``, a file's edits
+    are kept in the result cache under its text and facts."""
     from torchlint import fix_edits
+    from torchlint.cache import Cache
+
+    stores: Dict[int, Cache] = {}
 
     by_display = {t.display: t for t in targets}
     wanted = sorted({d.path for d in diagnostics if d.fix is not None and d.code})
@@ -474,7 +481,24 @@ def _fix_edits(diagnostics: Sequence[Diagnostic], sources: Dict[str, str], targe
         if text is None:
             continue
         profile = target.profile or run.profile(target.path)
-        out.update(fix_edits.for_file(text, display, profile.settings, profile.codes, facts.get(display)))
+        store = None
+        if use_cache and target.path is not None:
+            store = stores.get(id(profile))
+            if store is None:
+                store = stores[id(profile)] = Cache.for_run(profile.settings, profile.codes)
+        digest = hashlib.blake2b(
+            (text + json.dumps(facts.get(display), sort_keys=True, default=str)).encode(), digest_size=16
+        ).hexdigest()
+        cached = store.get_edits(display, digest) if store is not None else None
+        if cached is not None:
+            out.update({tuple(k): v for k, v in cached})
+            continue
+        found = fix_edits.for_file(text, display, profile.settings, profile.codes, facts.get(display))
+        out.update(found)
+        if store is not None:
+            store.put_edits(display, digest, [[list(k), v] for k, v in found.items()])
+    for store in stores.values():
+        store.save()
     return out
 
 
