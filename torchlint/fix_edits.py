@@ -22,11 +22,9 @@ def key(d: Diagnostic) -> Key:
     return (d.path, d.cell, d.line, d.column, d.code)
 
 
-def text_edit(before: str, after: str) -> Optional[Dict[str, Any]]:
-    """The one replacement that turns ``before`` into ``after`` (the span between
-    their common beginning and common end); None when they are equal."""
-    if before == after:
-        return None
+def changed_span(before: str, after: str) -> Tuple[int, int, int]:
+    """``(start, end in before, end in after)``: the span between the common
+    beginning and the common end of two texts, in character offsets."""
     start = 0
     limit = min(len(before), len(after))
     while start < limit and before[start] == after[start]:
@@ -35,6 +33,15 @@ def text_edit(before: str, after: str) -> Optional[Dict[str, Any]]:
     while end_before > start and end_after > start and before[end_before - 1] == after[end_after - 1]:
         end_before -= 1
         end_after -= 1
+    return start, end_before, end_after
+
+
+def text_edit(before: str, after: str) -> Optional[Dict[str, Any]]:
+    """The one replacement that turns ``before`` into ``after`` (the span between
+    their common beginning and common end); None when they are equal."""
+    if before == after:
+        return None
+    start, end_before, end_after = changed_span(before, after)
     # Whole words: `True` for `False`, not `Tru` for `Fals`.
     while start > 0 and start < end_before and _word(before[start - 1]) and _word(before[start]):
         start -= 1

@@ -12,6 +12,8 @@ from __future__ import annotations
 import re
 from typing import List, Optional, Tuple
 
+from torchlint.fix_edits import changed_span
+
 UTF8, UTF16, UTF32 = "utf-8", "utf-16", "utf-32"
 
 
@@ -52,14 +54,7 @@ def characters(line: str, offset: int, encoding: str = UTF16) -> int:
 
 def minimal_edit(before: str, after: str) -> Tuple[int, int, str]:
     """(start, end, replacement) in character offsets of ``before``."""
-    start = 0
-    limit = min(len(before), len(after))
-    while start < limit and before[start] == after[start]:
-        start += 1
-    end_b, end_a = len(before), len(after)
-    while end_b > start and end_a > start and before[end_b - 1] == after[end_a - 1]:
-        end_b -= 1
-        end_a -= 1
+    start, end_b, end_a = changed_span(before, after)
     return start, end_b, after[start:end_a]
 
 
