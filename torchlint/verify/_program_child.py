@@ -40,8 +40,6 @@ import traceback
 import types
 from typing import Any, Callable, Dict, List, Optional, Set, Tuple
 
-from torchlint.verify._child import _Events  # the event stream on the real standard output
-
 _THIS_FILE = os.path.abspath(__file__)
 _MAX_TRACEBACK_LINES = 30
 _MAX_MESSAGE_CHARS = 3000
@@ -51,6 +49,22 @@ torch: Any = None
 
 class _Stop(BaseException):
     """Raised by a hook once the run has recorded enough steps."""
+
+
+class _Events:
+    """The event stream on the real standard output (the user's prints go to
+    standard error).  The same as ``_child._Events``: this file runs as a
+    standalone script and imports nothing from torchlint."""
+
+    def __init__(self) -> None:
+        fd = os.dup(1)
+        os.dup2(2, 1)
+        self._stream = os.fdopen(fd, "w", encoding="utf-8", buffering=1)
+        sys.stdout = sys.stderr
+
+    def send(self, **event: Any) -> None:
+        self._stream.write(json.dumps(event, default=str) + "\n")
+        self._stream.flush()
 
 
 def _key(path: str) -> str:
