@@ -8,6 +8,7 @@ from torchlint.verify.report import (
     EXIT_FAILED,
     EXIT_OK,
     _device,
+    fix_lines,
     _indent,
     _table,
     _yes_no,
@@ -78,10 +79,7 @@ def format_program(report: Dict[str, Any], fmt: str = "table") -> str:
         return "\n".join(out) + "\n"
     out.append(f"  device: {_device(report)}; {what_is_timed(report)}{rounds_text(report)}")
     out.append(f"  fixes ({len(fixes)}):")
-    for fix in fixes:
-        ran = {True: "", False: " [not executed]", None: ""}[fix.get("executed")]
-        out.append(f"    {fix['path']}:{fix['line']}: {fix['code']} {fix['name']} ({fix['applicability']}): "
-                   f"{fix['message']}{ran}")
+    out.extend(fix_lines(fixes, lambda fix: f"{fix['path']}:{fix['line']}"))
     out.append("")
     before, after = report.get("before"), report.get("after")
     if before or after:

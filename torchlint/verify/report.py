@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 import math
 import sys
-from typing import Any, Dict, List, Optional, TextIO
+from typing import Any, Callable, Dict, List, Optional, TextIO
 
 EXIT_OK, EXIT_FAILED, EXIT_USAGE = 0, 1, 2
 
@@ -123,6 +123,16 @@ def _indent(text: str, prefix: str = "    ") -> List[str]:
     return [prefix + line for line in text.splitlines()]
 
 
+def fix_lines(fixes: List[Dict[str, Any]], where: Callable[[Dict[str, Any]], str]) -> List[str]:
+    """One line per fix of a report (``where`` says where it is), marked when
+    the code that holds it never ran."""
+    lines = []
+    for fix in fixes:
+        ran = {True: "", False: " [not executed]", None: ""}[fix.get("executed")]
+        lines.append(f"    {where(fix)}: {fix['code']} {fix['name']} ({fix['applicability']}): {fix['message']}{ran}")
+    return lines
+
+
 def _device(report: Dict[str, Any]) -> str:
     if not report.get("device"):
         return "unknown device"
@@ -147,10 +157,7 @@ def format_entry(report: Dict[str, Any], fmt: str = "table") -> str:
         return "\n".join(out) + "\n"
     out.append(f"  device: {_device(report)}")
     out.append(f"  fixes applied ({len(fixes)}):")
-    for fix in fixes:
-        ran = {True: "", False: " [not executed]", None: ""}[fix.get("executed")]
-        out.append(f"    line {fix['line']}: {fix['code']} {fix['name']} ({fix['applicability']}): "
-                   f"{fix['message']}{ran}")
+    out.extend(fix_lines(fixes, lambda fix: f"line {fix['line']}"))
     out.append("")
 
     rows = [["", "median ± iqr", "speedup", "match"]]
