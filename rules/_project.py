@@ -343,10 +343,26 @@ def _host_expr(expr: cst.CSTNode) -> bool:
     return False
 
 
+HOST_ARGS = "host_args"  # every call of the function passes only host values
+DDP = "ddp"  # a caller module wraps a model in DistributedDataParallel
+
+
+def trait_key(qualname: str, trait: str) -> str:
+    """The fact key under which the index records a trait of ``qualname``'s callers."""
+    return f"{qualname}|{trait}"
+
+
+def caller_trait(ctx, qualname: str, trait: str) -> Optional[str]:
+    """Where (``path:line``) a caller with ``trait`` calls ``qualname``, as the
+    project index found it for this file; None when it found none."""
+    fact = ctx.project.get("frequency", {}).get(trait_key(qualname, trait))
+    return fact[1] if fact else None
+
+
 def traits(text: str) -> Tuple[str, ...]:
     """What kind of module a caller is, for the rules that ask (TL602: a module
     that wraps a model in DDP runs the functions it calls on a DDP model)."""
-    return ("ddp",) if text_wraps_in_ddp(text) else ()
+    return (DDP,) if text_wraps_in_ddp(text) else ()
 
 
 def finder(text: str, path: str, external: Optional[Dict[str, Tuple[int, str]]] = None) -> Optional[Finder]:

@@ -11,6 +11,7 @@ from torchlint.nodes import iter_children
 from torchlint.rules._helpers import literal_number, method_name, receiver
 from torchlint.rules._device import computes_with_torch, host_values
 from torchlint.rules._frequency import model_for, per_step_here
+from torchlint.rules._project import HOST_ARGS, caller_trait
 from torchlint.rules._sync import (
     LoopFacts,
     loop_facts,
@@ -609,4 +610,4 @@ def _callers_pass_host_values(ctx, frequency) -> bool:
     only host values (``metric_logger.update(loss=loss.item(), lr=lr)``)."""
     fn = frequency.function
     name = model_for(ctx).qualified_name(fn) if fn is not None else None
-    return name is not None and f"{name}|host_args" in ctx.project.get("frequency", {})
+    return name is not None and caller_trait(ctx, name, HOST_ARGS) is not None

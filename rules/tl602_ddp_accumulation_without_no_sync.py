@@ -8,6 +8,7 @@ import libcst as cst
 from torchlint.model import FixAvailability
 from torchlint.rule import Invalid, Rule, Valid, contains_modulo
 from torchlint.rules._training import is_backward, is_ddp_helper, is_framework_backward, is_optimizer_step
+from torchlint.rules._project import DDP, caller_trait
 from torchlint.nodes import walk_nodes
 
 _DDP = frozenset(
@@ -385,8 +386,7 @@ class DdpAccumulationWithoutNoSync(Rule):
             return None
         ctx = self.context
         ctx.pending.add(name)
-        fact = ctx.project.get("frequency", {}).get(f"{name}|ddp")
-        return fact[1] if fact else None
+        return caller_trait(ctx, name, DDP)
 
     def _accumulates(self, backward: _Site) -> bool:
         loop = backward.loop
@@ -427,10 +427,7 @@ class DdpAccumulationWithoutNoSync(Rule):
         for condition, child in step.conditions:
             if (id(condition), id(child)) in outer or not isinstance(condition, cst.If):
                 continue
-            test = condition.test
-            if contains_modulo(test) or any(
-                isinstance(n, cst.Name) and _ACCUMULATION_WORDS.search(n.value) for n in walk_nodes(test)
-            ):
+            if _says_every_n(condition.test):
                 if not self._other_branch_steps(condition, child):
                     return True
         return False
@@ -465,11 +462,16 @@ def _scaler_accumulates(node: cst.Call) -> bool:
         return False
     for arg in node.args:
         if arg.keyword is not None and arg.keyword.value == "update_grad":
-            value = arg.value
-            return contains_modulo(value) or any(
-                isinstance(n, cst.Name) and _ACCUMULATION_WORDS.search(n.value) for n in walk_nodes(value)
-            )
+            return _says_every_n(arg.value)
     return False
+
+
+def _says_every_n(test: cst.BaseExpression) -> bool:
+    """A test that says "every N micro-batches": it uses `%`, or names
+    something with `accum`, `micro`, `sync` or `update` in it."""
+    return contains_modulo(test) or any(
+        isinstance(n, cst.Name) and _ACCUMULATION_WORDS.search(n.value) for n in walk_nodes(test)
+    )
 
 
 def _qualname(ancestors, function: cst.FunctionDef) -> Optional[str]:

@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import hashlib
-import json
 import os
 from functools import partial
 import sys
@@ -28,9 +26,9 @@ from torchlint.config import (
     validate_selector,
 )
 from torchlint.discovery import PathPatterns, discover
-from torchlint.model import Applicability, Diagnostic, Kind
+from torchlint.model import Diagnostic, Kind
 from torchlint.inputs import input_for
-from torchlint.source import SourceError
+from torchlint.source import SourceError, text_hash
 
 EXIT_OK, EXIT_FINDINGS, EXIT_ERROR = 0, 1, 2
 
@@ -467,6 +465,7 @@ def _fix_edits(diagnostics: Sequence[Diagnostic], sources: Dict[str, str], targe
     are kept in the result cache under its text and facts."""
     from torchlint import fix_edits
     from torchlint.cache import Cache
+    from torchlint.project import facts_digest
 
     stores: Dict[int, Cache] = {}
 
@@ -486,9 +485,7 @@ def _fix_edits(diagnostics: Sequence[Diagnostic], sources: Dict[str, str], targe
             store = stores.get(id(profile))
             if store is None:
                 store = stores[id(profile)] = Cache.for_run(profile.settings, profile.codes)
-        digest = hashlib.blake2b(
-            (text + json.dumps(facts.get(display), sort_keys=True, default=str)).encode(), digest_size=16
-        ).hexdigest()
+        digest = f"{text_hash(text)}#{facts_digest((facts.get(display) or {}).get('frequency', {}))}"
         cached = store.get_edits(display, digest) if store is not None else None
         if cached is not None:
             out.update({tuple(k): v for k, v in cached})

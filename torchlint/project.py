@@ -16,7 +16,7 @@ them, on demand, after every file has been checked once:
    whose own frequency is unknown is followed the same way (up to three hops).
    The rules may also ask what kind of module a caller is (``traits``: one
    that wraps a model in DDP), a fact about the function under
-   ``"name|trait"``.
+   ``hooks.trait_key(name, trait)``.
 3. A file whose functions are called every step (or once) from elsewhere is
    checked again with those facts (``Context.project["frequency"]``), and its
    result replaces the first one.  Diagnostics name the call site that made the
@@ -41,9 +41,9 @@ import json
 from typing import Callable, Dict, List, Optional, Sequence, Tuple
 
 Facts = Dict[str, Tuple[int, str]]  # qualified name -> (level, "path:line")
-# A trait of a function's callers (the rules name them: "ddp" for a module that
-# wraps a model in DistributedDataParallel) is a fact under "name|trait".
-TRAIT = "|"
+# A trait of a function's callers is a fact too, under the key the rules'
+# hooks make of it (``hooks.trait_key``): a caller module that wraps a model in
+# DDP (``hooks.traits``), every call passing only host values (``hooks.HOST_ARGS``).
 MAX_HOPS = 3
 
 
@@ -142,7 +142,7 @@ def derive(
                     continue
                 if found_sites:
                     for trait in hooks.traits(text):
-                        key = f"{qualname}{TRAIT}{trait}"
+                        key = hooks.trait_key(qualname, trait)
                         if key not in facts.get(path, {}):
                             facts.setdefault(path, {})[key] = (0, f"{other}:{found_sites[0][1]}")
                             changed = True
@@ -161,7 +161,7 @@ def derive(
             if best is not None and facts.get(path, {}).get(qualname) != best:
                 facts.setdefault(path, {})[qualname] = best
                 changed = True
-            key = f"{qualname}{TRAIT}host_args"
+            key = hooks.trait_key(qualname, hooks.HOST_ARGS)
             if host_only is not None and not tensor_maybe and key not in facts.get(path, {}):
                 facts.setdefault(path, {})[key] = (0, host_only)  # every caller passes host values
                 changed = True

@@ -47,7 +47,8 @@ def default_codes() -> List[str]:
 
 def project_hooks():
     """The rules' answers for the project index (``torchlint/project.py``):
-    ``finder``, ``call_sites``, ``might_call``, ``traits`` and ``UNKNOWN_LEVEL``."""
+    ``finder``, ``call_sites``, ``might_call``, ``traits``, ``trait_key``,
+    ``HOST_ARGS`` and ``UNKNOWN_LEVEL``."""
     from torchlint.rules import _project
 
     return _project
