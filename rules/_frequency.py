@@ -320,8 +320,9 @@ class FrequencyModel:
         return info.data_loop
 
     # -- questions -----------------------------------------------------------------------
-    def here(self, ctx: Context) -> Frequency:
-        """How often the node being visited runs."""
+    def here(self, ctx: Context, skip: frozenset = frozenset()) -> Frequency:
+        """How often the node being visited runs (the loops in ``skip``, by id,
+        not counted: loops that only read values, see ``_sync.only_reads``)."""
         stack = ctx.stack
         loops: List[object] = []
         fn: Optional[cst.FunctionDef] = None
@@ -335,7 +336,7 @@ class FrequencyModel:
             if kind is cst.Lambda:
                 return Frequency(UNKNOWN)
             marker = _loop_marker(node, child)
-            if marker is not None:
+            if marker is not None and id(marker) not in skip:
                 loops.append(marker)
         loops.reverse()
         if fn is not None and fn not in self.functions:
@@ -561,34 +562,45 @@ _EXPORT_FILE = re.compile(
 )
 
 
+# A benchmark script or directory (`bench.py`, `benchmark_inference.py`,
+# `speed_bench.py`, `benchmarks/`): its loops are the measurement, run a fixed
+# number of times on purpose; what they do per iteration is what is measured.
+_BENCHMARK_PART = re.compile(r"^(bench|benchmarks?|benchmarking)$", re.IGNORECASE)
+_BENCHMARK_FILE = re.compile(r"^(bench(mark)?(s|ing)?(_\w+)?|\w+_bench(mark)?s?)\.py$", re.IGNORECASE)
+
+
 def runs_once_by_path(path: str) -> bool:
-    """Code in test files (a test runs its inputs once) and in export or
-    conversion modules runs once, whatever its loops say."""
+    """Code in test files (a test runs its inputs once), in export or
+    conversion modules and in benchmark scripts (their loops are the
+    measurement, not a training or serving step) counts as running once,
+    whatever its loops say."""
     if is_test_path(path):
         return True
     parts = PurePath(path.replace("\\", "/")).parts
-    if _EXPORT_FILE.match(parts[-1] if parts else ""):
+    name = parts[-1] if parts else ""
+    if _EXPORT_FILE.match(name) or _BENCHMARK_FILE.match(name):
         return True
-    return any(_EXPORT_PART.match(part) for part in parts[:-1])
+    return any(_EXPORT_PART.match(part) or _BENCHMARK_PART.match(part) for part in parts[:-1])
 
 
-def frequency_here(ctx: Context) -> Frequency:
-    """How often the node being visited runs (see the module docstring)."""
+def frequency_here(ctx: Context, skip: frozenset = frozenset()) -> Frequency:
+    """How often the node being visited runs (see the module docstring; ``skip``:
+    loops, by id, not to count)."""
     once = ctx.shared.get("frequency-by-path")
     if once is None:
         once = ctx.shared["frequency-by-path"] = runs_once_by_path(ctx.path)
     if once:
         return Frequency(ONCE)
-    return model_for(ctx).here(ctx)
+    return model_for(ctx).here(ctx, skip)
 
 
-def per_step_here(ctx: Context) -> Optional[Frequency]:
+def per_step_here(ctx: Context, skip: frozenset = frozenset()) -> Optional[Frequency]:
     """The frequency of the node being visited when it runs every step, else
     None.  When it is unknown only because the module does not show who calls
     its function, the function is noted for the project index
     (``ctx.pending``): if another module of the run calls it every step, the
     file is checked again with that fact (see docs/precision.md)."""
-    frequency = frequency_here(ctx)
+    frequency = frequency_here(ctx, skip)
     fn = frequency.function
     if frequency.per_step:
         if fn is not None and model_for(ctx).functions[fn].level == UNKNOWN and frequency.via_text is None:

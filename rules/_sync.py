@@ -37,6 +37,12 @@ DEVICE_SYNCS = frozenset(
         "torch.mps.synchronize",
     }
 )
+# Timers by name: `meter.iter_tic()`/`iter_toc()`, `timer.tic()`/`toc()` (a
+# stopwatch object whose reading needs the device to have caught up), and the
+# detection codebases' `time_synchronized()`/`time_sync()`, which synchronize the
+# device and then read the clock.
+_TIMER_CALL = re.compile(r"^(?:\w+_)?(?:tic|toc)$")
+_SYNCED_CLOCK = re.compile(r"^time_sync(?:hronized)?$")
 # Allocator statistics: a loop that reads them measures memory per iteration.
 _MEMORY_STATS = frozenset(
     {
@@ -459,7 +465,8 @@ def names_a_module(expr: cst.BaseExpression) -> bool:
 @dataclass
 class LoopFacts:
     reads_clock: bool = False
-    """Reads a wall clock or CUDA event timings: a timing or benchmark loop."""
+    """Reads a wall clock, CUDA event timings or a timer (``meter.iter_toc()``,
+    ``timer.tic()``, ``time_synchronized()``): a timing or benchmark loop."""
     collects_garbage: bool = False
     """Calls ``gc.collect()``: releases memory on purpose between heavy iterations."""
     reads_memory_stats: bool = False
@@ -527,8 +534,12 @@ def _scan(ctx: Context, roots: List[cst.CSTNode]) -> LoopFacts:
             func = node.func
             q = ctx.qualname(func)
             attr = func.attr.value if isinstance(func, cst.Attribute) else None
-            if q in CLOCKS or attr == "elapsed_time":
+            name = attr if attr is not None else func.value if isinstance(func, cst.Name) else ""
+            if q in CLOCKS or attr == "elapsed_time" or _TIMER_CALL.match(name):
                 facts.reads_clock = True
+            elif _SYNCED_CLOCK.match(name):
+                facts.reads_clock = True
+                facts.synchronizes = facts.synchronizes or (always and direct)
             elif q == "gc.collect":
                 facts.collects_garbage = True
             elif q is not None and q.startswith("torch.") and q.rsplit(".", 1)[-1] in _MEMORY_STATS:
@@ -846,3 +857,114 @@ def chain_top(ctx: Context) -> Tuple[cst.CSTNode, int]:
         else:
             break
     return stack[i], i
+
+
+# -- loops that wait anyway, copies that normalise placement ------------------------------
+
+
+def in_timing_loop(ctx: Context, step: cst.CSTNode, cache: Dict[int, LoopFacts]) -> bool:
+    """Whether the loop ``step`` around the node being visited, or a loop
+    between them, times its iterations: it synchronizes the device in its own
+    body, unconditionally, and reads a clock or a timer.  Every iteration of
+    ``step`` waits for the device anyway, to time it, so one more read there
+    (also in a comprehension inside it) costs nothing; the sync itself is
+    TL103's question.  (A loop *around* ``step`` that times whole passes does
+    not make ``step``'s iterations wait.)"""
+    past_step = False
+    for loop in ctx.enclosing_loops():
+        facts = loop_facts(ctx, loop, cache)
+        if facts.synchronizes and facts.reads_clock:
+            return True
+        past_step = past_step or loop is step
+        if past_step and not only_reads(loop):
+            break  # (a comprehension that only reads runs within one iteration of the loop around it)
+    return False
+
+
+# Words of a test that asks whether the code runs on (or the value lives on) an accelerator.
+_DEVICE_TEST_WORDS = ("cuda", "gpu", "device", "accelerator")
+
+
+def _tests_device(test: cst.BaseExpression) -> bool:
+    for node in walk_nodes(test):
+        name = node.value if isinstance(node, cst.Name) else node.attr.value if isinstance(node, cst.Attribute) else None
+        if name is not None and any(word in name.lower() for word in _DEVICE_TEST_WORDS):
+            return True
+    return False
+
+
+def _root_name(expr: cst.BaseExpression) -> Optional[str]:
+    while isinstance(expr, (cst.Attribute, cst.Subscript, cst.Call)):
+        expr = expr.func if isinstance(expr, cst.Call) else expr.value
+    return expr.value if isinstance(expr, cst.Name) else None
+
+
+def normalises_to_host(ctx: Context, top_index: int) -> bool:
+    """Whether the host copy whose chain ends at ``ctx.stack[top_index]`` is
+    ``x = x.cpu()`` (or ``xs[i] = xs[i].cpu()``) in the body of an ``if`` that
+    asks about the device (``if cfg.NUM_GPUS:``, ``if x.is_cuda:``, ``if
+    x.device != torch.device("cpu"):``): the code brings its values to the host
+    only when they are elsewhere, because what follows is host code (a meter, an
+    evaluator, a drawing).  The copy is where the host code starts, not a slip;
+    keeping the values on the device would need that host code rewritten."""
+    stack = ctx.stack
+    if top_index < 1:
+        return False
+    assign = stack[top_index - 1]
+    if not (isinstance(assign, cst.Assign) and assign.value is stack[top_index] and len(assign.targets) == 1):
+        return False
+    target = _root_name(assign.targets[0].target)
+    if target is None or target != _root_name(stack[top_index]):
+        return False
+    crossed = False
+    for i in range(top_index - 2, -1, -1):
+        node = stack[i]
+        if isinstance(node, cst.For) and not crossed and mentions_name(node.iter, [target]):
+            crossed = True  # `for i in range(len(xs)): xs[i] = xs[i].cpu()`: the list, item by item
+            continue
+        if isinstance(node, (*_SCOPES, *_LOOPS)):
+            return False
+        if isinstance(node, cst.If) and stack[i + 1] is node.body and _tests_device(node.test):
+            return True
+    return False
+
+
+# Builtins and methods that only read or convert values on the host.
+_HOST_ONLY_CALLS = frozenset({"int", "float", "bool", "str", "round", "len", "item", "tolist", "append", "extend",
+                              "numpy", "cpu", "print", "format", "isinstance"})
+
+
+def only_reads(loop: cst.CSTNode) -> bool:
+    """Whether a comprehension over a list of values (a name or attribute)
+    does nothing but read them to the host (``[int(s.item()) for s in
+    sizes]``, the sizes ``all_gather`` filled): it queues no device work
+    between its reads, so only the first read waits; the cost is one wait
+    where the comprehension runs, not one per item."""
+    if isinstance(loop, (cst.ListComp, cst.SetComp, cst.GeneratorExp)):
+        body: List[cst.CSTNode] = [loop.elt]
+    elif isinstance(loop, cst.DictComp):
+        body = [loop.key, loop.value]
+    else:
+        return False
+    clause = loop.for_in
+    if clause.inner_for_in is not None or clause.ifs or not isinstance(clause.iter, (cst.Name, cst.Attribute)):
+        # `for y in ys for x in y[:n]`, `for x in t[:n]`: one read per element
+        # of a tensor, each its own copy; only a walk over a list of values
+        # (`for s in sizes`) reads a few values once they are ready.
+        return False
+    for root in body:
+        for node in walk_nodes(root):
+            if isinstance(node, (cst.BinaryOperation, cst.Comparison, cst.UnaryOperation)):
+                return False
+            if isinstance(node, cst.Call):
+                func = node.func
+                name = func.attr.value if isinstance(func, cst.Attribute) else func.value if isinstance(func, cst.Name) else ""
+                if name not in _HOST_ONLY_CALLS:
+                    return False
+    return True
+
+
+def reading_loops(ctx: Context) -> frozenset:
+    """The loops around the node being visited that only read values (by id):
+    how often the read waits is how often the code around them runs."""
+    return frozenset(id(loop) for loop in ctx.enclosing_loops() if only_reads(loop))

@@ -18,6 +18,8 @@ from torchlint.rules._sync import (
     converts_any_value,
     enclosing_function_is_one_off,
     feeds_host_api,
+    in_timing_loop,
+    reading_loops,
     feeds_finite_guard,
     feeds_host_sink,
     in_data_pipeline,
@@ -387,7 +389,7 @@ class ItemInLoop(Rule):
         if runs_once(ctx, loop) or runs_once_per_pass(ctx, loop, self._facts):
             return
         facts = loop_facts(ctx, loop, self._facts)
-        if facts.synchronizes and facts.reads_clock:
+        if in_timing_loop(ctx, loop, self._facts):
             return  # a timing loop: it waits for the device every iteration anyway, to time it
         if facts.exits_on_value:
             return  # the loop waits for a device value every iteration anyway, to decide to stop
@@ -401,7 +403,7 @@ class ItemInLoop(Rule):
             return  # already on the host, or not a torch tensor: nothing waits for the device
         if feeds_host_sink(ctx, len(ctx.stack) - 1, loop) or feeds_host_api(ctx):
             return  # read to be written, drawn, decoded or handed to a host API (pycocotools)
-        frequency = per_step_here(ctx)
+        frequency = per_step_here(ctx, reading_loops(ctx))
         if frequency is None:
             return  # a loop in code that runs once or once per epoch (setup, logging, export)
         if converts_any_value(ctx, loop, self._facts) and (

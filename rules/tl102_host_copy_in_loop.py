@@ -26,6 +26,9 @@ from torchlint.rules._sync import (
     converts_any_value,
     expression_statement,
     feeds_host_api,
+    in_timing_loop,
+    normalises_to_host,
+    reading_loops,
     feeds_host_sink,
     in_data_pipeline,
     is_constant_display,
@@ -53,6 +56,23 @@ class HostCopyInLoop(Rule):
     this rule, so the two rules never report the same chain).
 
     Not reported (where the copy is not a per-step cost, or is the work itself):
+    - a copy in a loop that waits for the device every iteration anyway, to
+      time it (it calls `torch.cuda.synchronize()` unconditionally and reads a
+      clock or a timer: `time.time()`, `meter.iter_toc()`,
+      `time_synchronized()`), including a comprehension inside such a loop;
+    - `x = x.cpu()` (or `xs[i] = xs[i].cpu()`) under an `if` that asks about
+      the device (`if cfg.NUM_GPUS:`, `if x.is_cuda:`, `if x.device !=
+      torch.device("cpu"):`): the values are brought to the host only when
+      they live elsewhere, because host code follows (a meter, an evaluator,
+      a drawing); keeping them on the device would mean rewriting that code;
+    - a comprehension that only copies the items of a list (`[t.cpu() for t
+      in outputs]`) in a function not known to run every step: it queues no
+      device work between copies, so only the first one waits, once where the
+      comprehension runs (in a function that runs every step, such as
+      `training_step` or one the training loop calls, it is reported);
+    - code in benchmark scripts (`bench.py`, `benchmark_*.py`, `*_bench.py`,
+      a `benchmarks/` directory), as in tests and export scripts: their loops
+      are the measurement;
     - a plain `<tensor>.numpy()`: it only works on a tensor that is already in
       host memory (it raises for a CUDA tensor), where it returns a view that
       shares the tensor's storage, without a copy or a wait; after `.cpu()` it
@@ -276,7 +296,7 @@ class HostCopyInLoop(Rule):
         if loop is None or runs_once(ctx, loop) or runs_once_per_pass(ctx, loop, self._facts):
             return
         facts = loop_facts(ctx, loop, self._facts)
-        if facts.synchronizes and facts.reads_clock:
+        if in_timing_loop(ctx, loop, self._facts):
             return  # a timing loop: it waits for the device every iteration anyway, to time it
         if facts.exits_on_value:
             return  # the loop waits for the device anyway
@@ -299,9 +319,11 @@ class HostCopyInLoop(Rule):
             return  # copied to be written, drawn or decoded on the host: the copy is the point
         if _serialised(ctx.stack, index):
             return  # `t.cpu().numpy().tobytes()`: bytes for pickling or storage
+        if normalises_to_host(ctx, index):
+            return  # `if cfg.NUM_GPUS: preds = preds.cpu()`: host code follows
         if _host_branch_of_device_switch(ctx.stack, loop):
             return  # `if args.use_cuda: ... else: x.cpu()`: the host is the user's choice
-        frequency = per_step_here(ctx)
+        frequency = per_step_here(ctx, reading_loops(ctx))
         if frequency is None:
             return  # a loop in code that runs once or once per epoch (or whose callers are not seen)
         self._reported.add(id(top))

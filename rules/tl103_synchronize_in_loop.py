@@ -41,8 +41,10 @@ class SynchronizeInLoop(Rule):
     Not reported:
     - a synchronization in a loop whose body reads a clock (`time.time()`,
       `time.perf_counter()`, `time.monotonic()`, `timeit.default_timer()`, ...)
-      or CUDA event timings (`start.elapsed_time(end)`): a timing or benchmark
-      loop needs the synchronization for its measurement to mean anything;
+      or CUDA event timings (`start.elapsed_time(end)`), or calls a timer
+      (`meter.iter_tic()`/`iter_toc()`, `timer.tic()`/`toc()`,
+      `time_synchronized()`): a timing or benchmark loop needs the
+      synchronization for its measurement to mean anything;
     - any synchronization in a module that reads both a clock and allocator
       statistics (`torch.cuda.max_memory_allocated()`, ...): a benchmark or
       profiling script, where waits make the measurements exact;

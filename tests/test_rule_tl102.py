@@ -194,7 +194,7 @@ def test_functions_that_build_checkpoints() -> None:
                 out[key] = value.full_tensor().cpu()
     def save_checkpoint(shards):
         return {key: shard.cpu() for key, shard in shards.items()}
-    def train(shards):
+    def training_step(shards):
         return [shard.cpu() for shard in shards]
     """
     assert positions(code) == [(10, 13)]

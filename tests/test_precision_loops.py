@@ -1,0 +1,194 @@
+"""Loops that wait for the device anyway, reads that wait once, copies that
+start host code, and benchmark scripts (TL101, TL102, TL103): the shared
+answers in rules/_sync.py and rules/_frequency.py, with their near-misses."""
+
+from __future__ import annotations
+
+from tests.helpers import lint
+
+
+def found(code: str, select: str = "TL101,TL102,TL103", path: str = "train.py"):
+    return [(d.code, d.line) for d in lint(code, select=select.split(","), path=path)]
+
+
+TIMED_BY_METER = """
+import torch
+
+
+def train_epoch(loader, model, optimizer, meter):
+    meter.iter_tic()
+    for x, y in loader:
+        loss = model(x.cuda()).sum()
+        loss.backward()
+        optimizer.step()
+        loss_value, grad = loss.item(), model.weight.grad.norm().item()
+        meter.update_stats(loss_value, grad)
+        meter.iter_toc()
+        torch.cuda.synchronize()
+        meter.iter_tic()
+"""
+
+
+def test_a_loop_timed_by_a_meters_tic_and_toc_waits_anyway():
+    # The sync brackets the meter's per-iteration timing: TL103 is silent (timing), and
+    # the reads cost nothing more in a loop that waits every iteration.
+    assert found(TIMED_BY_METER) == []
+
+
+def test_a_sync_without_a_timer_is_still_reported():
+    code = TIMED_BY_METER.replace("meter.iter_toc()", "meter.log()").replace("meter.iter_tic()", "meter.reset()")
+    assert found(code) == [("TL101", 11), ("TL101", 11), ("TL103", 14)]
+
+
+def test_time_synchronized_both_waits_and_reads_the_clock():
+    code = """
+    import torch
+    from utils import time_synchronized
+
+
+    def evaluate(loader, model, results):
+        for imgs, _ in loader:
+            start = time_synchronized()
+            outputs = model(imgs.cuda())
+            infer_time = time_synchronized() - start
+            results.append((outputs.cpu(), infer_time))
+    """
+    assert found(code) == []
+    untimed = code.replace("start = time_synchronized()", "start = 0").replace(
+        "infer_time = time_synchronized() - start", "infer_time = 0")
+    assert found(untimed) == [("TL102", 11)]
+
+
+def test_a_loop_around_the_step_loop_that_times_whole_passes_does_not_excuse_it():
+    code = """
+    import time
+    import torch
+
+
+    def profile(model, batches, optimizer):
+        for stage, steps in enumerate([10, 20]):
+            torch.cuda.synchronize()
+            t0 = time.time()
+            for k in range(steps):
+                loss = model(batches[k]).sum()
+                loss.backward()
+                optimizer.step()
+                print(loss.item())
+            torch.cuda.synchronize()
+            print(time.time() - t0)
+    """
+    assert found(code) == [("TL101", 14)]
+
+
+def test_reading_a_gathered_list_waits_once_where_it_runs():
+    code = """
+    import torch
+    import torch.distributed as dist
+
+
+    def pad_to_largest(tensor, group):
+        world = dist.get_world_size(group=group)
+        local = torch.tensor([tensor.numel()], device=tensor.device)
+        sizes = [torch.zeros([1], device=tensor.device) for _ in range(world)]
+        dist.all_gather(sizes, local, group=group)
+        sizes = [int(size.item()) for size in sizes]
+        return max(sizes)
+    """
+    assert found(code) == []
+
+
+def test_reading_a_list_of_losses_inside_the_step_loop_is_still_per_step():
+    code = """
+    import torch
+
+
+    def train(loader, model, optimizer, log):
+        for x in loader:
+            losses = model(x)
+            sum(losses).backward()
+            optimizer.step()
+            log([one.item() for one in losses])
+    """
+    assert found(code) == [("TL101", 10)]
+
+
+def test_reading_every_element_of_a_tensor_is_one_copy_per_element():
+    code = """
+    import torch
+
+
+    def train(loader, model, optimizer, sampler):
+        for x, t in loader:
+            losses = model(x, t)
+            losses.mean().backward()
+            optimizer.step()
+            sampler.update([v.item() for v in losses[: len(t)]])
+    """
+    assert found(code) == [("TL101", 10)]
+
+
+DEVICE_NORMALISED = """
+import torch
+
+
+def eval_epoch(loader, model, meter, cfg):
+    model.eval()
+    with torch.no_grad():
+        for inputs, meta in loader:
+            preds = model(inputs.cuda())
+            boxes = meta["boxes"]
+            if cfg.NUM_GPUS:
+                preds = preds.cpu()
+                boxes = boxes.cpu()
+                if isinstance(inputs, list):
+                    for i in range(len(inputs)):
+                        inputs[i] = inputs[i].cpu()
+            meter.update_stats(preds, boxes, inputs)
+"""
+
+
+def test_a_copy_made_only_when_the_values_live_on_the_device_starts_host_code():
+    assert found(DEVICE_NORMALISED, "TL102") == []
+    heatmap = """
+    import torch
+
+
+    def render(self, batches):
+        for x in batches:
+            heat = self.model(x)
+            if heat.device != torch.device("cpu"):
+                heat = heat.cpu()
+            yield self.colormap(heat)
+    """
+    assert found(heatmap, "TL102") == []
+
+
+def test_the_same_copies_under_a_test_that_is_not_about_the_device_are_reported():
+    code = DEVICE_NORMALISED.replace("if cfg.NUM_GPUS:", "if cfg.verbose:")
+    assert found(code, "TL102") == [("TL102", 12), ("TL102", 13), ("TL102", 16)]
+    # a copy into another name is not the value brought to the host for what follows
+    other = DEVICE_NORMALISED.replace("preds = preds.cpu()", "host_preds = preds.cpu()")
+    assert found(other, "TL102") == [("TL102", 12)]
+
+
+BENCH_LOOP = """
+import torch
+
+
+def run(model, batches, optimizer):
+    for k in range(len(batches)):
+        loss = model(batches[k]).sum()
+        loss.backward()
+        optimizer.step()
+        print(f"{k} loss: {loss.item():.4f}")
+"""
+
+
+def test_a_benchmark_script_measures_on_purpose():
+    for path in ("bench.py", "benchmarks/train_speed.py", "tools/benchmark_inference.py", "speed_bench.py"):
+        assert found(BENCH_LOOP, path=path) == [], path
+
+
+def test_the_same_loop_in_a_training_script_is_reported():
+    for path in ("train.py", "workbench/train.py", "benchmarking_utils_are_not_a_bench/train.py"):
+        assert found(BENCH_LOOP, path=path) == [("TL101", 10)], path
