@@ -220,6 +220,9 @@ class HostValues:
         name = method_name(call)
         if name in _HOST_METHODS:
             return True
+        returned = self._method_result_is_host(call, at, depth, seen)
+        if returned is not None:
+            return returned
         if name == "to":
             target = keyword(call, "device")
             args = positional(call)
@@ -235,6 +238,43 @@ class HostValues:
             # result says nothing about where the result lives.
             return False
         return self._is_host(func.value, at, depth + 1, seen)  # a method of a host value
+
+    def _method_result_is_host(self, call: cst.Call, at, depth: int, seen: Set[tuple]) -> Optional[bool]:
+        """``self.method(...)`` of the enclosing class, every ``return`` of which
+        gives back either an argument (``return mask_data`` after updating it:
+        host when that argument is) or a name the method converted in place
+        before returning it (``data.to_numpy()`` ... ``return data``: a results
+        container the project moves to the host itself).  None when the call is
+        not such a method, or its returns are anything else."""
+        func = call.func
+        if at is None or not (isinstance(func, cst.Attribute) and isinstance(func.value, cst.Name)
+                              and func.value.value == "self"):
+            return None
+        cls = next((scope for scope in reversed(at.scopes) if isinstance(scope, cst.ClassDef)), None)
+        if cls is None or not isinstance(cls.body, cst.IndentedBlock):
+            return None
+        methods = [m for m in cls.body.body if isinstance(m, cst.FunctionDef) and m.name.value == func.attr.value]
+        if len(methods) != 1:
+            return None
+        method = methods[0]
+        values = self.semantic.returns(method)
+        if not values:
+            return None
+        params = [p.name.value for p in method.params.params]
+        if not any(isinstance(d.decorator, cst.Name) and d.decorator.value == "staticmethod" for d in method.decorators):
+            params = params[1:]
+        args = positional(call)
+        for value in values:
+            if not isinstance(value, cst.Name):
+                return None
+            if value.value in params:
+                i = params.index(value.value)
+                arg = keyword(call, value.value) or (args[i] if i < len(args) else None)
+                if arg is None or not self._is_host(arg.value, at, depth + 1, seen):
+                    return False
+            elif not _converted_in_place(method, value.value):
+                return None
+        return True
 
     def _helper_is_host(self, call: cst.Call, name: str, at, depth: int, seen: Set[tuple]) -> bool:
         """A function of the project (``xyxy2xywh(torch.tensor(box))``) given
@@ -278,6 +318,8 @@ class HostValues:
                 return True
             if name in _HOST_METHODS or not isinstance(func, cst.Attribute):
                 return False
+            if self._method_result_is_host(expr, at, depth + 1, seen):
+                return True  # a container the method converted to NumPy (`data.to_numpy()`)
             return self._is_host_array(func.value, at, depth + 1, seen)
         if isinstance(expr, cst.Attribute):
             if ctx.qualname(expr) is not None:
@@ -471,3 +513,30 @@ def host_values(ctx: Context) -> HostValues:
     if found is None:
         found = ctx.shared["host-values"] = HostValues(ctx)
     return found
+
+
+# Methods of a results container that move its tensors to the host in place
+# (segment-anything's `MaskData.to_numpy()`, `results.cpu()` on a container).
+_IN_PLACE_TO_HOST = frozenset({"to_numpy", "numpy", "cpu"})
+
+
+def _converted_in_place(function: cst.FunctionDef, name: str) -> bool:
+    """Whether ``function``'s own body (not under a condition) has the
+    statement ``name.to_numpy()`` (or ``.numpy()``/``.cpu()``) whose result is
+    discarded: the container converted itself."""
+    body = function.body.body if isinstance(function.body, cst.IndentedBlock) else ()
+    for line in body:
+        if not isinstance(line, cst.SimpleStatementLine):
+            continue
+        for small in line.body:
+            value = small.value if isinstance(small, cst.Expr) else None
+            if (
+                isinstance(value, cst.Call)
+                and not value.args
+                and isinstance(value.func, cst.Attribute)
+                and value.func.attr.value in _IN_PLACE_TO_HOST
+                and isinstance(value.func.value, cst.Name)
+                and value.func.value.value == name
+            ):
+                return True
+    return False

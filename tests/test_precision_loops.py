@@ -192,3 +192,41 @@ def test_a_benchmark_script_measures_on_purpose():
 def test_the_same_loop_in_a_training_script_is_reported():
     for path in ("train.py", "workbench/train.py", "benchmarking_utils_are_not_a_bench/train.py"):
         assert found(BENCH_LOOP, path=path) == [("TL101", 10)], path
+
+
+CONTAINER = """
+import torch
+
+
+class MaskGenerator:
+    def generate(self, image):
+        data = self._generate(image)
+        data = self._filter(data, 0.5)
+        anns = []
+        for idx in range(len(data["scores"])):
+            anns.append({"score": data["scores"][idx].item(), "box": box_to_xywh(data["boxes"][idx]).tolist()})
+        return anns
+
+    def _generate(self, image):
+        data = self.model(image.cuda())
+        data.to_numpy()
+        return data
+
+    @staticmethod
+    def _filter(data, threshold):
+        if len(data["scores"]) == 0:
+            return data
+        data.filter(data["scores"] > threshold)
+        return data
+"""
+
+
+def test_a_results_container_the_project_converted_in_place_is_on_the_host():
+    assert found(CONTAINER, "TL101", path="generator.py") == []
+
+
+def test_the_same_container_converted_only_sometimes_may_be_on_the_device():
+    code = CONTAINER.replace("        data.to_numpy()\n", "        if self.to_host:\n            data.to_numpy()\n")
+    assert found(code, "TL101", path="generator.py") == [("TL101", 11), ("TL101", 11)]
+    returned_new = CONTAINER.replace("        data.to_numpy()\n        return data\n", "        return data.clone()\n")
+    assert found(returned_new, "TL101", path="generator.py") == [("TL101", 11), ("TL101", 11)]
