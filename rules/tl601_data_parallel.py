@@ -1,11 +1,12 @@
 from __future__ import annotations
 
 import re
-from typing import List, Tuple
+from typing import Dict, List, Optional, Tuple
 
 import libcst as cst
 
 from torchlint.model import FixAvailability
+from torchlint.nodes import walk_nodes
 from torchlint.rule import Invalid, Rule, Valid
 from torchlint.rules._helpers import CallTable, method_name
 from torchlint.rules._training import is_backward
@@ -65,6 +66,14 @@ class DataParallel(Rule):
     training wrapper (it synchronises gradients); splitting inference over
     GPUs without `DataParallel` means one process per GPU and a rewrite,
     which a script that runs once per evaluation does not repay.
+
+    The same holds for a function of a module that trains elsewhere: a
+    `DataParallel` in a function that puts the model in eval mode and neither
+    trains nor runs a backward pass itself (a `sample()` or `test()` method
+    next to `train()`) is not reported. Nor is a `DataParallel` in the branch
+    of `if isinstance(module, nn.DataParallel):`: it mirrors how a model given
+    to the code was wrapped (an EMA copy), and the place to change is where
+    that model was wrapped, which is reported there.
 
     Test files (`test_*.py`, `*_test.py`, `conftest.py`, `tests/`) are not
     checked: a test wraps a model in `DataParallel` to check that the code
@@ -227,7 +236,9 @@ class DataParallel(Rule):
     def __init__(self, context) -> None:
         super().__init__(context)
         self._off = context.is_test_file
-        self._found: List[Tuple[cst.Call, str]] = []
+        self._found: List[Tuple[cst.Call, str, Optional[cst.FunctionDef]]] = []
+        # Per function: whether it puts a model in eval mode, and whether it trains.
+        self._functions: Dict[int, List[bool]] = {}
         self._offers_ddp = False
         # An inference module: it puts a model in eval mode, never in train mode,
         # and never runs a backward pass.
@@ -238,13 +249,18 @@ class DataParallel(Rule):
             return
         kind = _DATA_PARALLEL_CALLS.lookup(node, self.context)
         if kind is not None:
-            self._found.append((node, kind))
+            if not self._mirrors_a_wrap():
+                self._found.append((node, kind, self.context.enclosing_function()))
             return
         name = method_name(node)
         if name == "eval" and not node.args:
             self._evaluates = True
-        elif name == "train" or (name == "backward" and is_backward(node, self.context)):
-            self._trains = True
+            self._function_flags()[0] = True
+        elif name == "train" or (name == "backward" and is_backward(node, self.context)) or (
+            name == "step" and self.context.enclosing_loop() is not None
+        ):
+            self._trains = self._trains or name != "step"
+            self._function_flags()[1] = True
         elif not self._offers_ddp and _offers_ddp(node, self.context):
             self._offers_ddp = True
 
@@ -253,5 +269,31 @@ class DataParallel(Rule):
             return  # DataParallel is the fallback of a program that also runs with DDP
         if self._evaluates and not self._trains:
             return  # inference only: DDP is for training, and nothing here trains
-        for call, kind in self._found:
+        for call, kind, function in self._found:
+            if function is not None and self._functions.get(id(function), [False, False]) == [True, False]:
+                continue  # this function only evaluates: inference, though the module trains elsewhere
             self.report(call, self._MESSAGES[kind])
+
+    def _function_flags(self) -> List[bool]:
+        function = self.context.enclosing_function()
+        return self._functions.setdefault(id(function), [False, False])
+
+    def _mirrors_a_wrap(self) -> bool:
+        """In the body of ``if isinstance(x, nn.DataParallel):``."""
+        stack = self.context.stack
+        for i in range(len(stack) - 2, -1, -1):
+            node = stack[i]
+            if isinstance(node, (cst.FunctionDef, cst.ClassDef)):
+                return False
+            if isinstance(node, cst.If) and stack[i + 1] is node.body:
+                for n in walk_nodes(node.test):
+                    if (isinstance(n, cst.Call) and isinstance(n.func, cst.Name) and n.func.value == "isinstance"
+                            and len(n.args) == 2 and "DataParallel" in _names(n.args[1].value)):
+                        return True
+        return False
+
+
+def _names(expr: cst.BaseExpression) -> List[str]:
+    """The names and attribute names in ``expr`` (``(nn.DataParallel, DDP)``)."""
+    return [n.value if isinstance(n, cst.Name) else n.attr.value
+            for n in walk_nodes(expr) if isinstance(n, (cst.Name, cst.Attribute))]

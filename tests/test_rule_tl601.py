@@ -124,3 +124,56 @@ def test_silent_where_the_program_also_offers_ddp():
     )
     assert lint(code, select=["TL601"]) == []
     assert codes(lint(code.replace("DDP(model", "wrap(model"), select=["TL601"])) == ["TL601"]
+
+
+RUNNER = """
+import torch
+
+
+class Runner:
+    def train(self, loader):
+        model = torch.nn.DataParallel(Model().cuda())
+        optimizer = torch.optim.Adam(model.parameters())
+        for x in loader:
+            model(x).mean().backward()
+            optimizer.step()
+
+    def sample(self, n):
+        model = Model().cuda()
+        model = torch.nn.DataParallel(model)
+        model.eval()
+        with torch.no_grad():
+            return model(torch.randn(n, 3, 32, 32, device="cuda"))
+"""
+
+
+def test_a_sampling_function_of_a_module_that_trains_elsewhere_is_inference():
+    assert [d.line for d in _lint(RUNNER)] == [7]
+
+
+def test_the_same_function_that_trains_too_is_reported():
+    code = RUNNER.replace("            return model(torch.randn(n, 3, 32, 32, device=\"cuda\"))",
+                          "            out = model(torch.randn(n, 3, 32, 32, device=\"cuda\"))\n"
+                          "        model.train()\n        return out")
+    assert [d.line for d in _lint(code)] == [7, 15]
+
+
+def test_a_copy_that_mirrors_how_its_input_was_wrapped_is_silent():
+    code = """
+    import copy
+    import torch.nn as nn
+
+
+    def ema_copy(module):
+        if isinstance(module, nn.DataParallel):
+            inner = copy.deepcopy(module.module)
+            return nn.DataParallel(inner)
+        return copy.deepcopy(module)
+
+
+    def build(model):
+        if isinstance(model, nn.Module):
+            return nn.DataParallel(model)
+        return model
+    """
+    assert [d.line for d in _lint(code)] == [15]
