@@ -65,8 +65,8 @@ class _Function:
         self.grad_off = False  # the whole body runs without gradients
         self.depth = 0  # how many grad-disabling `with` blocks enclose the current node
         self.evals: set = set()
-        # (callee key, method name or None, under no_grad)
-        self.calls: List[Tuple[str, Optional[str], bool]] = []
+        # (callee key, method name or None, under no_grad, in a loop)
+        self.calls: List[Tuple[str, Optional[str], bool, bool]] = []
         self.needs_grad = False
         self.asserts = False
         self.nested = False  # defined inside another function
@@ -132,7 +132,11 @@ class EvalWithoutNoGrad(Rule):
     - Lightning hooks (`validation_step`, `test_step`, `predict_step`,
       `on_validation_*`, `*_epoch_end`..., in classes), which Lightning
       already runs without gradients; functions that only call `.eval()` and
-      return (setup); module-level code (not a function).
+      return (setup); module-level code (not a function);
+    - a function whose loop over the data already calls the model without
+      gradients, where the only calls with gradients on are outside any loop
+      (a warm-up on a dummy input before swapping in a TensorRT engine): they
+      run once per evaluation.
 
     ## Why is this bad?
     Outside `no_grad`/`inference_mode`, every operation on a tensor that
@@ -401,9 +405,13 @@ class EvalWithoutNoGrad(Rule):
             return
         if named and not frame.evals and not frame.has_params and frame.name.lower().lstrip("_").startswith("test"):
             return  # `def test(): net = Net(); print(net(x).shape)`: a smoke test
-        if not any(
-            not covered and self._is_model_call(frame, key, method, named) for key, method, covered in frame.calls
-        ):
+        model_calls = [(covered, looped) for key, method, covered, looped in frame.calls
+                       if self._is_model_call(frame, key, method, named)]
+        if any(covered and looped for covered, looped in model_calls):
+            # The loop over the data already runs without gradients: a call
+            # outside it (a warm-up on a dummy input) runs once.
+            model_calls = [(covered, looped) for covered, looped in model_calls if looped]
+        if all(covered for covered, _ in model_calls):
             return
         why = (
             "puts a model in eval mode (`.eval()` does not disable gradients)"
@@ -519,11 +527,11 @@ class EvalWithoutNoGrad(Rule):
         if name in _FORWARD_METHODS:
             key = dotted_name(func.value)  # type: ignore[union-attr]
             if key is not None:
-                frame.calls.append((key, name, covered))
+                frame.calls.append((key, name, covered, ctx.enclosing_loop() is not None))
             return
         key = dotted_name(func)
         if key is not None:
-            frame.calls.append((key, None, covered))
+            frame.calls.append((key, None, covered, ctx.enclosing_loop() is not None))
 
     # -- decisions ---------------------------------------------------------------------
     def _is_model_call(self, frame: _Function, key: str, method: Optional[str], named: bool) -> bool:

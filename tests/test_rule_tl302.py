@@ -561,3 +561,29 @@ def test_exit_stack_enter_context_no_grad() -> None:
             return [model(x) for x in loader]
     """
     assert tl302(code) == []
+
+
+WARM_UP = """
+import torch
+
+
+def evaluate(model, loader, trt_file=None):
+    model.eval()
+    if trt_file is not None:
+        model(torch.ones(1, 3, 64, 64).cuda())  # warm-up before swapping in the engine
+        model = load_engine(trt_file)
+    results = []
+    for imgs, _ in loader:
+        with torch.no_grad():
+            results.append(model(imgs.cuda()))
+    return results
+"""
+
+
+def test_a_warm_up_call_beside_a_loop_that_runs_without_gradients_is_once():
+    assert lint(WARM_UP, select=["TL302"]) == []
+
+
+def test_the_loop_itself_with_gradients_on_is_still_reported():
+    code = WARM_UP.replace("        with torch.no_grad():\n            results", "        if True:\n            results")
+    assert [d.line for d in lint(code, select=["TL302"])] == [5]
