@@ -125,8 +125,8 @@ class EvalWithoutNoGrad(Rule):
       functions named `forward`, `__call__`, `*train*` or `*loss*` that call
       `.eval()` (they freeze a submodule, such as a teacher, inside a training
       step);
-    - tests: `test*` functions and functions containing an `assert` in test
-      files, `test*` functions containing an `assert` anywhere, and
+    - tests: test files (no rule but TL001 checks them), `test*` functions
+      containing an `assert` anywhere, and
       parameterless `test*` functions (`def test(): net = Net();
       print(net(x).shape)`, a smoke test);
     - Lightning hooks (`validation_step`, `test_step`, `predict_step`,

@@ -416,8 +416,10 @@ def test_users_own_dataloader_and_other_libraries():
     assert codes(_lint(aliased)) == ["TL204"]
 
 
-def test_reported_in_test_files_too():
-    assert codes(_lint(_in_loop("x.cuda()\n"), path="tests/test_train.py")) == ["TL204"]
+def test_not_reported_in_test_files():
+    # No rule but TL001 checks test files (Rule.in_tests): a test runs its inputs once.
+    assert codes(_lint(_in_loop("x.cuda()\n"), path="tests/test_train.py")) == []
+    assert codes(_lint(_in_loop("x.cuda()\n"), path="train.py")) == ["TL204"]
 
 
 def test_fix_keeps_layout_and_comments():

@@ -327,11 +327,16 @@ class Rule:
     # ``needs``, or a test of the path a subclass makes in ``__init__``): the
     # walker then calls none of its hooks, ``leave_Module`` included.
     walks: bool = True
+    # Whether the rule checks test files (``is_test_path``). Most do not: a test
+    # runs its inputs once, so a cost per step or per run there buys nothing.
+    in_tests: ClassVar[bool] = False
 
     def __init__(self, context: Context) -> None:
         self.context = context
         needs = self.needs
-        if needs and not any(word in context.source for word in needs):
+        if (needs and not any(word in context.source for word in needs)) or (
+            context.is_test_file and not self.in_tests
+        ):
             self.walks = False
 
     def report(self, node: cst.CSTNode, message: str, *, fix: Optional[Fix] = None,
