@@ -1,8 +1,9 @@
-"""What a training step looks like: backward calls, their loss, optimizer steps.
+"""What a training step looks like: backward calls, their loss, optimizer steps,
+grad-mode blocks.
 
 Shared by the rules that reason about training loops (TL303, TL602, the opt-in
-TL5xx).  All questions are answered from the syntax of one call; none walks a
-tree.
+TL5xx).  The questions are answered from the syntax of one call (or, for a
+grad-mode block, from the ancestors of the visited node); none walks a tree.
 
 Idioms recognised as "a backward call on ``loss``":
   ``loss.backward()``, ``(loss / accum_steps).backward()``,
@@ -159,6 +160,30 @@ def grad_mode(expr: cst.BaseExpression, ctx: Context) -> Optional[str]:
     if "grad" in lowered or "inference" in lowered:
         return GRAD_OFF
     return None
+
+
+def in_grad_off_block(ctx: Context) -> bool:
+    """Whether the node being visited is in a ``with`` block of its function
+    that turns gradients off (``with torch.no_grad():``)."""
+    for ancestor in ctx.ancestors():
+        if isinstance(ancestor, (cst.FunctionDef, cst.Lambda, cst.ClassDef)):
+            return False
+        if isinstance(ancestor, cst.With):
+            if any(grad_mode(item.item, ctx) == GRAD_OFF for item in ancestor.items):
+                return True
+    return False
+
+
+def backward_keeps_graph(call: cst.Call) -> bool:
+    """A backward call given ``retain_graph=``/``create_graph=`` (anything but a
+    literal False or None), or those by position (``loss.backward(grad, True)``)."""
+    for name in ("retain_graph", "create_graph"):
+        arg = keyword(call, name)
+        if arg is not None and not (isinstance(arg.value, cst.Name) and arg.value.value in ("False", "None")):
+            return True
+    return any(arg.star for arg in call.args) or len(positional(call)) > 2 or (
+        method_name(call) == "backward" and len(positional(call)) > 1
+    )
 
 
 # -- DistributedDataParallel ----------------------------------------------------------
