@@ -34,7 +34,8 @@ from torchlint.rules._helpers import (
     method_name,
     positional,
 )
-from torchlint.rules._sync import isinstance_tensor_subject, names_a_module
+from torchlint.rules._models import names_a_module
+from torchlint.rules._sync import isinstance_tensor_subject
 from torchlint.semantic import Binding, Location, SemanticModel
 
 # How far the host-value analysis follows expressions and bindings.

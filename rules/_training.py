@@ -16,7 +16,7 @@ Idioms recognised as "a backward call on ``loss``":
 from __future__ import annotations
 
 import re
-from typing import Optional
+from typing import Optional, Tuple
 
 import libcst as cst
 
@@ -160,6 +160,61 @@ def grad_mode(expr: cst.BaseExpression, ctx: Context) -> Optional[str]:
     if "grad" in lowered or "inference" in lowered:
         return GRAD_OFF
     return None
+
+
+# Attributes whose mention says the code wants gradients (saliency maps,
+# adversarial examples, gradient penalties, test-time training...).
+_GRADIENT_ATTRIBUTES = frozenset(
+    {
+        "backward", "manual_backward", "grad", "requires_grad", "requires_grad_", "retain_grad",
+        "enable_grad", "zero_grad", "autograd", "jacobian", "hessian", "vjp", "jvp", "jacrev",
+        "jacfwd", "grad_fn",
+    }
+)
+
+
+def is_gradient_attribute(name: str) -> bool:
+    """``x.grad``, ``loss.backward``, ``torch.autograd``, ``x.requires_grad_``..."""
+    return name in _GRADIENT_ATTRIBUTES
+
+
+def requests_grad(call: cst.Call) -> bool:
+    """A call given ``requires_grad=`` anything but a literal False."""
+    return any(
+        arg.keyword is not None and arg.keyword.value == "requires_grad" and literal_bool(arg.value) is not False
+        for arg in call.args
+    )
+
+
+def is_functional_transform(qualified: str) -> bool:
+    """``torch.func.*`` (``grad``, ``vjp``, ``jacrev``...), ``functorch.grad``/``vmap``."""
+    return qualified.startswith("torch.func.") or qualified in ("functorch.grad", "functorch.vmap")
+
+
+def with_grad_modes(node: cst.With, ctx: Context) -> Tuple[bool, bool]:
+    """``(enables, disables)`` for a ``with`` statement: whether an item turns
+    gradients on before any item turns them off (``with torch.enable_grad():``),
+    and whether an item turns them off (``with torch.no_grad(), ctx:``)."""
+    enables = False
+    for item in node.items:
+        mode = grad_mode(item.item, ctx)
+        if mode == GRAD_ON:
+            enables = True
+        elif mode == GRAD_OFF:
+            return enables, True
+    return enables, False
+
+
+# Lightning hooks, which Lightning runs under no_grad/inference_mode.
+_LIGHTNING_EVAL_HOOK = re.compile(
+    r"^(on_)?(validation|val|test|predict)_(step|batch|epoch|model|start|end|dataloader)"
+    r"|_(step|epoch)_end$"
+)
+
+
+def is_lightning_eval_hook(name: str) -> bool:
+    """``validation_step``, ``test_step``, ``on_validation_epoch_end``, ``*_epoch_end``..."""
+    return bool(_LIGHTNING_EVAL_HOOK.search(name))
 
 
 def in_grad_off_block(ctx: Context) -> bool:
