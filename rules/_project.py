@@ -25,42 +25,18 @@ model (``rules/_frequency.py``), so a call in a training loop, in a
 
 from __future__ import annotations
 
-import functools
-import re
 from typing import Dict, List, Optional, Sequence, Tuple
 
 import libcst as cst
 
 from torchlint.nodes import iter_children, walk_nodes
-from torchlint.rules._frequency import UNKNOWN, FrequencyModel, qualified_name, runs_once_by_path
-from torchlint.rules._training import text_wraps_in_ddp
+from torchlint.rules._frequency import FrequencyModel, qualified_name, runs_once_by_path
+from torchlint.rules._project_text import DDP, HOST_ARGS, module_parts, names_module, trait_key  # noqa: F401 - DDP, HOST_ARGS: for caller_trait's users
 from torchlint.semantic import Location, SemanticModel, location_of
 
 # (level, line, qualified name of the calling function, whether every argument
 # is visibly a host value: a number, `x.item()`, `float(...)`, a learning rate)
 Site = Tuple[int, int, Optional[str], bool]
-
-
-@functools.lru_cache(maxsize=8192)
-def module_parts(path: str) -> Tuple[str, ...]:
-    """``pkg/sub/mod.py`` -> ``("pkg", "sub", "mod")`` (``__init__`` names its package)."""
-    parts = [p for p in path.replace("\\", "/").split("/") if p and p != "."]
-    if not parts:
-        return ()
-    last = parts[-1]
-    if last.endswith(".py"):
-        last = last[:-3]
-    parts[-1] = last
-    if parts[-1] == "__init__":
-        parts.pop()
-    return tuple(parts)
-
-
-def names_module(dotted: str, target: Sequence[str]) -> bool:
-    """Whether the dotted module name (from an import) can be the file ``target``
-    (its path's parts): a component-wise suffix of the path."""
-    wanted = tuple(p for p in dotted.split(".") if p)
-    return bool(wanted) and len(wanted) <= len(target) and tuple(target[-len(wanted):]) == wanted
 
 
 class _Imports:
@@ -343,26 +319,11 @@ def _host_expr(expr: cst.CSTNode) -> bool:
     return False
 
 
-HOST_ARGS = "host_args"  # every call of the function passes only host values
-DDP = "ddp"  # a caller module wraps a model in DistributedDataParallel
-
-
-def trait_key(qualname: str, trait: str) -> str:
-    """The fact key under which the index records a trait of ``qualname``'s callers."""
-    return f"{qualname}|{trait}"
-
-
 def caller_trait(ctx, qualname: str, trait: str) -> Optional[str]:
     """Where (``path:line``) a caller with ``trait`` calls ``qualname``, as the
     project index found it for this file; None when it found none."""
     fact = ctx.project.get("frequency", {}).get(trait_key(qualname, trait))
     return fact[1] if fact else None
-
-
-def traits(text: str) -> Tuple[str, ...]:
-    """What kind of module a caller is, for the rules that ask (TL602: a module
-    that wraps a model in DDP runs the functions it calls on a DDP model)."""
-    return (DDP,) if text_wraps_in_ddp(text) else ()
 
 
 def finder(text: str, path: str, external: Optional[Dict[str, Tuple[int, str]]] = None) -> Optional[Finder]:
@@ -385,31 +346,3 @@ def call_sites(found: Finder, target_path: str, qualname: str) -> List[Site]:
     return found.sites(target, qualname) if target else []
 
 
-_IMPORT_LINES: Dict[str, "re.Pattern[str]"] = {}
-
-
-def might_call(text: str, target_path: str, qualname: str) -> bool:
-    """The cheap textual test before parsing: the file calls something by the
-    function's (or method's) name and has an import line naming the target
-    module (``from pkg.misc import ...``, ``import pkg.misc as m``,
-    ``from pkg import misc``, ``from . import misc``, ``from .misc import ...``)."""
-    parts = module_parts(target_path)
-    if not parts:
-        return False
-    name = qualname.rsplit(".", 1)[-1]
-    if f"{name}(" not in text:
-        return False
-    stem = parts[-1]
-    if stem not in text:
-        return False
-    pattern = _IMPORT_LINES.get(stem)
-    if pattern is None:
-        pattern = _IMPORT_LINES[stem] = re.compile(
-            rf"^[ \t]*(?:from[ \t]+[\w.]*\b{re.escape(stem)}\b|from[ \t]+[\w.]+[ \t]+import[^\n]*\b{re.escape(stem)}\b"
-            rf"|import[ \t]+[\w.]*\b{re.escape(stem)}\b)",
-            re.M,
-        )
-    return pattern.search(text) is not None
-
-
-UNKNOWN_LEVEL = UNKNOWN

@@ -21,6 +21,7 @@ from typing import Optional, Tuple
 import libcst as cst
 
 from torchlint.rule import Context
+from torchlint.rules._project_text import is_ddp_helper  # noqa: F401 - with the other training vocabulary
 from torchlint.rules._helpers import keyword, last_name, literal_bool, method_name, positional, receiver
 
 # Wrappers that take the loss and hand back something to call backward() on.
@@ -241,29 +242,5 @@ def backward_keeps_graph(call: cst.Call) -> bool:
     )
 
 
-# -- DistributedDataParallel ----------------------------------------------------------
-
-# A helper whose name says that it wraps a model in DDP (`smart_DDP(model)`,
-# `wrap_ddp(model)`, `to_ddp(model)`): the wrap often sits in a utility module.
-_DDP_HELPER = re.compile(r"(?:^|_)(?:ddp|DDP)(?:$|_)")
-_NOT_A_WRAP = ("is_", "unwrap", "de_")
-# The same, in a module's text: a call of DistributedDataParallel or of such a helper.
-_DDP_WRAP_TEXT = re.compile(r"\b(DistributedDataParallel|\w*(?:ddp|DDP)\w*)\s*\(")
-
-
-def is_ddp_helper(name: str) -> bool:
-    """``smart_DDP``, ``wrap_ddp``; not ``is_ddp`` or ``unwrap_ddp``."""
-    return not name.startswith(_NOT_A_WRAP) and _DDP_HELPER.search(name) is not None
-
-
-def text_wraps_in_ddp(text: str) -> bool:
-    """Whether a module's text calls ``DistributedDataParallel(...)`` or a
-    helper whose name says it wraps in DDP (a cheap test on the text: the
-    project index asks it of the modules that call a function)."""
-    if "DDP" not in text and "ddp" not in text and "DistributedDataParallel" not in text:
-        return False
-    for match in _DDP_WRAP_TEXT.finditer(text):
-        name = match.group(1)
-        if name == "DistributedDataParallel" or is_ddp_helper(name):
-            return True
-    return False
+# DistributedDataParallel: is_ddp_helper and text_wraps_in_ddp live in rules/_project_text.py
+# (the project index asks the latter of caller files without LibCST).

@@ -79,9 +79,9 @@ def test_fix_uses_the_worker_pool_for_a_large_run(runner, trees, monkeypatch):
     pools = []
     real = parallel._run_pool
 
-    def spy(items, profiles, jobs, progress, task=parallel.Task()):
+    def spy(items, profiles, jobs, progress, task=parallel.Task(), workers=None):
         pools.append((len(items), task.mode))
-        return real(items, profiles, jobs, progress, task)
+        return real(items, profiles, jobs, progress, task, workers)
 
     monkeypatch.setattr(parallel, "_run_pool", spy)
     result = run(runner, "fix", "--no-cache", "-j", "2", "--unsafe-fixes", ".")

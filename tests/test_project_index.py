@@ -154,6 +154,61 @@ def test_worker_processes_see_the_same_facts(runner, workdir):
     assert serial == pooled == ["ops.py:5:12: TL201"]
 
 
+def test_a_large_run_asks_the_index_in_the_same_warm_workers(runner, workdir, monkeypatch):
+    from torchlint import parallel
+
+    (workdir / "ops.py").write_text(OPS)
+    (workdir / "train.py").write_text(TRAIN)
+    (workdir / "metrics.py").write_text(METRICS)
+    (workdir / "loop.py").write_text(LOOP_WITH_LOGGER)
+    for i in range(40):
+        (workdir / f"filler{i}.py").write_text(f"import torch\nx{i} = torch.zeros(2)\n")
+    started, mapped = [], []
+    real_executor, real_map = parallel.Workers.executor, parallel.Workers.map
+
+    def executor(self):
+        if self.pool is None:
+            started.append(self)
+        return real_executor(self)
+
+    def spy_map(self, function, calls):
+        mapped.append((function.__name__, len(calls)))
+        return real_map(self, function, calls)
+
+    monkeypatch.setattr(parallel.Workers, "executor", executor)
+    monkeypatch.setattr(parallel.Workers, "map", spy_map)
+    found = _concise(runner, "-j", "2", "--no-cache", ".")
+    assert found == ["metrics.py:11:25: TL101", "ops.py:5:12: TL201"]
+    assert len(started) == 1  # one pool for the whole run
+    assert [name for name, _ in mapped] == ["_sites_in_file", "_recheck"]
+    assert dict(mapped)["_recheck"] == 2
+
+
+def test_the_main_process_asks_its_questions_without_libcst(workdir):
+    import subprocess
+    import sys
+
+    (workdir / "ops.py").write_text(OPS)
+    (workdir / "train.py").write_text(TRAIN)
+    for i in range(40):
+        (workdir / f"filler{i}.py").write_text(f"import torch\nx{i} = torch.zeros(2)\n")
+    code = (
+        "import sys\nfrom torchlint.cli import main\n"
+        "try:\n    main(['check', '--no-cache', '-j', '2', '--select', 'TL201', '--output-format', 'concise', '.'])\n"
+        "except SystemExit:\n    pass\n"
+        "print('libcst' in sys.modules)\n"
+    )
+    out = subprocess.run([sys.executable, "-c", code], cwd=workdir, capture_output=True, text=True, timeout=120)
+    assert "ops.py:5:12: TL201" in out.stdout
+    assert out.stdout.strip().splitlines()[-1] == "False"
+
+
+def test_the_textual_hooks_agree_with_the_frequency_model():
+    from torchlint.rules import _frequency, _project_text
+
+    assert _project_text.UNKNOWN_LEVEL == _frequency.UNKNOWN
+
+
 def test_json_and_sarif_carry_the_frequency_and_the_call(runner, workdir):
     (workdir / "ops.py").write_text(OPS)
     (workdir / "train.py").write_text(TRAIN)

@@ -42,8 +42,6 @@ from torchlint.source import Source, SourceError, text_hash
 # Below this many files to analyse a pool costs more than it saves (starting
 # the workers, shipping results back), whatever ``jobs`` says.
 MIN_FILES_FOR_POOL = 24
-# Caller files the project index parses in worker processes rather than here.
-MIN_CALLERS_FOR_POOL = 4
 # Chunks per worker: enough for the largest-first order to balance the load.
 CHUNKS_PER_WORKER = 8
 MAX_CHUNK_FILES = 32
@@ -309,19 +307,68 @@ def _chunks(items: Sequence[Item], jobs: int) -> List[List[Item]]:
     return chunks
 
 
+class Workers:
+    """The run's worker processes, started for the first pass and kept for the
+    project index (its questions and re-checks go to the same warm processes:
+    no second start-up, no LibCST import in this process)."""
+
+    def __init__(self, profiles: Sequence[Profile], jobs: int, task: Task) -> None:
+        self.profiles = tuple(profiles)
+        self.jobs = jobs
+        self.task = task
+        self.pool = None
+        self.broken = False
+
+    def executor(self):
+        if self.pool is None:
+            from concurrent.futures import ProcessPoolExecutor
+
+            self.pool = ProcessPoolExecutor(
+                max_workers=self.jobs, mp_context=_context(),
+                initializer=_worker_init, initargs=(self.profiles, self.task),
+            )
+        return self.pool
+
+    def map(self, function, calls: Sequence[tuple]) -> Optional[list]:
+        """``function(*args)`` for each of ``calls`` in the workers, in order;
+        None when the pool is (or becomes) unusable: the caller does the work."""
+        if self.broken:
+            return None
+        try:
+            futures = [self.executor().submit(function, *args) for args in calls]
+            return [future.result() for future in futures]
+        except Exception:  # noqa: BLE001 - a broken pool: the caller falls back to this process
+            self.broken = True
+            return None
+
+    def close(self, now: bool = False) -> None:
+        if self.pool is None:
+            return
+        if now:
+            # Ctrl-C: stop the workers now rather than wait for their chunks (a
+            # worker writes nothing, so there is nothing to finish).
+            for process in list(getattr(self.pool, "_processes", {}).values()):
+                process.terminate()
+            self.pool.shutdown(wait=False, cancel_futures=True)
+        else:
+            self.pool.shutdown(wait=True, cancel_futures=True)
+        self.pool = None
+
+
 def _run_pool(items: Sequence[Item], profiles: Sequence[Profile], jobs: int,
-              progress: Optional[Progress], task: Task = Task()) -> List[FileResult]:
-    from concurrent.futures import FIRST_COMPLETED, ProcessPoolExecutor, wait
+              progress: Optional[Progress], task: Task = Task(), workers: Optional[Workers] = None) -> List[FileResult]:
+    from concurrent.futures import FIRST_COMPLETED, wait
     from concurrent.futures.process import BrokenProcessPool
 
     chunks = _chunks(items, jobs)
     results: List[FileResult] = []
     done_files = 0
     unfinished: List[Item] = []
-    pool = ProcessPoolExecutor(
-        max_workers=min(jobs, len(chunks)), mp_context=_context(),
-        initializer=_worker_init, initargs=(tuple(profiles), task),
-    )
+    own = workers is None
+    if workers is None:
+        workers = Workers(profiles, min(jobs, len(chunks)), task)
+    pool = workers.executor()
+    broken = False
     try:
         queue = list(reversed(chunks))  # pop() takes the largest first
         in_flight: Dict[object, List[Item]] = {}
@@ -358,14 +405,12 @@ def _run_pool(items: Sequence[Item], profiles: Sequence[Profile], jobs: int,
                     unfinished.extend(chunk)
                 queue.clear()
     except KeyboardInterrupt:
-        # Ctrl-C: stop the workers now rather than wait for their chunks (a
-        # worker writes nothing, so there is nothing to finish).
-        for process in list(getattr(pool, "_processes", {}).values()):
-            process.terminate()
-        pool.shutdown(wait=False, cancel_futures=True)
+        workers.close(now=True)
         raise
     finally:
-        pool.shutdown(wait=True, cancel_futures=True)
+        if own or broken:
+            workers.broken = workers.broken or broken
+            workers.close()
     if unfinished:
         results.extend(_isolate(unfinished, profiles, task))
     return results
@@ -491,11 +536,19 @@ def process_files(
         stats["analysed"] = len(pending) + len(inline)
 
     callback = progress(len(pending)) if progress is not None else None
-    if pending or inline:
-        results.extend(_process_items(pending, inline, profiles, jobs, callback, task))
-
-    replaced, with_facts = _project_index(results, profiles, cache_of if use_cache else (lambda i: None), facts_out,
-                                          jobs if len(targets) >= MIN_FILES_FOR_POOL else 1)
+    workers = Workers(profiles, jobs, task) if jobs > 1 and len(pending) >= MIN_FILES_FOR_POOL else None
+    try:
+        if pending or inline:
+            results.extend(_process_items(pending, inline, profiles, jobs, callback, task, workers))
+        replaced, with_facts = _project_index(results, profiles, cache_of if use_cache else (lambda i: None),
+                                              facts_out, workers)
+    except KeyboardInterrupt:
+        if workers is not None:
+            workers.close(now=True)
+        raise
+    finally:
+        if workers is not None:
+            workers.close()
 
     if use_cache:
         for result in results:
@@ -518,15 +571,16 @@ def process_files(
 
 
 def _process_items(pending: Sequence[Item], inline, profiles: Sequence[Profile], jobs: int,
-                   callback: Optional[Progress], task: Task) -> List[FileResult]:
+                   callback: Optional[Progress], task: Task, workers: Optional[Workers] = None) -> List[FileResult]:
     """``process`` over the items: in worker processes when there are enough of
-    them (and ``jobs > 1``), else here; standard input (``inline``) here."""
+    them (and ``jobs > 1``; ``workers``: the run's, kept for what follows),
+    else here; standard input (``inline``) here."""
     from torchlint.threads import on_large_stack
 
     if jobs > 1 and len(pending) >= MIN_FILES_FOR_POOL:
         results = on_large_stack(_serial, [], inline, profiles, None, task)
         try:
-            return results + _run_pool(pending, profiles, jobs, callback, task)
+            return results + _run_pool(pending, profiles, jobs, callback, task, workers)
         except (OSError, NotImplementedError, ImportError):
             # No process pool on this system (e.g. a sandbox without POSIX
             # semaphores): process everything here instead.
@@ -585,34 +639,24 @@ def check_files(
     return diagnostics, sources
 
 
-def _prefetch(by_display: Dict[str, FileResult], jobs: int):
-    """The index's first round in worker processes when there are enough
-    caller files to parse (None: in this process)."""
-    if jobs <= 1:
+def _pool_asker(workers: Optional[Workers], by_display: Dict[str, FileResult]):
+    """The index's questions answered in the run's worker processes, caller
+    file by caller file (None: in this process)."""
+    if workers is None or workers.broken:
         return None
+    from torchlint import project
 
-    def run(queries):
-        if len(queries) < MIN_CALLERS_FOR_POOL:
-            return {}
-        from concurrent.futures import ProcessPoolExecutor
+    def ask(queries: List[project.Query]) -> Dict[str, project.Answers]:
+        calls = [(other, by_display[other].path, wanted, known) for other, known, wanted in queries]
+        answers = workers.map(_sites_in_file, calls)
+        if answers is None:  # the pool broke: answer here
+            answers = [_sites_in_file(*call) for call in calls]
+        return {other: found for (other, _, _), found in zip(queries, answers)}
 
-        answers: Dict[str, dict] = {}
-        try:
-            with ProcessPoolExecutor(max_workers=min(jobs, len(queries)), mp_context=_context()) as pool:
-                futures = {
-                    display: pool.submit(_sites_in_file, display, by_display[display].path, wanted)
-                    for display, wanted in queries
-                }
-                for display, future in futures.items():
-                    answers[display] = future.result()
-        except Exception:  # noqa: BLE001 - no pool here: the index asks in this process instead
-            return {}
-        return answers
-
-    return run
+    return ask
 
 
-def _sites_in_file(display: str, path: Optional[str], wanted):
+def _sites_in_file(display: str, path: Optional[str], wanted, external=None):
     from torchlint.threads import on_large_stack
     from torchlint.project import sites_in
 
@@ -620,12 +664,29 @@ def _sites_in_file(display: str, path: Optional[str], wanted):
         text = read_text(display, Path(path)) if path is not None else None
     except SourceError:
         text = None
-    return on_large_stack(sites_in, display, text, wanted)
+    return on_large_stack(sites_in, display, text, wanted, external)
+
+
+def _recheck(display: str, path: str, i: int, digest: Optional[str], facts: dict,
+             profile: Optional[Profile] = None) -> Optional[FileResult]:
+    """A file analysed again with what other files establish about it (in a
+    worker, ``profile`` None: the worker's profile ``i``)."""
+    from torchlint.threads import on_large_stack
+
+    try:
+        text = read_text(display, Path(path))
+    except SourceError:
+        return None
+    if profile is None:
+        profile = _worker_profiles[i]
+    result = on_large_stack(analyse_text, text, display, profile.settings, profile.codes, digest, {"frequency": facts})
+    result.profile, result.path = i, path
+    return result
 
 
 def _project_index(
     results: List[FileResult], profiles: Sequence[Profile], cache_of, facts_out: Optional[Dict[str, dict]] = None,
-    jobs: int = 1,
+    workers: Optional[Workers] = None,
 ) -> Tuple[Dict[str, FileResult], List[Tuple[str, FileResult]]]:
     """Facts across modules (torchlint/project.py): the files whose functions
     other files of the run call (every step, or once), checked again with those
@@ -653,36 +714,38 @@ def _project_index(
         from torchlint.threads import on_large_stack
 
         facts = on_large_stack(project.derive, noted, [r.display for r in files], read,
-                               _prefetch(by_display, jobs))
+                               _pool_asker(workers, by_display))
         if store is not None:
             store.put_index(key, facts)
     if facts_out is not None:
         facts_out.update({display: {"frequency": found} for display, found in facts.items()})
     replaced: Dict[str, FileResult] = {}
     to_cache: List[Tuple[str, FileResult]] = []
+    again: List[Tuple[str, str, int, Optional[str], dict]] = []  # not in the cache: analysed again
     for display, found in sorted(facts.items()):
         first = by_display.get(display)
-        if first is None:
+        if first is None or first.path is None:
             continue
-        profile = profiles[first.profile]
         entry = f"{display}#{project.facts_digest(found)}"
         cache = cache_of(first.profile)
         hit = cache.get(entry, first.digest) if cache is not None else None
+        if hit is None:
+            again.append((display, first.path, first.profile, first.digest, found))
+            continue
         text = read(display)
         if text is None:
             continue
-        if hit is not None:
-            diagnostics, total, warned, _ = hit
-            result = FileResult(display, diagnostics, excerpt_sources(display, text) if diagnostics else None,
-                                None, warned, first.profile, total, path=first.path)
-        else:
-            from torchlint.threads import on_large_stack
-
-            result = on_large_stack(analyse_text, text, display, profile.settings, profile.codes, first.digest,
-                                    {"frequency": found})
-            result.profile, result.path = first.profile, first.path
-            to_cache.append((entry, result))
+        diagnostics, total, warned, _ = hit
+        replaced[display] = FileResult(display, diagnostics, excerpt_sources(display, text) if diagnostics else None,
+                                       None, warned, first.profile, total, path=first.path)
+    done = workers.map(_recheck, again) if workers is not None and again else None
+    if done is None:
+        done = [_recheck(*call, profiles[call[2]]) for call in again]
+    for (display, _, _, _, found), result in zip(again, done):
+        if result is None:
+            continue
         replaced[display] = result
+        to_cache.append((f"{display}#{project.facts_digest(found)}", result))
     return replaced, to_cache
 
 

@@ -59,17 +59,21 @@ def run_key(files: Sequence[Tuple[str, str]], pending: Dict[str, Sequence[str]])
 
 
 Site = Tuple[int, int, Optional[str], bool]  # (level, line, calling function, passes only host values)
-# A caller file and what to look for in it: [(file of the function, qualified name)].
-Query = Tuple[str, Sequence[Tuple[str, str]]]
+# A caller file, what other files established about it (its facts: they decide
+# how often its own functions run), and what to look for in it:
+# [(file of the function, qualified name)].
+Query = Tuple[str, Optional[Facts], Sequence[Tuple[str, str]]]
+Answers = Dict[Tuple[str, str], List[Site]]
 
 
-def sites_in(display: str, text: Optional[str], wanted: Sequence[Tuple[str, str]]) -> Dict[Tuple[str, str], List[Site]]:
+def sites_in(display: str, text: Optional[str], wanted: Sequence[Tuple[str, str]],
+             external: Optional[Facts] = None) -> Answers:
     """The call sites in one file of each wanted function (run in a worker
     process for large runs): parse once, answer every question."""
     from torchlint.registry import project_hooks
 
     hooks = project_hooks()
-    found = hooks.finder(text, display) if text is not None else None
+    found = hooks.finder(text, display, external or None) if text is not None else None
     if found is None:
         return {}
     return {(path, qualname): hooks.call_sites(found, path, qualname) for path, qualname in wanted}
@@ -79,69 +83,76 @@ def derive(
     pending: Dict[str, Sequence[str]],
     files: Sequence[str],
     read: Callable[[str], Optional[str]],
-    prefetch: Optional[Callable[[List[Query]], Dict[str, Dict[Tuple[str, str], List[Site]]]]] = None,
+    ask: Optional[Callable[[List[Query]], Dict[str, Answers]]] = None,
 ) -> Dict[str, Facts]:
     """Facts for the files in ``pending`` (path -> noted functions), from the
     other ``files`` of the run (paths), read with ``read`` (None: unreadable).
-    ``prefetch`` (the worker pool, for large runs) answers the first round's
-    questions file by file in parallel: caller file -> {(path, name): sites}."""
-    from torchlint.registry import project_hooks
 
-    hooks = project_hooks()
+    Each round gathers every question first and asks them together: ``ask``
+    (the run's worker pool, or the editor's cache) answers them caller file by
+    caller file; without it they are answered here.  Only the cheap textual
+    questions (which file might call which function) need no parse, so this
+    process never parses a file when ``ask`` is given."""
+    from torchlint.registry import project_text_hooks
+
+    hooks = project_text_hooks()
     unknown = hooks.UNKNOWN_LEVEL
     texts: Dict[str, Optional[str]] = {}
-    finders: Dict[Tuple[str, str], object] = {}
     facts: Dict[str, Facts] = {}
-    ready: Dict[str, Dict[Tuple[str, str], List[Site]]] = {}
+    answers: Dict[Tuple[str, str], Answers] = {}  # (caller file, its facts' digest) -> answers
 
     def text_of(path: str) -> Optional[str]:
         if path not in texts:
             texts[path] = read(path)
         return texts[path]
 
-    def finder_of(path: str):
-        known = facts.get(path, {})
-        key = (path, facts_digest(known))
-        if key not in finders:
-            text = text_of(path)
-            finders[key] = hooks.finder(text, path, known or None) if text is not None else None
-        return finders[key]
+    if ask is None:
+        ask = _asker(text_of)
+
+    def callers(path: str, qualname: str) -> List[str]:
+        found = []
+        for other in files:
+            if other == path:
+                continue
+            text = text_of(other)
+            if text is not None and hooks.might_call(text, path, qualname):
+                found.append(other)
+        return found
 
     wanted: List[Tuple[str, str]] = [(p, q) for p, names in pending.items() for q in names]
     asked = set(wanted)
-    if prefetch is not None:
-        queries: Dict[str, List[Tuple[str, str]]] = {}
-        for path, qualname in wanted:
-            for other in files:
-                text = text_of(other) if other != path else None
-                if text is not None and hooks.might_call(text, path, qualname):
-                    queries.setdefault(other, []).append((path, qualname))
-        ready = prefetch(sorted(queries.items()))
-
-    def sites(other: str, path: str, qualname: str) -> Optional[List[Site]]:
-        if not facts.get(other) and other in ready:
-            return ready[other].get((path, qualname), [])
-        found = finder_of(other)
-        return None if found is None else hooks.call_sites(found, path, qualname)
-
+    candidates: Dict[Tuple[str, str], List[str]] = {}
     for _ in range(MAX_HOPS):
+        # Every question of this round, asked at once.
+        queries: Dict[Tuple[str, str], List[Tuple[str, str]]] = {}
+        digests: Dict[str, str] = {}  # each caller file's facts as this round asks with them
+        for path, qualname in wanted:
+            if (path, qualname) not in candidates:
+                candidates[path, qualname] = callers(path, qualname)
+            for other in candidates[path, qualname]:
+                if other not in digests:
+                    digests[other] = facts_digest(facts.get(other, {}))
+                key = (other, digests[other])
+                if (path, qualname) not in answers.get(key, {}):
+                    queries.setdefault(key, []).append((path, qualname))
+        if queries:
+            batch = [(other, facts.get(other) or None, q) for (other, _), q in sorted(queries.items())]
+            replies = ask(batch)
+            for (other, digest), q in queries.items():
+                got = replies.get(other, {})
+                entry = answers.setdefault((other, digest), {})
+                for item in q:
+                    entry[item] = got.get(item, [])
         changed = False
         follow: List[Tuple[str, str]] = []
         for path, qualname in wanted:
             best: Optional[Tuple[int, str]] = facts.get(path, {}).get(qualname)
             host_only: Optional[str] = None  # a call site, while every call passes only host values
             tensor_maybe = False
-            for other in files:
-                if other == path:
-                    continue
-                text = text_of(other)
-                if text is None or not hooks.might_call(text, path, qualname):
-                    continue
-                found_sites = sites(other, path, qualname)
-                if found_sites is None:
-                    continue
+            for other in candidates[path, qualname]:
+                found_sites = answers[other, digests[other]].get((path, qualname), [])
                 if found_sites:
-                    for trait in hooks.traits(text):
+                    for trait in hooks.traits(text_of(other) or ""):
                         key = hooks.trait_key(qualname, trait)
                         if key not in facts.get(path, {}):
                             facts.setdefault(path, {})[key] = (0, f"{other}:{found_sites[0][1]}")
@@ -170,3 +181,24 @@ def derive(
         elif not changed:
             break
     return {path: found for path, found in facts.items() if path in pending and found}
+
+
+def _asker(text_of: Callable[[str], Optional[str]]) -> Callable[[List[Query]], Dict[str, Answers]]:
+    """Answers in this process, one parse per caller file and set of facts."""
+    from torchlint.registry import project_hooks
+
+    hooks = project_hooks()
+    finders: Dict[Tuple[str, str], object] = {}
+
+    def ask(queries: List[Query]) -> Dict[str, Answers]:
+        out: Dict[str, Answers] = {}
+        for other, known, wanted in queries:
+            key = (other, facts_digest(known or {}))
+            if key not in finders:
+                text = text_of(other)
+                finders[key] = hooks.finder(text, other, known or None) if text is not None else None
+            found = finders[key]
+            out[other] = {} if found is None else {(p, q): hooks.call_sites(found, p, q) for p, q in wanted}
+        return out
+
+    return ask

@@ -46,12 +46,19 @@ def default_codes() -> List[str]:
 
 
 def project_hooks():
-    """The rules' answers for the project index (``torchlint/project.py``):
-    ``finder``, ``call_sites``, ``might_call``, ``traits``, ``trait_key``,
-    ``HOST_ARGS`` and ``UNKNOWN_LEVEL``."""
+    """The rules' answers for the project index (``torchlint/project.py``)
+    that need a parse: ``finder`` and ``call_sites``."""
     from torchlint.rules import _project
 
     return _project
+
+
+def project_text_hooks():
+    """The rules' textual answers for the project index, without LibCST:
+    ``might_call``, ``traits``, ``trait_key``, ``HOST_ARGS`` and ``UNKNOWN_LEVEL``."""
+    from torchlint.rules import _project_text
+
+    return _project_text
 
 
 def rule_anchor(code: str, name: str) -> str:

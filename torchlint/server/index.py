@@ -27,7 +27,7 @@ from pathlib import Path
 from typing import Callable, Dict, FrozenSet, List, Optional, Sequence, Tuple
 
 from torchlint.discovery import PathPatterns, discover
-from torchlint.project import Facts, Query, Site, derive, sites_in
+from torchlint.project import Answers, Facts, Query, derive, facts_digest, sites_in
 from torchlint.source import SourceError, is_notebook, read_source, text_hash
 
 MAX_FILES = 5_000
@@ -41,7 +41,7 @@ class WorkspaceIndex:
         self.generation = 0
         self._files: Dict[Path, List[str]] = {}  # folder -> displays of its Python files
         self._texts: Dict[Path, Tuple[Tuple[int, int], Optional[str]]] = {}
-        self._sites: Dict[Tuple[str, str, Tuple[Tuple[str, str], ...]], Dict[Tuple[str, str], List[Site]]] = {}
+        self._sites: Dict[tuple, Answers] = {}
         self._facts: Dict[Path, Tuple[int, FrozenSet[str], Facts]] = {}
         self.derivations = 0  # how many times facts were derived (tests, logs)
 
@@ -120,18 +120,18 @@ class WorkspaceIndex:
         return text
 
     def _prefetch(self, read: Callable[[str], Optional[str]]):
-        """``derive``'s first round, answered from the per-text cache of call sites."""
+        """``derive``'s questions, answered from the per-text cache of call sites."""
 
-        def prefetch(queries: List[Query]) -> Dict[str, Dict[Tuple[str, str], List[Site]]]:
+        def prefetch(queries: List[Query]) -> Dict[str, Answers]:
             out = {}
-            for other, wanted in queries:
+            for other, known, wanted in queries:
                 text = read(other)
-                key = (other, text_hash(text or ""), tuple(wanted))
+                key = (other, text_hash(text or ""), facts_digest(known or {}), tuple(wanted))
                 hit = self._sites.get(key)
                 if hit is None:
                     if len(self._sites) >= _MAX_SITES:
                         self._sites.clear()
-                    hit = self._sites[key] = sites_in(other, text, wanted)
+                    hit = self._sites[key] = sites_in(other, text, wanted, known)
                 out[other] = hit
             return out
 

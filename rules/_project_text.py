@@ -1,0 +1,106 @@
+"""The project index's textual questions: no parse, no LibCST.
+
+The run's main process asks these of every file of the run while the worker
+processes parse (``torchlint/project.py``): which files might call a function
+(a cheap test on the text), what kind of module a caller is (``traits``), and
+the keys under which the index records traits of a function's callers.  Kept
+free of LibCST so that the main process never imports it for them.
+"""
+
+from __future__ import annotations
+
+import functools
+import re
+from typing import Dict, Sequence, Tuple
+
+UNKNOWN_LEVEL = 0  # how often a call runs when its module does not say: rules/_frequency.py's UNKNOWN
+
+
+@functools.lru_cache(maxsize=8192)
+def module_parts(path: str) -> Tuple[str, ...]:
+    """``pkg/sub/mod.py`` -> ``("pkg", "sub", "mod")`` (``__init__`` names its package)."""
+    parts = [p for p in path.replace("\\", "/").split("/") if p and p != "."]
+    if not parts:
+        return ()
+    last = parts[-1]
+    if last.endswith(".py"):
+        last = last[:-3]
+    parts[-1] = last
+    if parts[-1] == "__init__":
+        parts.pop()
+    return tuple(parts)
+
+
+def names_module(dotted: str, target: Sequence[str]) -> bool:
+    """Whether the dotted module name (from an import) can be the file ``target``
+    (its path's parts): a component-wise suffix of the path."""
+    wanted = tuple(p for p in dotted.split(".") if p)
+    return bool(wanted) and len(wanted) <= len(target) and tuple(target[-len(wanted):]) == wanted
+
+
+# A helper whose name says that it wraps a model in DDP (`smart_DDP(model)`,
+# `wrap_ddp(model)`, `to_ddp(model)`): the wrap often sits in a utility module.
+_DDP_HELPER = re.compile(r"(?:^|_)(?:ddp|DDP)(?:$|_)")
+_NOT_A_WRAP = ("is_", "unwrap", "de_")
+# The same, in a module's text: a call of DistributedDataParallel or of such a helper.
+_DDP_WRAP_TEXT = re.compile(r"\b(DistributedDataParallel|\w*(?:ddp|DDP)\w*)\s*\(")
+
+
+def is_ddp_helper(name: str) -> bool:
+    """``smart_DDP``, ``wrap_ddp``; not ``is_ddp`` or ``unwrap_ddp``."""
+    return not name.startswith(_NOT_A_WRAP) and _DDP_HELPER.search(name) is not None
+
+
+def text_wraps_in_ddp(text: str) -> bool:
+    """Whether a module's text calls ``DistributedDataParallel(...)`` or a
+    helper whose name says it wraps in DDP (a cheap test on the text: the
+    project index asks it of the modules that call a function)."""
+    if "DDP" not in text and "ddp" not in text and "DistributedDataParallel" not in text:
+        return False
+    for match in _DDP_WRAP_TEXT.finditer(text):
+        name = match.group(1)
+        if name == "DistributedDataParallel" or is_ddp_helper(name):
+            return True
+    return False
+
+
+HOST_ARGS = "host_args"  # every call of the function passes only host values
+DDP = "ddp"  # a caller module wraps a model in DistributedDataParallel
+
+
+def trait_key(qualname: str, trait: str) -> str:
+    """The fact key under which the index records a trait of ``qualname``'s callers."""
+    return f"{qualname}|{trait}"
+
+
+def traits(text: str) -> Tuple[str, ...]:
+    """What kind of module a caller is, for the rules that ask (TL602: a module
+    that wraps a model in DDP runs the functions it calls on a DDP model)."""
+    return (DDP,) if text_wraps_in_ddp(text) else ()
+
+
+_IMPORT_LINES: Dict[str, "re.Pattern[str]"] = {}
+
+
+def might_call(text: str, target_path: str, qualname: str) -> bool:
+    """The cheap textual test before parsing: the file calls something by the
+    function's (or method's) name and has an import line naming the target
+    module (``from pkg.misc import ...``, ``import pkg.misc as m``,
+    ``from pkg import misc``, ``from . import misc``, ``from .misc import ...``)."""
+    parts = module_parts(target_path)
+    if not parts:
+        return False
+    name = qualname.rsplit(".", 1)[-1]
+    if f"{name}(" not in text:
+        return False
+    stem = parts[-1]
+    if stem not in text:
+        return False
+    pattern = _IMPORT_LINES.get(stem)
+    if pattern is None:
+        pattern = _IMPORT_LINES[stem] = re.compile(
+            rf"^[ \t]*(?:from[ \t]+[\w.]*\b{re.escape(stem)}\b|from[ \t]+[\w.]+[ \t]+import[^\n]*\b{re.escape(stem)}\b"
+            rf"|import[ \t]+[\w.]*\b{re.escape(stem)}\b)",
+            re.M,
+        )
+    return pattern.search(text) is not None
