@@ -8,6 +8,8 @@ rule hands over what it found.
 
 from __future__ import annotations
 
+import io
+import tokenize
 from typing import Optional, Sequence, Tuple, Union
 
 import libcst as cst
@@ -150,6 +152,22 @@ def parenthesized_like(original: cst.BaseExpression, replacement: cst.BaseExpres
     if original.lpar:
         return replacement.with_changes(lpar=original.lpar, rpar=original.rpar)
     return replacement
+
+
+def method_call_has_comment(call: cst.Call) -> bool:
+    """Whether the part of ``<receiver>.method(...)`` outside the receiver has a
+    comment (replacing the call by its edited receiver would delete it)."""
+    func = call.func
+    assert isinstance(func, cst.Attribute)
+    stripped = call.with_changes(func=func.with_changes(value=cst.Name("_")), lpar=[], rpar=[])
+    code = "(" + cst.Module(body=[]).code_for_node(stripped) + "\n)"
+    if "#" not in code:
+        return False
+    try:
+        tokens = list(tokenize.generate_tokens(io.StringIO(code).readline))
+    except (tokenize.TokenError, SyntaxError):
+        return True
+    return any(t.type == tokenize.COMMENT for t in tokens)
 
 
 def remove_args(call: cst.Call, remove: "list[cst.Arg]") -> cst.Call:

@@ -26,6 +26,7 @@ from typing import Dict, Optional, Set
 import libcst as cst
 
 from torchlint.rule import Context
+from torchlint.rules._factories import HOST_DEFAULT_FACTORIES
 from torchlint.rules._helpers import (
     device_kind,
     keyword,
@@ -33,7 +34,8 @@ from torchlint.rules._helpers import (
     method_name,
     positional,
 )
-from torchlint.rules._sync import isinstance_tensor_subject, names_a_module
+from torchlint.rules._models import names_a_module
+from torchlint.rules._sync import isinstance_tensor_subject
 from torchlint.semantic import Binding, Location, SemanticModel
 
 # How far the host-value analysis follows expressions and bindings.
@@ -46,13 +48,6 @@ _HOST_MODULE_ROOTS = ("numpy", "pandas", "scipy", "math", "array")
 _HOST_METHODS = frozenset({"numpy", "to_numpy", "tolist", "cpu", "item", "to_list", "to_dict", "to_pandas"})
 # Methods that may move a host value to a device.
 _DEVICE_METHODS = frozenset({"cuda", "to", "type", "xpu", "mps", "to_device", "as_subclass", "new"})
-# torch factories that build on the default device (the CPU) when given no device.
-_CPU_FACTORIES = frozenset(
-    {
-        "zeros", "ones", "empty", "full", "rand", "randn", "randint", "randperm", "arange",
-        "linspace", "logspace", "eye",
-    }
-)
 # torch functions whose result is on the device of their first argument.
 _SAME_DEVICE_OPS = frozenset(
     {
@@ -307,7 +302,7 @@ class HostValues:
                     return True
                 if q.startswith("torch."):
                     name = q[len("torch."):]
-                    return name in ("tensor", "as_tensor", "from_numpy") or name in _CPU_FACTORIES or name in _SAME_DEVICE_OPS
+                    return name in ("tensor", "as_tensor", "from_numpy") or name in HOST_DEFAULT_FACTORIES or name in _SAME_DEVICE_OPS
                 return any(self._is_host_array(a.value, at, depth + 1, seen) for a in expr.args)
             if isinstance(func, cst.Name):
                 if func.value in _HOST_BUILTINS:
@@ -359,7 +354,7 @@ class HostValues:
             args = positional(call)
             if not args or not self._is_host(args[0].value, at, depth + 1, seen):
                 return False
-        elif name != "tensor" and name not in _CPU_FACTORIES:
+        elif name != "tensor" and name not in HOST_DEFAULT_FACTORIES:
             # `torch.tensor(data)` copies `data` to the default device.
             return False
         if any(a.star for a in call.args):

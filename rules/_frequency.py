@@ -60,6 +60,7 @@ from typing import Dict, List, Optional, Sequence, Tuple
 import libcst as cst
 
 from torchlint.rule import Context, contains_modulo, is_test_path
+from torchlint.rules._models import MODEL_WORDS
 from torchlint.rules._sync import target_names
 from torchlint.nodes import iter_children
 
@@ -426,7 +427,6 @@ def _periodic_continue(statement: cst.CSTNode) -> bool:
 
 _STEP_WORDS = ("loader", "dataset", "batch", "step", "iter", "episode")
 _STEP_CALLS = frozenset({"backward", "step", "generate", "forward", "predict", "inference", "infer"})
-_MODEL_WORDS = ("model", "net", "module", "encoder", "decoder", "generator", "discriminator", "policy")
 
 
 _DATA_WORDS = ("loader", "dataset", "batch", "step", "iter")
@@ -483,7 +483,7 @@ def _steps(loop: object) -> bool:
         if isinstance(node, cst.Call):
             func = node.func
             name = func.attr.value if isinstance(func, cst.Attribute) else func.value if isinstance(func, cst.Name) else ""
-            if name in _STEP_CALLS or any(word in name.lower() for word in _MODEL_WORDS):
+            if name in _STEP_CALLS or any(word in name.lower() for word in MODEL_WORDS):
                 return True
     return False
 

@@ -7,6 +7,7 @@ from typing import Dict, Generic, List, Optional, Tuple, TypeVar
 
 import libcst as cst
 
+from torchlint.names import dotted_name
 from torchlint.rule import Context
 
 TORCH_DTYPES = frozenset(
@@ -229,6 +230,21 @@ def moves_to_device(call: cst.Call, ctx: Context) -> Optional[cst.BaseExpression
     if pos and device_kind(pos[0].value, ctx) in ("accelerator", "device"):
         return call
     return None
+
+
+def chain_root(expr: cst.BaseExpression) -> Optional[str]:
+    """``model.to(device)`` -> ``"model"``: the dotted name at the root of a method chain."""
+    while isinstance(expr, cst.Call) and isinstance(expr.func, cst.Attribute):
+        expr = expr.func.value
+    return dotted_name(expr)
+
+
+def has_parameters(params: cst.Parameters) -> bool:
+    """Whether a function takes anything besides ``self``/``cls``."""
+    named = (*params.posonly_params, *params.params, *params.kwonly_params)
+    if any(p.name.value not in ("self", "cls") for p in named):
+        return True
+    return isinstance(params.star_arg, cst.Param) or params.star_kwarg is not None
 
 
 def is_docstring(statement: cst.CSTNode) -> bool:

@@ -19,6 +19,7 @@ import libcst as cst
 from torchlint.rule import Context
 from torchlint.nodes import iter_children, target_names, walk_nodes
 from torchlint.rules._helpers import source_mentions
+from torchlint.rules._models import names_a_module
 
 _SCOPES = (cst.FunctionDef, cst.Lambda, cst.ClassDef)
 
@@ -430,33 +431,6 @@ def mentions(expr: cst.CSTNode, words) -> bool:
         elif isinstance(node, (cst.StarredElement, cst.Subscript)):
             todo.append(node.value)
     return False
-
-
-# -- names -------------------------------------------------------------------------------
-
-# Names that denote an `nn.Module` (as a receiver of `.cpu()`, or in `del model`),
-# as the last word of a snake_case name: `model`, `ema_model`, `text_encoder`.
-_MODULE_NAMES = frozenset(
-    {
-        "model", "models", "module", "modules", "backbone", "encoder", "decoder", "classifier",
-        "net", "network", "teacher", "student", "ema", "head", "layer", "layers", "block",
-        "blocks", "critic", "actor", "policy", "discriminator", "unet", "vae", "generator",
-        "submodule", "child", "wrapper", "pipeline", "pipe",
-    }
-)
-
-
-def names_a_module(expr: cst.BaseExpression) -> bool:
-    """``model``, ``self.model``, ``ema_model``, ``model2``, ``net``, ``resnet``,
-    ``text_encoder``; not ``model_output`` or ``encoder_out`` (data)."""
-    if isinstance(expr, cst.Name):
-        name = expr.value
-    elif isinstance(expr, cst.Attribute):
-        name = expr.attr.value
-    else:
-        return False
-    last = name.lower().strip("_").rsplit("_", 1)[-1].rstrip("0123456789")
-    return last in _MODULE_NAMES or last.endswith("net") or last.endswith("model")
 
 
 # -- what a loop body does (one walk per loop, cached) -------------------------------

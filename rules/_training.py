@@ -1,8 +1,9 @@
-"""What a training step looks like: backward calls, their loss, optimizer steps.
+"""What a training step looks like: backward calls, their loss, optimizer steps,
+grad-mode blocks.
 
 Shared by the rules that reason about training loops (TL303, TL602, the opt-in
-TL5xx).  All questions are answered from the syntax of one call; none walks a
-tree.
+TL5xx).  The questions are answered from the syntax of one call (or, for a
+grad-mode block, from the ancestors of the visited node); none walks a tree.
 
 Idioms recognised as "a backward call on ``loss``":
   ``loss.backward()``, ``(loss / accum_steps).backward()``,
@@ -15,7 +16,7 @@ Idioms recognised as "a backward call on ``loss``":
 from __future__ import annotations
 
 import re
-from typing import Optional
+from typing import Optional, Tuple
 
 import libcst as cst
 
@@ -160,6 +161,86 @@ def grad_mode(expr: cst.BaseExpression, ctx: Context) -> Optional[str]:
     if "grad" in lowered or "inference" in lowered:
         return GRAD_OFF
     return None
+
+
+# Attributes whose mention says the code wants gradients (saliency maps,
+# adversarial examples, gradient penalties, test-time training...).
+_GRADIENT_ATTRIBUTES = frozenset(
+    {
+        "backward", "manual_backward", "grad", "requires_grad", "requires_grad_", "retain_grad",
+        "enable_grad", "zero_grad", "autograd", "jacobian", "hessian", "vjp", "jvp", "jacrev",
+        "jacfwd", "grad_fn",
+    }
+)
+
+
+def is_gradient_attribute(name: str) -> bool:
+    """``x.grad``, ``loss.backward``, ``torch.autograd``, ``x.requires_grad_``..."""
+    return name in _GRADIENT_ATTRIBUTES
+
+
+def requests_grad(call: cst.Call) -> bool:
+    """A call given ``requires_grad=`` anything but a literal False."""
+    return any(
+        arg.keyword is not None and arg.keyword.value == "requires_grad" and literal_bool(arg.value) is not False
+        for arg in call.args
+    )
+
+
+def is_functional_transform(qualified: str) -> bool:
+    """``torch.func.*`` (``grad``, ``vjp``, ``jacrev``...), ``functorch.grad``/``vmap``."""
+    return qualified.startswith("torch.func.") or qualified in ("functorch.grad", "functorch.vmap")
+
+
+def with_grad_modes(node: cst.With, ctx: Context) -> Tuple[bool, bool]:
+    """``(enables, disables)`` for a ``with`` statement: whether an item turns
+    gradients on before any item turns them off (``with torch.enable_grad():``),
+    and whether an item turns them off (``with torch.no_grad(), ctx:``)."""
+    enables = False
+    for item in node.items:
+        mode = grad_mode(item.item, ctx)
+        if mode == GRAD_ON:
+            enables = True
+        elif mode == GRAD_OFF:
+            return enables, True
+    return enables, False
+
+
+# Lightning hooks, which Lightning runs under no_grad/inference_mode.
+_LIGHTNING_EVAL_HOOK = re.compile(
+    r"^(on_)?(validation|val|test|predict)_(step|batch|epoch|model|start|end|dataloader)"
+    r"|_(step|epoch)_end$"
+)
+
+
+def is_lightning_eval_hook(name: str) -> bool:
+    """``validation_step``, ``test_step``, ``on_validation_epoch_end``, ``*_epoch_end``..."""
+    return bool(_LIGHTNING_EVAL_HOOK.search(name))
+
+
+def in_grad_off_block(ctx: Context) -> bool:
+    """Whether the node being visited is in a ``with`` block of its function
+    that turns gradients off (``with torch.no_grad():``)."""
+    for ancestor in ctx.ancestors():
+        if isinstance(ancestor, (cst.FunctionDef, cst.Lambda, cst.ClassDef)):
+            return False
+        if isinstance(ancestor, cst.With):
+            if any(grad_mode(item.item, ctx) == GRAD_OFF for item in ancestor.items):
+                return True
+    return False
+
+
+def backward_keeps_graph(call: cst.Call) -> bool:
+    """A backward call given ``retain_graph=``/``create_graph=`` (anything but a
+    literal False or None), or those by position (``loss.backward(grad, True)``)."""
+    for name in ("retain_graph", "create_graph"):
+        arg = keyword(call, name)
+        if arg is not None and not (isinstance(arg.value, cst.Name) and arg.value.value in ("False", "None")):
+            return True
+    return any(arg.star for arg in call.args) or len(positional(call)) > 2 or (
+        method_name(call) == "backward" and len(positional(call)) > 1
+    )
+
 
 # DistributedDataParallel: is_ddp_helper and text_wraps_in_ddp live in rules/_project_text.py
 # (the project index asks the latter of caller files without LibCST).

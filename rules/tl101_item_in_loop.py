@@ -1,14 +1,14 @@
 from __future__ import annotations
 
-from typing import Dict, Iterator, List, Optional
+from typing import Dict, Optional
 
 import libcst as cst
 
 from torchlint.codemods import calls
 from torchlint.model import Applicability, Fix, FixAvailability
-from torchlint.rule import Benchmark, Invalid, Rule, Valid, contains_modulo
-from torchlint.nodes import iter_children
-from torchlint.rules._helpers import literal_number, method_name, receiver
+from torchlint.rule import Benchmark, Invalid, Rule, Valid
+from torchlint.rules._accumulation import number_initialised_before, read_elsewhere_in_loop
+from torchlint.rules._helpers import method_name, receiver
 from torchlint.rules._device import computes_with_torch, host_values
 from torchlint.rules._frequency import model_for, per_step_here
 from torchlint.rules._project import HOST_ARGS, caller_trait
@@ -413,7 +413,7 @@ class ItemInLoop(Rule):
             # steps, so reported only when a caller visibly runs it every step,
             # and not when every caller (project index) passes host values.
             return
-        self.report(node, self._MESSAGES[name], fix=self._accumulation_fix(node, recv, loop, self._scope()),
+        self.report(node, self._MESSAGES[name], fix=self._accumulation_fix(node, recv, loop),
                     frequency=frequency)
 
     # -- which loop repeats the call -------------------------------------------
@@ -464,18 +464,8 @@ class ItemInLoop(Rule):
                     return True
         return False
 
-    # -- scopes ----------------------------------------------------------------
-    def _scope(self) -> Optional[cst.CSTNode]:
-        """The innermost function (or the module); None inside a lambda or class body."""
-        for node in reversed(self.context.stack[:-1]):
-            if isinstance(node, cst.FunctionDef):
-                return node
-            if isinstance(node, (cst.Lambda, cst.ClassDef)):
-                return None
-        return self.context.module
-
     # -- the fix ---------------------------------------------------------------
-    def _accumulation_fix(self, node: cst.Call, recv: cst.BaseExpression, loop: cst.CSTNode, scope) -> Optional[Fix]:
+    def _accumulation_fix(self, node: cst.Call, recv: cst.BaseExpression, loop: cst.CSTNode) -> Optional[Fix]:
         if method_name(node) != "item":
             return None
         parent = self.context.parent
@@ -486,12 +476,10 @@ class ItemInLoop(Rule):
             and isinstance(parent.target, cst.Name)
         ):
             return None
-        if not isinstance(loop, (cst.For, cst.While)) or scope is None:
+        if not isinstance(loop, (cst.For, cst.While)):
             return None
         acc = parent.target.value
-        if not _initialised_before(scope, acc, loop):
-            return None
-        if _used_elsewhere_in_loop(loop, acc, parent.target):
+        if not number_initialised_before(self.context, acc, loop) or read_elsewhere_in_loop(loop, acc, parent.target):
             return None
         text = cst.Module([]).code_for_node(recv)
         if len(text) > 40 or "\n" in text:
@@ -509,34 +497,6 @@ class ItemInLoop(Rule):
 _WEIGHT_WORDS = ("param", "grad", "weight", "buffer")
 # Values read from these come from a checkpoint.
 _CHECKPOINT_WORDS = ("state_dict", "ckpt", "checkpoint")
-
-
-_NESTED_SCOPES = (cst.FunctionDef, cst.ClassDef, cst.Lambda)
-_NESTED_SCOPE_TYPES = frozenset(_NESTED_SCOPES)
-# The node types `_collect_bindings` looks at; every other node is skipped
-# with one set lookup instead of a chain of (slow, ABC) isinstance checks.
-_BINDING_TYPES = frozenset(
-    {
-        cst.Assign, cst.AnnAssign, cst.AugAssign, cst.For, cst.CompFor, cst.FunctionDef,
-        cst.ClassDef, cst.Global, cst.Nonlocal, cst.WithItem, cst.AsName, cst.NamedExpr,
-        cst.If, cst.Import, cst.ImportFrom,
-    }
-)
-
-
-def _scope_nodes(scope: cst.CSTNode) -> Iterator[cst.CSTNode]:
-    """Pre-order walk of a scope's body, not entering nested functions or classes
-    (which are yielded themselves)."""
-    body = scope.body
-    todo: List[cst.CSTNode] = [body] if isinstance(body, cst.CSTNode) else list(reversed(body))
-    while todo:
-        node = todo.pop()
-        yield node
-        if type(node) in _NESTED_SCOPE_TYPES:
-            continue
-        children = iter_children(node)
-        children.reverse()
-        todo.extend(children)
 
 
 def _chain_mentions(expr: cst.BaseExpression, words) -> bool:
@@ -558,52 +518,6 @@ def _chain_mentions(expr: cst.BaseExpression, words) -> bool:
             node = node.value if isinstance(node, cst.Attribute) else None
             continue
         return False
-    return False
-
-
-def _initialised_before(scope: cst.CSTNode, name: str, loop: cst.CSTNode) -> bool:
-    """``name = <number literal>`` in the scope before ``loop`` starts, and
-    ``name`` not declared ``global``/``nonlocal`` there."""
-    initialised = False
-    for node in _scope_nodes(scope):
-        if isinstance(node, (cst.Global, cst.Nonlocal)) and any(i.name.value == name for i in node.names):
-            return False
-        if node is loop:
-            if not initialised:
-                return False
-        if (
-            not initialised
-            and isinstance(node, cst.Assign)
-            and any(isinstance(t.target, cst.Name) and t.target.value == name for t in node.targets)
-            and literal_number(node.value) is not None
-        ):
-            initialised = True
-    return initialised
-
-
-def _used_elsewhere_in_loop(loop: cst.CSTNode, name: str, target: cst.Name) -> bool:
-    """Whether ``name`` occurs in the loop other than as ``target``, outside a
-    periodic guard (a read there would synchronize every iteration anyway)."""
-    roots: List[cst.CSTNode] = [loop.body]
-    if isinstance(loop, cst.While):
-        roots.append(loop.test)
-    todo = list(roots)
-    while todo:
-        node = todo.pop()
-        if isinstance(node, cst.Name) and node.value == name and node is not target:
-            return True
-        if isinstance(node, cst.If) and contains_modulo(node.test):
-            todo.append(node.test)
-            if node.orelse is not None:
-                todo.append(node.orelse)
-            continue
-        if isinstance(node, cst.Attribute):
-            todo.append(node.value)  # `self.acc` is another variable
-            continue
-        if isinstance(node, cst.Arg):
-            todo.append(node.value)  # `f(acc=...)` names a parameter
-            continue
-        todo.extend(iter_children(node))
     return False
 
 

@@ -19,6 +19,7 @@ from torchlint.rules._helpers import (
     source_mentions,
 )
 from torchlint.rules._frequency import per_step_here
+from torchlint.rules._models import names_a_module
 from torchlint.rules._sync import (
     LoopFacts,
     loop_facts,
@@ -35,7 +36,6 @@ from torchlint.rules._sync import (
     iterates_mapping,
     loop_clauses,
     mentions,
-    names_a_module,
     one_off_function,
     runs_once,
     runs_once_per_pass,

@@ -1,8 +1,6 @@
 from __future__ import annotations
 
-import io
-import tokenize
-from typing import List, Optional, Tuple
+from typing import Optional
 
 import libcst as cst
 
@@ -10,54 +8,20 @@ from torchlint.codemods import calls
 from torchlint.model import Applicability, Fix, FixAvailability
 from torchlint.rule import Benchmark, Invalid, Rule, Valid
 from torchlint.rules._device import host_values
+from torchlint.rules._factories import (
+    COMPUTED_ON_DEVICE,
+    EXACT_IN_ANY_DTYPE,
+    FACTORIES,
+    RANDOM_FACTORIES,
+    MoveRequest,
+    arange_exact,
+    has_float,
+    like_input,
+    move_request,
+    moves_next_to,
+)
 from torchlint.rules._frequency import per_step_here
-from torchlint.rules._helpers import (
-    argument,
-    device_kind,
-    has_star,
-    keyword,
-    literal_bool,
-    method_name,
-    moves_to_device,
-    positional,
-    string_value,
-)
-
-DETERMINISTIC_FACTORIES = frozenset(
-    {
-        "zeros", "ones", "empty", "full", "arange", "linspace", "logspace", "eye", "tensor",
-        "zeros_like", "ones_like", "empty_like", "full_like",
-    }
-)
-RANDOM_FACTORIES = frozenset({"rand", "randn", "randint", "randperm", "rand_like", "randn_like"})
-FACTORIES = DETERMINISTIC_FACTORIES | RANDOM_FACTORIES
-
-# Factories whose values are exactly 0, 1 or uninitialised: a dtype moved into
-# them gives the same values as a cast afterwards.
-_EXACT_IN_ANY_DTYPE = frozenset(
-    {"zeros", "ones", "empty", "eye", "zeros_like", "ones_like", "empty_like"}
-)
-# Factories that compute floating-point values with the device's arithmetic.
-_COMPUTED_ON_DEVICE = frozenset({"linspace", "logspace"})
-
-# Keywords of `.to`/`.cuda` that mean nothing for a freshly created tensor.
-_DROPPED = frozenset({"non_blocking", "copy"})
-
-
-class _Move:
-    """What a `.cuda(...)`/`.to(...)` call asks for, as factory keywords."""
-
-    def __init__(self) -> None:
-        self.keywords: List[Tuple[str, cst.BaseExpression]] = []
-        self.fixable = True
-        self.unsafe_reasons: List[str] = []
-
-    @property
-    def dtype(self) -> Optional[cst.BaseExpression]:
-        for name, value in self.keywords:
-            if name == "dtype":
-                return value
-        return None
+from torchlint.rules._helpers import device_kind, keyword, literal_bool, method_name, moves_to_device
 
 
 class CreateThenMove(Rule):
@@ -435,8 +399,8 @@ class CreateThenMove(Rule):
                 return  # the CPU random stream, asked for by name
         like = kind.endswith("_like")
         if like:
-            source = _like_input(factory)
-            if source is None or _moves_next_to(node, source):
+            source = like_input(factory)
+            if source is None or moves_next_to(node, source):
                 return
             if not host_values(self.context).is_host(source, self.context.location()):
                 return  # created on its input's device, probably the accelerator already
@@ -446,7 +410,7 @@ class CreateThenMove(Rule):
             f"`torch.{kind}(...)` is created {where} and then copied to the device with "
             f"`.{move}(...)`; create it there directly with `device=...`"
         )
-        parts = self._cuda_parts(node) if move == "cuda" else self._to_parts(node)
+        parts = move_request(node, self.context)
         fix = None
         if parts.fixable:
             fix = self._fix(node, factory, kind, parts, factory_device is not None)
@@ -455,83 +419,9 @@ class CreateThenMove(Rule):
             return  # made once (set-up, export, a demo) or once per epoch: nothing to win
         self.report(node, message, fix=fix, frequency=frequency)
 
-    # -- what the move asks for ------------------------------------------------
-    def _cuda_parts(self, call: cst.Call) -> _Move:
-        """``.cuda(device=None, non_blocking=False, memory_format=...)``."""
-        parts = _Move()
-        if has_star(call):
-            parts.fixable = False
-            return parts
-        device: Optional[cst.BaseExpression] = None
-        for index, arg in enumerate(positional(call)):
-            if index == 0:
-                device = arg.value
-            elif index > 1:
-                parts.fixable = False
-        for arg in call.args:
-            if arg.keyword is None:
-                continue
-            name = arg.keyword.value
-            if name == "device":
-                device = arg.value
-            elif name not in _DROPPED:
-                parts.fixable = False
-        if device is None or (isinstance(device, cst.Name) and device.value == "None"):
-            value: cst.BaseExpression = cst.SimpleString('"cuda"')
-        elif isinstance(device, cst.Integer):
-            value = cst.SimpleString(f'"cuda:{device.value}"')
-        else:
-            text = string_value(device)
-            if text is not None:
-                if not text.startswith("cuda"):
-                    parts.fixable = False
-                value = device
-            else:
-                value = device
-                if device_kind(device, self.context) != "accelerator":
-                    parts.unsafe_reasons.append("`.cuda(x)` takes `x=None` as the current GPU")
-        parts.keywords.append(("device", value))
-        return parts
-
-    def _to_parts(self, call: cst.Call) -> _Move:
-        """``.to(device, dtype, non_blocking, copy)`` or the same by keyword."""
-        parts = _Move()
-        device: Optional[cst.BaseExpression] = None
-        dtype: Optional[cst.BaseExpression] = None
-        pos = positional(call)
-        by_keyword = keyword(call, "device") is not None
-        if by_keyword and pos:
-            parts.fixable = False
-        for index, arg in enumerate(pos):
-            if index == 0:
-                device = arg.value
-            elif index == 1:
-                dtype = arg.value
-            elif index > 3:
-                parts.fixable = False
-        for arg in call.args:
-            if arg.keyword is None:
-                continue
-            name = arg.keyword.value
-            if name == "device":
-                device = arg.value
-            elif name == "dtype":
-                if dtype is not None:
-                    parts.fixable = False
-                dtype = arg.value
-            elif name not in _DROPPED:
-                parts.fixable = False
-        if device is None:
-            parts.fixable = False
-        else:
-            parts.keywords.append(("device", device))
-        if dtype is not None:
-            parts.keywords.append(("dtype", dtype))
-        return parts
-
     # -- the fix -----------------------------------------------------------------
     def _fix(
-        self, node: cst.Call, factory: cst.Call, kind: str, parts: _Move, has_device: bool
+        self, node: cst.Call, factory: cst.Call, kind: str, parts: MoveRequest, has_device: bool
     ) -> Optional[Fix]:
         if has_device:
             return None
@@ -544,16 +434,16 @@ class CreateThenMove(Rule):
         unsafe = list(parts.unsafe_reasons)
         if kind in RANDOM_FACTORIES:
             unsafe.append("random values differ on the device")
-        if kind in _COMPUTED_ON_DEVICE or (kind == "arange" and _has_float(factory)):
+        if kind in COMPUTED_ON_DEVICE or (kind == "arange" and has_float(factory)):
             unsafe.append("float values are computed on the device")
-        elif kind == "arange" and not _arange_exact(factory):
+        elif kind == "arange" and not arange_exact(factory):
             unsafe.append("`start`/`step` may be floats, computed with the device's arithmetic")
-        if parts.dtype is not None and kind not in _EXACT_IN_ANY_DTYPE:
+        if parts.dtype is not None and kind not in EXACT_IN_ANY_DTYPE:
             unsafe.append("values are built in the new dtype")
         requires_grad = keyword(factory, "requires_grad")
         if requires_grad is not None and literal_bool(requires_grad.value) is not False:
             unsafe.append("the tensor becomes a leaf")
-        if _drops_comment(node):
+        if calls.method_call_has_comment(node):
             unsafe.append("a comment is removed")
         applicability = Applicability.UNSAFE if unsafe else Applicability.SAFE
         names = " and ".join(f"`{name}=`" for name, _ in parts.keywords)
@@ -563,100 +453,3 @@ class CreateThenMove(Rule):
             f"Pass {names} to `torch.{kind}`",
             lambda: calls.parenthesized_like(node, calls.add_keywords(factory, keywords)),
         )
-
-
-def _like_input(factory: cst.Call) -> Optional[cst.BaseExpression]:
-    """The tensor a ``*_like`` factory copies its shape and device from."""
-    arg = keyword(factory, "input")
-    if arg is not None:
-        return arg.value
-    pos = positional(factory)
-    return pos[0].value if pos else None
-
-
-def _moves_next_to(move: cst.Call, source: cst.BaseExpression) -> bool:
-    """``torch.zeros_like(x).to(x.device)``: already on that device."""
-    _, target = argument(move, "device", 0)
-    if target is None:
-        return False
-    value = target.value
-    return (
-        isinstance(value, cst.Attribute)
-        and value.attr.value == "device"
-        and isinstance(value.value, cst.Name)
-        and isinstance(source, cst.Name)
-        and value.value.value == source.value
-    )
-
-
-_INTEGER_DTYPES = frozenset(
-    {"long", "int64", "int", "int32", "short", "int16", "int8", "uint8", "uint16", "uint32", "uint64", "bool"}
-)
-
-
-def _arange_exact(call: cst.Call) -> bool:
-    """Whether ``torch.arange(...)`` gives the same values on every device:
-    only ``end`` given (the values are the indices ``0, 1, 2, ...``, each
-    rounded once to the dtype), an integer ``dtype=``, or every argument
-    visibly an integer (an int64 result, computed exactly)."""
-    if any(arg.star for arg in call.args):
-        return False
-    dtype = keyword(call, "dtype")
-    if dtype is not None:
-        value = dtype.value
-        name = value.attr.value if isinstance(value, cst.Attribute) else None
-        return name in _INTEGER_DTYPES
-    pos = positional(call)
-    named = {arg.keyword.value for arg in call.args if arg.keyword is not None}
-    if not named & {"start", "step"} and (len(pos) == 1 or (not pos and "end" in named)):
-        return True
-    values = [arg.value for arg in call.args if arg.keyword is None or arg.keyword.value in ("start", "end", "step")]
-    return all(_visibly_integer(v) for v in values)
-
-
-def _visibly_integer(expr: cst.BaseExpression) -> bool:
-    """``3``, ``len(x)``, ``int(t)``, ``x.size(0)``, ``x.shape[1]``, ``x.numel()``
-    and sums, differences, products, floor divisions of those."""
-    if isinstance(expr, cst.Integer):
-        return True
-    if isinstance(expr, cst.UnaryOperation) and isinstance(expr.operator, (cst.Minus, cst.Plus)):
-        return _visibly_integer(expr.expression)
-    if isinstance(expr, cst.BinaryOperation) and isinstance(
-        expr.operator, (cst.Add, cst.Subtract, cst.Multiply, cst.FloorDivide, cst.Modulo)
-    ):
-        return _visibly_integer(expr.left) and _visibly_integer(expr.right)
-    if isinstance(expr, cst.Call):
-        if isinstance(expr.func, cst.Name) and expr.func.value in ("len", "int"):
-            return True
-        return method_name(expr) in ("size", "numel", "dim") and bool(expr.args) == (method_name(expr) == "size")
-    if isinstance(expr, cst.Subscript) and isinstance(expr.value, cst.Attribute):
-        return expr.value.attr.value == "shape"
-    return False
-
-
-def _has_float(call: cst.Call) -> bool:
-    """Whether a factory's positional arguments include a float literal or a division."""
-    from torchlint.nodes import walk_nodes
-
-    for arg in positional(call):
-        for n in walk_nodes(arg.value):
-            if isinstance(n, cst.Float):
-                return True
-            if isinstance(n, cst.BinaryOperation) and isinstance(n.operator, cst.Divide):
-                return True
-    return False
-
-
-def _drops_comment(move: cst.Call) -> bool:
-    """Whether the part of ``factory(...).to(...)`` outside the factory has a comment."""
-    func = move.func
-    assert isinstance(func, cst.Attribute)
-    stripped = move.with_changes(func=func.with_changes(value=cst.Name("_")), lpar=[], rpar=[])
-    code = "(" + cst.Module(body=[]).code_for_node(stripped) + "\n)"
-    if "#" not in code:
-        return False
-    try:
-        tokens = list(tokenize.generate_tokens(io.StringIO(code).readline))
-    except (tokenize.TokenError, SyntaxError):
-        return True
-    return any(t.type == tokenize.COMMENT for t in tokens)

@@ -9,31 +9,21 @@ from torchlint.codemods import statements
 from torchlint.model import Applicability, Fix, FixAvailability
 from torchlint.names import dotted_name
 from torchlint.rule import Benchmark, Invalid, Rule, Valid
-from torchlint.rules._helpers import last_name, literal_bool, method_name
-from torchlint.rules._training import GRAD_OFF, GRAD_ON, grad_mode, is_optimizer_step
+from torchlint.rules._helpers import chain_root, has_parameters, last_name, method_name
+from torchlint.rules._models import module_like_base, names_a_model
+from torchlint.rules._training import (
+    GRAD_OFF,
+    grad_mode,
+    is_functional_transform,
+    is_gradient_attribute,
+    is_lightning_eval_hook,
+    is_optimizer_step,
+    requests_grad,
+    with_grad_modes,
+)
 
 # Function names that say "this runs a model for evaluation or inference".
 _EVAL_NAME = re.compile(r"^_*(eval|valid|test|predict|infer)", re.IGNORECASE)
-# Lightning hooks: Lightning already runs them under no_grad/inference_mode.
-_LIGHTNING_HOOK = re.compile(
-    r"^(on_)?(validation|val|test|predict)_(step|batch|epoch|model|start|end|dataloader)"
-    r"|_(step|epoch)_end$"
-)
-# A callee named like a network: `model`, `self.net`, `netG`, `text_encoder`, `ema_model`.
-_MODEL_NAME = re.compile(
-    r"^module$|^(.*_)?(model|models|net|network|backbone|encoder|decoder|classifier|generator|discriminator"
-    r"|teacher|student|transformer|unet|vae|gpt|llm|detector)(_.*|\d+)?$"
-    r"|model$|^net[a-z]?$",
-    re.IGNORECASE,
-)
-# `get_model(...)`, `build_net(...)`: factories, not models.
-_FACTORY = re.compile(
-    r"^_*(get|build|load|create|make|init|initialize|setup|save|prepare|restore|wrap|unwrap|export"
-    r"|compile|configure|print|log|freeze|unfreeze|set|count|update|register|convert|replace|copy"
-    r"|download|validate|evaluate|eval|test|train|run|check|compute|summarize|profile|benchmark"
-    r"|plot|show|visualize|infer|predict|apply|fuse|quantize|prune|sync|average|merge|split)_",
-    re.IGNORECASE,
-)
 # Functions whose name says they train or compute a loss: a `.eval()` in them
 # freezes a submodule (a teacher, a mask generator) inside a training step.
 _TRAINING_NAME = re.compile(r"^(forward|__call__)$|train|loss", re.IGNORECASE)
@@ -41,19 +31,12 @@ _TRAINING_NAME = re.compile(r"^(forward|__call__)$|train|loss", re.IGNORECASE)
 # (Not `generate`: Hugging Face's and LitGPT's `generate` already run without
 # gradients, and hand-written ones are usually decorated where defined.)
 _FORWARD_METHODS = frozenset({"forward", "__call__"})
-# Anything here in a function means it wants gradients (saliency maps,
-# adversarial examples, gradient penalties, test-time training...).
-_NEEDS_GRAD_ATTRS = frozenset(
-    {
-        "backward", "manual_backward", "grad", "requires_grad", "requires_grad_", "retain_grad",
-        "enable_grad", "zero_grad", "autograd", "jacobian", "hessian", "vjp", "jvp", "jacrev",
-        "jacfwd", "grad_fn",
-    }
-)
+
+
 class _Function:
     __slots__ = (
         "node", "name", "module_class", "method", "skip", "grad_off", "depth", "evals", "calls",
-        "needs_grad", "torch_alias", "alias_is_attribute", "asserts", "nested", "has_params",
+        "needs_grad", "torch_alias", "asserts", "nested", "has_params",
     )
 
     def __init__(self, node: Optional[cst.FunctionDef]) -> None:
@@ -70,9 +53,9 @@ class _Function:
         self.needs_grad = False
         self.asserts = False
         self.nested = False  # defined inside another function
-        self.has_params = node is not None and _has_parameters(node.params)
-        self.torch_alias: Optional[str] = None
-        self.alias_is_attribute = True
+        self.has_params = node is not None and has_parameters(node.params)
+        # how the decorator spells torch: (`torch`, True) or (`no_grad`, False)
+        self.torch_alias: Optional[Tuple[str, bool]] = None
 
 
 class EvalWithoutNoGrad(Rule):
@@ -354,23 +337,14 @@ class EvalWithoutNoGrad(Rule):
 
     # -- scopes ----------------------------------------------------------------
     def visit_ClassDef(self, node: cst.ClassDef) -> None:
-        self._class_is_module[id(node)] = any(self._module_like_base(arg.value) for arg in node.bases)
-
-    def _module_like_base(self, expr: cst.BaseExpression) -> bool:
-        q = self.context.qualname(expr)
-        if q is not None and (q.startswith("torch.nn") or "lightning" in q):
-            return True
-        name = last_name(expr) or ""
-        return bool(re.search(r"(Module|Model|Net|Network)$", name))
+        self._class_is_module[id(node)] = any(module_like_base(arg.value, self.context) for arg in node.bases)
 
     def visit_FunctionDef(self, node: cst.FunctionDef) -> None:
         ctx = self.context
         frame = _Function(node)
-        parent = ctx.parent
-        cls = None
-        stack = ctx.stack
-        if isinstance(parent, cst.IndentedBlock) and len(stack) >= 3 and isinstance(stack[-3], cst.ClassDef):
-            cls = stack[-3]
+        stack = ctx.stack  # a method: its def is a statement of a class body
+        in_class = len(stack) >= 3 and isinstance(ctx.parent, cst.IndentedBlock) and isinstance(stack[-3], cst.ClassDef)
+        cls = stack[-3] if in_class else None
         frame.method = cls is not None
         frame.nested = self._frames[-1].node is not None
         frame.module_class = cls is not None and self._class_is_module.get(id(cls), False)
@@ -386,12 +360,12 @@ class EvalWithoutNoGrad(Rule):
         name = frame.name
         if name in ("eval", "train") and frame.method:
             frame.skip = True  # an override of nn.Module.eval/train: sets a mode
-        if frame.method and _LIGHTNING_HOOK.search(name):
+        if frame.method and is_lightning_eval_hook(name):
             frame.skip = frame.grad_off = True  # Lightning runs these without gradients
         if ctx.is_test_file and name.lower().lstrip("_").startswith("test"):
             frame.skip = True  # a pytest test
         if not frame.skip:
-            frame.torch_alias, frame.alias_is_attribute = self._torch_alias()
+            frame.torch_alias = ctx.imports.outer_alias("torch", ("torch.no_grad", "torch.autograd.no_grad"))
         self._frames.append(frame)
 
     def leave_FunctionDef(self, node: cst.FunctionDef) -> None:
@@ -438,7 +412,7 @@ class EvalWithoutNoGrad(Rule):
             function = frame.node
             assert function is not None
             if frame.torch_alias is not None and function.asynchronous is None:
-                alias, attribute = frame.torch_alias, frame.alias_is_attribute
+                alias, attribute = frame.torch_alias
                 decorator = f"{alias}.no_grad()" if attribute else f"{alias}()"
                 fix = Fix(
                     Applicability.UNSAFE,
@@ -461,29 +435,20 @@ class EvalWithoutNoGrad(Rule):
 
     # -- grad mode blocks ---------------------------------------------------------
     def visit_With(self, node: cst.With) -> None:
+        enables, disables = with_grad_modes(node, self.context)
         frame = self._frames[-1]
-        for item in node.items:
-            mode = grad_mode(item.item, self.context)
-            if mode == GRAD_ON:
-                frame.needs_grad = True
-            elif mode == GRAD_OFF:
-                frame.depth += 1
-                return
+        frame.needs_grad = frame.needs_grad or enables
+        frame.depth += disables
 
     def leave_With(self, node: cst.With) -> None:
-        frame = self._frames[-1]
-        for item in node.items:
-            mode = grad_mode(item.item, self.context)
-            if mode == GRAD_OFF:
-                frame.depth -= 1
-                return
+        self._frames[-1].depth -= with_grad_modes(node, self.context)[1]
 
     # -- what the function does -----------------------------------------------------
     def visit_Assert(self, node: cst.Assert) -> None:
         self._frames[-1].asserts = True
 
     def visit_Attribute(self, node: cst.Attribute) -> None:
-        if node.attr.value in _NEEDS_GRAD_ATTRS:
+        if is_gradient_attribute(node.attr.value):
             self._frames[-1].needs_grad = True
 
     def visit_Call(self, node: cst.Call) -> None:
@@ -491,26 +456,24 @@ class EvalWithoutNoGrad(Rule):
         ctx = self.context
         func = node.func
         covered = frame.depth > 0 or frame.grad_off
-        if isinstance(func, cst.Name):
-            self._call_sites.setdefault(func.value, []).append((covered, frame))
-        elif isinstance(func, cst.Attribute):
-            self._call_sites.setdefault(func.attr.value, []).append((covered, frame))
+        callee = last_name(func)
+        if callee is not None:
+            self._call_sites.setdefault(callee, []).append((covered, frame))
         name = method_name(node)
         if name == "enter_context" and len(node.args) == 1 and grad_mode(node.args[0].value, ctx) == GRAD_OFF:
             frame.skip = frame.grad_off = True  # `stack.enter_context(torch.no_grad())`
             return
         if name == "eval" and not node.args:
-            frame.evals.add(_chain_root(func.value) or "")  # type: ignore[union-attr]
+            frame.evals.add(chain_root(func.value) or "")  # type: ignore[union-attr]
             return
-        for arg in node.args:
-            if arg.keyword is not None and arg.keyword.value == "requires_grad" and literal_bool(arg.value) is not False:
-                frame.needs_grad = True
+        if requests_grad(node):
+            frame.needs_grad = True
         if name is not None and is_optimizer_step(node):
             frame.needs_grad = True
             return
         q = ctx.qualname(func)
         if q is not None:
-            if q.startswith("torch.func.") or q in ("functorch.grad", "functorch.vmap"):
+            if is_functional_transform(q):
                 frame.needs_grad = True
             elif q.rsplit(".", 1)[-1] == "set_grad_enabled" and isinstance(ctx.parent, cst.Expr):
                 # `torch.set_grad_enabled(False)` as a statement
@@ -547,47 +510,4 @@ class EvalWithoutNoGrad(Rule):
         last = key.rsplit(".", 1)[-1]
         if key.split(".", 1)[0] != "self" and self.context.imports.resolve(key.split(".", 1)[0]) is not None:
             return False  # an imported callable (`from utils import model_fn`)
-        return bool(_MODEL_NAME.match(last)) and not _FACTORY.match(last)
-
-    def _torch_alias(self) -> Tuple[Optional[str], bool]:
-        """A name bound to ``torch`` (or to ``torch.no_grad``) where the
-        decorator is evaluated: the scopes enclosing the function."""
-        imports = self.context.imports
-        outer = imports.scopes[:-1]
-        best: Optional[Tuple[str, bool]] = None
-        for scope in reversed(outer):
-            for local, value in scope.items():
-                if value not in ("torch", "torch.no_grad", "torch.autograd.no_grad"):
-                    continue
-                if _resolve_in(outer, local) != value:
-                    continue
-                candidate = (local, value == "torch")
-                if local == "torch" and value == "torch":
-                    return candidate
-                if best is None or (candidate[1] and not best[1]):
-                    best = candidate
-        if best is None:
-            return None, True
-        return best
-
-
-def _has_parameters(params: cst.Parameters) -> bool:
-    """Whether a function takes anything besides ``self``/``cls``."""
-    named = (*params.posonly_params, *params.params, *params.kwonly_params)
-    if any(p.name.value not in ("self", "cls") for p in named):
-        return True
-    return isinstance(params.star_arg, cst.Param) or params.star_kwarg is not None
-
-
-def _chain_root(expr: cst.BaseExpression) -> Optional[str]:
-    """``model.to(device)`` -> ``"model"``: the object at the root of a method chain."""
-    while isinstance(expr, cst.Call) and isinstance(expr.func, cst.Attribute):
-        expr = expr.func.value
-    return dotted_name(expr)
-
-
-def _resolve_in(scopes, name: str) -> Optional[str]:
-    for scope in reversed(scopes):
-        if name in scope:
-            return scope[name]
-    return None
+        return names_a_model(last)

@@ -1,6 +1,6 @@
 from __future__ import annotations
 
-from typing import Dict, Iterator, List, Optional, Set, Tuple
+from typing import Dict, List, Optional, Set, Tuple
 
 import libcst as cst
 
@@ -8,16 +8,19 @@ from torchlint.codemods import calls
 from torchlint.model import Applicability, Fix, FixAvailability
 from torchlint.names import dotted_name
 from torchlint.rule import Benchmark, Invalid, Rule, Valid
+from torchlint.rules._accumulation import (
+    accumulation,
+    accumulator_key,
+    detached_names,
+    kept_occurrence,
+    mentions_key,
+    names_flowing_into,
+    target_keys,
+)
 from torchlint.rules._helpers import keyword, method_name, positional, receiver
-from torchlint.rules._training import GRAD_OFF, backward_loss, grad_mode, is_backward
-from torchlint.nodes import walk_nodes
+from torchlint.rules._training import backward_loss, backward_keeps_graph, in_grad_off_block, is_backward
 
 _LOOPS = (cst.For, cst.While)
-# Calls whose result no longer holds the autograd graph of their argument.
-_DETACHING_METHODS = frozenset({"item", "detach", "tolist", "cpu", "numpy", "detach_"})
-_DETACHING_FUNCTIONS = frozenset({"float", "int", "bool", "str", "round"})
-# Operators through which an accumulated expression still holds the loss tensor.
-_ARITHMETIC = (cst.Add, cst.Subtract, cst.Multiply, cst.Divide, cst.FloorDivide, cst.Power)
 
 
 class _Scope:
@@ -421,9 +424,9 @@ class LossGraphRetained(Rule):
 
     def _rebind(self, target: cst.BaseExpression, value: Optional[cst.BaseExpression]) -> None:
         """Record a binding of every name in ``target`` (``value``: what is assigned)."""
-        for key in _target_keys(target):
+        for key in target_keys(target):
             arithmetic = isinstance(value, (cst.BinaryOperation, cst.UnaryOperation)) and (
-                _find_loss(value, {key}) is not None
+                kept_occurrence(value, {key}) is not None
             )
             self._scopes[-1].bindings.append((key, arithmetic))
 
@@ -450,21 +453,15 @@ class LossGraphRetained(Rule):
             loop = self._loop()
             if key is not None and loop is not None:
                 scope.losses.setdefault(id(loop), set()).add(key)
-                if _keeps_graph(node):
+                if backward_keeps_graph(node):
                     scope.retained.add(id(loop))
             return
         name = method_name(node)
         if name == "clear" and not node.args:
-            self._record_reset(_accumulator_key(receiver(node)))
+            self._record_reset(accumulator_key(receiver(node)))
             return
         if name == "append":
-            args = positional(node)
-            if len(args) != 1 or len(node.args) != 1:
-                return
-            acc = _accumulator_key(receiver(node))
-            loop = self._loop() if acc is not None else None
-            if loop is not None and not self._under_no_grad():
-                scope.accumulations.append((loop, acc, receiver(node), args[0].value))  # type: ignore[arg-type]
+            self._record_accumulation(node)
             return
         if name == "grad" or name is None:
             q = ctx.qualname(node.func)
@@ -477,16 +474,16 @@ class LossGraphRetained(Rule):
                     scope.backpropagated.append(outputs.value)
 
     def visit_AugAssign(self, node: cst.AugAssign) -> None:
-        for key in _target_keys(node.target):
+        for key in target_keys(node.target):
             self._scopes[-1].bindings.append((key, True))  # `loss /= n` keeps a tensor a tensor
-        if not isinstance(node.operator, cst.AddAssign):
-            return
-        acc = _accumulator_key(node.target)
-        if acc is None:
-            return
-        loop = self._loop()
-        if loop is not None and not self._under_no_grad():
-            self._scopes[-1].accumulations.append((loop, acc, node.target, node.value))
+        self._record_accumulation(node)
+
+    def _record_accumulation(self, node: cst.CSTNode) -> None:
+        """``acc += x``, ``acc = acc + x``, ``acc.append(x)`` in a loop, with gradients on."""
+        found = accumulation(node)
+        loop = self._loop() if found is not None else None
+        if loop is not None and not in_grad_off_block(self.context):
+            self._scopes[-1].accumulations.append((loop, *found))  # type: ignore[misc]
 
     def _record_reset(self, acc: Optional[str]) -> None:
         if acc is None:
@@ -499,43 +496,17 @@ class LossGraphRetained(Rule):
         for target in node.targets:
             scope.assignments.append((target.target, node.value))
             self._rebind(target.target, node.value)
-            key = _accumulator_key(target.target)
+            key = accumulator_key(target.target)
             if key is not None:
                 loops = tuple(id(loop) for loop in self.context.enclosing_loops(periodic_guard=False))
                 if loops:
                     scope.assigned_in_loops.append((key, node.value, loops))
-        value = node.value
-        if len(node.targets) != 1 or not (
-            isinstance(value, cst.BinaryOperation) and isinstance(value.operator, cst.Add)
-        ):
-            return
-        acc = _accumulator_key(node.targets[0].target)
-        if acc is None:
-            return
-        if _accumulator_key(value.left) == acc:
-            added = value.right
-        elif _accumulator_key(value.right) == acc:
-            added = value.left
-        else:
-            return
-        loop = self._loop()
-        if loop is not None and not self._under_no_grad():
-            scope.accumulations.append((loop, acc, node.targets[0].target, added))
+        self._record_accumulation(node)
 
     def visit_AnnAssign(self, node: cst.AnnAssign) -> None:
         if node.value is not None:
             self._scopes[-1].assignments.append((node.target, node.value))
             self._rebind(node.target, node.value)
-
-    def _under_no_grad(self) -> bool:
-        ctx = self.context
-        for ancestor in ctx.ancestors():
-            if isinstance(ancestor, (cst.FunctionDef, cst.Lambda, cst.ClassDef)):
-                return False
-            if isinstance(ancestor, cst.With):
-                if any(grad_mode(item.item, ctx) == GRAD_OFF for item in ancestor.items):
-                    return True
-        return False
 
     # -- decision ----------------------------------------------------------------
     def _decide(self, scope: _Scope) -> None:
@@ -547,17 +518,17 @@ class LossGraphRetained(Rule):
             if not keys:
                 continue
             if id(loop) in scope.resets.get(acc, ()) or any(
-                key == acc and id(loop) in loops and not _mentions_key(value, acc)
+                key == acc and id(loop) in loops and not mentions_key(value, acc)
                 for key, value, loops in scope.assigned_in_loops
             ):
                 continue  # started afresh inside the loop: the history it keeps is bounded
-            occurrence = _find_loss(added, keys)
+            occurrence = kept_occurrence(added, keys)
             if occurrence is not None:
                 candidates.append((loop, acc, written, occurrence))
         if not candidates:
             return
-        detached = _detached_names(scope.assignments)
-        backpropagated = _backpropagated_names(scope)
+        detached = detached_names(scope.assignments)
+        backpropagated = names_flowing_into(scope.backpropagated, scope.assignments)
         for loop, acc, written, occurrence in candidates:
             loss = dotted_name(occurrence)
             assert loss is not None
@@ -582,129 +553,3 @@ class LossGraphRetained(Rule):
                     lambda occurrence=occurrence: calls.call_method(occurrence, "detach"),
                 ),
             )
-
-
-# -- helpers -------------------------------------------------------------------------
-
-
-def _keeps_graph(call: cst.Call) -> bool:
-    """A backward call given `retain_graph=`/`create_graph=` (anything but a
-    literal False), or those by position (`loss.backward(grad, True)`)."""
-    for name in ("retain_graph", "create_graph"):
-        arg = keyword(call, name)
-        if arg is not None and not (isinstance(arg.value, cst.Name) and arg.value.value in ("False", "None")):
-            return True
-    return any(arg.star for arg in call.args) or len(positional(call)) > 2 or (
-        method_name(call) == "backward" and len(positional(call)) > 1
-    )
-
-
-def _mentions_key(expr: cst.BaseExpression, key: str) -> bool:
-    """Whether ``expr`` reads the accumulator ``key`` (``acc + loss`` does; ``0`` does not)."""
-    return any(
-        isinstance(node, (cst.Name, cst.Attribute, cst.Subscript)) and _accumulator_key(node) == key
-        for node in walk_nodes(expr)
-    )
-
-
-def _accumulator_key(expr: Optional[cst.BaseExpression]) -> Optional[str]:
-    """``total`` -> ``"total"``; ``self.stats`` -> ``"self.stats"``;
-    ``stats["loss"]`` -> ``"stats"`` (the container)."""
-    while isinstance(expr, cst.Subscript):
-        expr = expr.value
-    return dotted_name(expr) if expr is not None else None
-
-
-def _find_loss(expr: cst.BaseExpression, keys: Set[str]) -> Optional[cst.BaseExpression]:
-    """The occurrence of a loss in ``expr`` that the accumulation keeps,
-    looking through arithmetic and containers but not into calls."""
-    if isinstance(expr, (cst.Name, cst.Attribute)):
-        return expr if dotted_name(expr) in keys else None
-    if isinstance(expr, cst.BinaryOperation) and isinstance(expr.operator, _ARITHMETIC):
-        return _find_loss(expr.left, keys) or _find_loss(expr.right, keys)
-    if isinstance(expr, cst.UnaryOperation) and isinstance(expr.operator, cst.Minus):
-        return _find_loss(expr.expression, keys)
-    if isinstance(expr, (cst.Tuple, cst.List)):
-        for element in expr.elements:
-            if not isinstance(element, cst.StarredElement):
-                found = _find_loss(element.value, keys)
-                if found is not None:
-                    return found
-        return None
-    if isinstance(expr, cst.Dict):
-        for element in expr.elements:
-            if isinstance(element, cst.DictElement):
-                found = _find_loss(element.value, keys)
-                if found is not None:
-                    return found
-    return None
-
-
-def _is_detaching(value: cst.BaseExpression) -> bool:
-    """``x.item()``, ``x.detach()``, ``float(x)``, ``x.cpu().numpy()``..."""
-    if isinstance(value, cst.Call):
-        name = method_name(value)
-        if name in _DETACHING_METHODS:
-            return True
-        func = value.func
-        if isinstance(func, cst.Name) and func.value in _DETACHING_FUNCTIONS:
-            return True
-    if isinstance(value, cst.Attribute) and value.attr.value == "data":
-        return True
-    return False
-
-
-def _detached_names(assignments) -> Set[str]:
-    names: Set[str] = set()
-    for target, value in assignments:
-        if _is_detaching(value):
-            key = dotted_name(target)
-            if key is not None:
-                names.add(key)
-    return names
-
-
-def _prefixes(expr: cst.CSTNode) -> Iterator[str]:
-    """Every dotted name mentioned in ``expr`` and its prefixes:
-    ``torch.stack(self.losses)`` -> torch, torch.stack, self, self.losses."""
-    for node in walk_nodes(expr):
-        if isinstance(node, cst.Attribute) or isinstance(node, cst.Name):
-            key = dotted_name(node)
-            if key is not None:
-                parts = key.split(".")
-                for i in range(1, len(parts) + 1):
-                    yield ".".join(parts[:i])
-
-
-def _target_keys(target: cst.BaseExpression) -> Iterator[str]:
-    if isinstance(target, (cst.Tuple, cst.List)):
-        for element in target.elements:
-            yield from _target_keys(element.value)
-        return
-    key = _accumulator_key(target)
-    if key is not None:
-        yield key
-
-
-def _backpropagated_names(scope: _Scope) -> Set[str]:
-    """Names whose value flows into a backward call, through assignments
-    (``total = sum(losses)`` ... ``total.backward()`` marks ``losses``)."""
-    names: Set[str] = set()
-    for expr in scope.backpropagated:
-        names.update(_prefixes(expr))
-    pending = [(list(_target_keys(t)), v) for t, v in scope.assignments]
-    changed = True
-    rounds = 0
-    while changed and rounds < 8:
-        changed = False
-        rounds += 1
-        remaining = []
-        for keys, value in pending:
-            if any(k in names for k in keys):
-                before = len(names)
-                names.update(_prefixes(value))
-                changed = changed or len(names) != before
-            else:
-                remaining.append((keys, value))
-        pending = remaining
-    return names

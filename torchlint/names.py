@@ -8,7 +8,7 @@ inside functions are scoped to that function.
 
 from __future__ import annotations
 
-from typing import Dict, List, Optional, Sequence
+from typing import Dict, List, Optional, Sequence, Tuple
 
 import libcst as cst
 
@@ -129,6 +129,28 @@ class ImportTable:
                     return f"{module}.{name}"
         return None
 
+    def outer_alias(self, module: str, members: Sequence[str]) -> Optional[Tuple[str, bool]]:
+        """How code evaluated in the scopes enclosing the current one (a
+        decorator of the function being visited) can spell ``module`` or one of
+        its ``members`` (fully qualified): ``(name, True)`` for a local bound to
+        the module (spell ``name.member``), ``(name, False)`` for one bound to a
+        member (call it directly).  The module's own name wins, then an alias
+        of the module, then a member; None when none is visible."""
+        outer = self.scopes[:-1]
+        best: Optional[Tuple[str, bool]] = None
+        for scope in reversed(outer):
+            for local, value in scope.items():
+                if value != module and value not in members:
+                    continue
+                if _resolve_in(outer, local) != value:
+                    continue  # hidden by an inner binding
+                candidate = (local, value == module)
+                if local == module and value == module:
+                    return candidate
+                if best is None or (candidate[1] and not best[1]):
+                    best = candidate
+        return best
+
     def qualname(self, node: Optional[cst.BaseExpression]) -> Optional[str]:
         """The fully qualified name an expression refers to, if it is an import.
 
@@ -149,3 +171,10 @@ class ImportTable:
         if parts:
             return base + "." + ".".join(reversed(parts))
         return base
+
+
+def _resolve_in(scopes: Sequence[Dict[str, Optional[str]]], name: str) -> Optional[str]:
+    for scope in reversed(scopes):
+        if name in scope:
+            return scope[name]
+    return None

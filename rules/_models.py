@@ -1,0 +1,82 @@
+"""'This is a model': the names and classes that denote a neural network.
+
+The one place for the vocabulary the rules use to recognise a model without
+types:
+
+* ``names_a_module(expr)``: the last snake_case word of a name denotes an
+  ``nn.Module`` (``model``, ``self.ema_model``, ``text_encoder``, ``resnet``;
+  not ``model_output``, which is data): a receiver of ``.cpu()``, a ``del``;
+* ``names_a_model(name)``: a callee named like a network (``model``,
+  ``netG``, ``text_encoder``, ``model_without_ddp``), the stricter test of
+  "this call runs a model", which excludes factories and helpers named with
+  a verb (``get_model``, ``build_net``, ``load_model``);
+* ``module_like_base(expr, ctx)``: a class base that makes the class an
+  ``nn.Module`` (``torch.nn.*``, Lightning, a ``*Module``/``*Model``/``*Net``
+  base of one's own);
+* ``MODEL_WORDS``: substrings of a callee that say it runs a model, for the
+  loose question "does this loop run a model".
+"""
+
+from __future__ import annotations
+
+import re
+
+import libcst as cst
+
+from torchlint.rule import Context
+from torchlint.rules._helpers import last_name
+
+# Names that denote an `nn.Module` (as a receiver of `.cpu()`, or in `del model`),
+# as the last word of a snake_case name: `model`, `ema_model`, `text_encoder`.
+_MODULE_NAMES = frozenset(
+    {
+        "model", "models", "module", "modules", "backbone", "encoder", "decoder", "classifier",
+        "net", "network", "teacher", "student", "ema", "head", "layer", "layers", "block",
+        "blocks", "critic", "actor", "policy", "discriminator", "unet", "vae", "generator",
+        "submodule", "child", "wrapper", "pipeline", "pipe",
+    }
+)
+# A callee named like a network: `model`, `self.net`, `netG`, `text_encoder`, `ema_model`.
+_MODEL_NAME = re.compile(
+    r"^module$|^(.*_)?(model|models|net|network|backbone|encoder|decoder|classifier|generator|discriminator"
+    r"|teacher|student|transformer|unet|vae|gpt|llm|detector)(_.*|\d+)?$"
+    r"|model$|^net[a-z]?$",
+    re.IGNORECASE,
+)
+# `get_model(...)`, `build_net(...)`: factories, not models.
+_FACTORY = re.compile(
+    r"^_*(get|build|load|create|make|init|initialize|setup|save|prepare|restore|wrap|unwrap|export"
+    r"|compile|configure|print|log|freeze|unfreeze|set|count|update|register|convert|replace|copy"
+    r"|download|validate|evaluate|eval|test|train|run|check|compute|summarize|profile|benchmark"
+    r"|plot|show|visualize|infer|predict|apply|fuse|quantize|prune|sync|average|merge|split)_",
+    re.IGNORECASE,
+)
+# Substrings of a callee's name that say it runs a model.
+MODEL_WORDS = ("model", "net", "module", "encoder", "decoder", "generator", "discriminator", "policy")
+
+
+def names_a_module(expr: cst.BaseExpression) -> bool:
+    """``model``, ``self.model``, ``ema_model``, ``model2``, ``net``, ``resnet``,
+    ``text_encoder``; not ``model_output`` or ``encoder_out`` (data)."""
+    if isinstance(expr, cst.Name):
+        name = expr.value
+    elif isinstance(expr, cst.Attribute):
+        name = expr.attr.value
+    else:
+        return False
+    last = name.lower().strip("_").rsplit("_", 1)[-1].rstrip("0123456789")
+    return last in _MODULE_NAMES or last.endswith("net") or last.endswith("model")
+
+
+def names_a_model(name: str) -> bool:
+    """A callee name that says it is a network, not a factory or helper of one."""
+    return bool(_MODEL_NAME.match(name)) and not _FACTORY.match(name)
+
+
+def module_like_base(expr: cst.BaseExpression, ctx: Context) -> bool:
+    """A class base that makes the class an ``nn.Module`` (or a Lightning module)."""
+    q = ctx.qualname(expr)
+    if q is not None and (q.startswith("torch.nn") or "lightning" in q):
+        return True
+    name = last_name(expr) or ""
+    return bool(re.search(r"(Module|Model|Net|Network)$", name))
