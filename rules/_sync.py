@@ -340,15 +340,28 @@ def in_data_pipeline(ctx: Context) -> bool:
     return False
 
 
+# Words of a function name that says it draws or shows its inputs
+# (`visualize_assign_result`, `draw_one_frame`, `perform_wrong_prediction_vis`,
+# `plot_samples`), or converts results for a host evaluation API
+# (`convert_to_coco_format`, `to_voc_results`, `lvis_json`).
+_HOST_WORK_WORDS = re.compile(
+    r"(?:^|_)(?:vis|visuali[sz]e\w*|plot\w*|draw\w*|coco|voc|lvis)(?:$|_)"
+)
+
+
 def one_off_function(name: str) -> bool:
     """A function that builds a state dict or checkpoint, saves or exports
     (``save_progress``, ``export_to_ply``), sets up (``__init__``,
-    ``init_weights``, ``loftq_init``) or asserts (``assert_close_outputs``):
+    ``init_weights``, ``loftq_init``), asserts (``assert_close_outputs``),
+    draws (``draw_one_frame``, ``visualize_assign_result``) or
+    converts results for a host evaluation API (``convert_to_coco_format``):
     its host copies and reads are the work itself, or run once."""
     lowered = name.lower()
     if any(word in lowered for word in ("state_dict", "checkpoint", "ckpt")):
         return True
     stripped = lowered.strip("_")
+    if _HOST_WORK_WORDS.search(stripped):
+        return True
     return (
         stripped.startswith(("save", "export", "init", "assert"))
         or "_save" in stripped
@@ -942,3 +955,61 @@ def reading_loops(ctx: Context) -> frozenset:
     """The loops around the node being visited that only read values (by id):
     how often the read waits is how often the code around them runs."""
     return frozenset(id(loop) for loop in ctx.enclosing_loops() if only_reads(loop))
+
+
+def _moves_to_host(call: cst.Call) -> bool:
+    """``x.cpu()``, ``x.to("cpu")`` (a chain containing one)."""
+    node: cst.BaseExpression = call
+    while isinstance(node, cst.Call) and isinstance(node.func, cst.Attribute):
+        name = node.func.attr.value
+        if name == "cpu" or (name == "to" and node.args and isinstance(node.args[0].value, cst.SimpleString)
+                             and "cpu" in node.args[0].value.value):
+            return True
+        node = node.func.value
+    return False
+
+
+def offloads_state(loop: cst.CSTNode, cache: Dict[int, bool]) -> bool:
+    """Whether ``loop`` keeps its state on the host on purpose: it appends host
+    copies to a list and, in the same body, moves an item of that list back to
+    the device (``xs.append(x_next.to("cpu"))`` ... ``x = xs[-1].to("cuda")``,
+    a sampler that offloads its trajectory to bound device memory).  Keeping
+    those copies on the device, as TL102 advises, is what the loop avoids."""
+    found = cache.get(id(loop))
+    if found is not None:
+        return found
+    body = loop.body if isinstance(loop, (cst.For, cst.While)) else loop
+    appended: set = set()
+    read_back: set = set()
+    for node in walk_nodes(body):
+        if not (isinstance(node, cst.Call) and isinstance(node.func, cst.Attribute)):
+            continue
+        name = node.func.attr.value
+        owner = node.func.value
+        if name == "append" and isinstance(owner, cst.Name) and node.args:
+            value = node.args[0].value
+            if isinstance(value, cst.Call) and _moves_to_host(value):
+                appended.add(owner.value)
+        elif name in ("to", "cuda") and isinstance(owner, cst.Subscript) and isinstance(owner.value, cst.Name):
+            if not (name == "to" and node.args and isinstance(node.args[0].value, cst.SimpleString)
+                    and "cpu" in node.args[0].value.value):
+                read_back.add(owner.value.value)
+    found = cache[id(loop)] = bool(appended & read_back)
+    return found
+
+
+def appended_to_offloaded_state(ctx: Context, top_index: int, loop: cst.CSTNode, cache: Dict[int, bool]) -> bool:
+    """Whether the host copy whose chain ends at ``ctx.stack[top_index]`` is
+    appended to a list (``xs.append(x.to("cpu"))``) in a loop that offloads
+    its state (:func:`offloads_state`)."""
+    stack = ctx.stack
+    if top_index < 2:
+        return False
+    call = stack[top_index - 2]
+    return (
+        isinstance(stack[top_index - 1], cst.Arg)
+        and isinstance(call, cst.Call)
+        and isinstance(call.func, cst.Attribute)
+        and call.func.attr.value == "append"
+        and offloads_state(loop, cache)
+    )

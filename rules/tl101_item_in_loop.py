@@ -109,7 +109,10 @@ class ItemInLoop(Rule):
       loaded on the host and converted once; and any call in a function that
       builds a state dict or checkpoint, saves, exports, sets up or asserts
       (`save_*`, `*_save*`, `export*`, `__init__`, `init*`, `*_init`,
-      `assert*`): one-off work, or the conversion is the work;
+      `assert*`), or draws or converts for a host evaluation API (a name with
+      the word `vis`, `visualize*`, `plot*`, `draw*`, `coco`, `voc` or `lvis`:
+      `draw_one_frame`, `convert_to_coco_format`): one-off work, or the
+      conversion is the work;
     - code in a `torch.utils.data` `Dataset` or `Sampler` subclass (data
       loading runs on the host);
     - test files (`test_*.py`, `*_test.py`, `conftest.py`, under `tests/`):

@@ -26,6 +26,7 @@ from torchlint.rules._sync import (
     chain_top,
     converts_any_value,
     expression_statement,
+    appended_to_offloaded_state,
     feeds_host_api,
     in_timing_loop,
     normalises_to_host,
@@ -70,6 +71,11 @@ class HostCopyInLoop(Rule):
       device work between copies, so only the first one waits, once where the
       comprehension runs (in a function that runs every step, such as
       `training_step` or one the training loop calls, it is reported);
+    - a copy appended to a list in a loop that offloads its state to the
+      host: it also moves an item of that list back to the device
+      (`xs.append(x_next.to("cpu"))` ... `xt = xs[-1].to("cuda")`, a sampler
+      keeping a long trajectory in host memory); keeping the copies on the
+      device would hold every step's state in device memory;
     - code in benchmark scripts (`bench.py`, `benchmark_*.py`, `*_bench.py`,
       a `benchmarks/` directory), as in tests and export scripts: their loops
       are the measurement;
@@ -91,7 +97,10 @@ class HostCopyInLoop(Rule):
       constructor (`nn.Parameter(...)`, `bnb.nn.Int8Params(w.to("cpu"))`), or
       any copy in a function whose name mentions `state_dict`, `checkpoint` or
       `ckpt`, or that saves, exports, sets up or asserts (`save_*`, `*_save*`,
-      `export*`, `__init__`, `init*`, `*_init`, `assert*`): saving, sending,
+      `export*`, `__init__`, `init*`, `*_init`, `assert*`), or that draws or
+      converts for a host evaluation API (a name with the word `vis`,
+      `visualize*`, `plot*`, `draw*`, `coco`, `voc` or `lvis`:
+      `visualize_assign_result`, `convert_to_coco_format`): saving, sending,
       comparing or building weights on the host needs the copies, and set-up
       runs once;
     - a copy the next consumer needs on the host every step: an environment
@@ -282,6 +291,7 @@ class HostCopyInLoop(Rule):
         super().__init__(context)
         self._reported: Set[int] = set()
         self._facts: Dict[int, LoopFacts] = {}
+        self._offloads: Dict[int, bool] = {}
         # A module that runs models outside PyTorch hands them host arrays.
         self._feeds_runtime = source_mentions(context.source, _RUNTIMES, _RUNTIME_WORDS)
 
@@ -315,6 +325,8 @@ class HostCopyInLoop(Rule):
             return
         if in_data_pipeline(ctx) or converts_any_value(ctx, loop, self._facts) or self._host_consumer(index):
             return
+        if appended_to_offloaded_state(ctx, index, loop, self._offloads):
+            return  # a sampler that keeps its trajectory on the host to bound device memory
         if feeds_host_sink(ctx, index, loop, gathered=True) or feeds_host_api(ctx):
             return  # copied to be written, drawn or decoded on the host: the copy is the point
         if _serialised(ctx.stack, index):

@@ -230,3 +230,48 @@ def test_the_same_container_converted_only_sometimes_may_be_on_the_device():
     assert found(code, "TL101", path="generator.py") == [("TL101", 11), ("TL101", 11)]
     returned_new = CONTAINER.replace("        data.to_numpy()\n        return data\n", "        return data.clone()\n")
     assert found(returned_new, "TL101", path="generator.py") == [("TL101", 11), ("TL101", 11)]
+
+
+def test_functions_that_draw_or_convert_for_an_evaluation_api_need_the_host():
+    template = """
+    import torch
+
+
+    def {name}(self, outputs, labels):
+        rows = []
+        for out in outputs:
+            out = self.head(out)
+            rows.append(out.cpu().numpy())
+            labels.append(out.argmax().item())
+        return rows
+    """
+    for name in ("visualize_assign_result", "draw_one_frame", "perform_wrong_prediction_vis", "plot_samples",
+                 "convert_to_coco_format", "to_voc_results"):
+        assert found(template.format(name=name), "TL101,TL102") == [], name
+    for name in ("training_step", "encode_vocab", "revisit_batches", "forward_visible"):
+        assert sorted(found(template.format(name=name), "TL101,TL102")) == [("TL101", 10), ("TL102", 9)], name
+
+
+SAMPLER = """
+import torch
+
+
+def sample_steps(x, seq, model):
+    xs, x0_preds = [x], []
+    with torch.no_grad():
+        for t in reversed(seq):
+            xt = xs[-1].to("cuda")
+            x0 = model(xt, t)
+            x0_preds.append(x0.to("cpu"))
+            xs.append((xt - x0).to("cpu"))
+    return xs, x0_preds
+"""
+
+
+def test_a_sampler_that_offloads_its_trajectory_keeps_it_on_the_host_on_purpose():
+    assert found(SAMPLER, "TL102") == []
+
+
+def test_the_same_copies_without_the_round_trip_are_reported():
+    code = SAMPLER.replace('xt = xs[-1].to("cuda")', "xt = x")
+    assert found(code, "TL102") == [("TL102", 11), ("TL102", 12)]
