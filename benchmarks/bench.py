@@ -17,6 +17,10 @@ so that a change in the machine's load hits every figure alike):
   one file     -- `torchlint check --no-cache FILE` for one file, next to
                   `python -c pass` and `python -c "import libcst"`
 
+Every process runs with its modules' bytecode written once, as an installed
+package has it (a PYTHONDONTWRITEBYTECODE of the shell is dropped for the
+children unless --keep-env).
+
 It prints the median and the spread (min-max) of each, the ratios the
 design's budget is written in (cold / parse floor, warm / cold, torchfix /
 cold), and the peak resident memory of the cold run's largest process.
@@ -163,6 +167,8 @@ def main(argv=None) -> int:
     parser.add_argument("--one-file", default=str(ROOT / "examples" / "train.py"), metavar="FILE",
                         help="the file for the one-file start-up figure (default: examples/train.py)")
     parser.add_argument("--parse-floor", type=int, default=None, help=argparse.SUPPRESS)
+    parser.add_argument("--keep-env", action="store_true",
+                        help="keep PYTHONDONTWRITEBYTECODE (compile every module at every start)")
     args = parser.parse_args(argv)
     if args.parse_floor is not None:
         return parse_floor_main(args.parse_floor, args.paths)
@@ -183,17 +189,24 @@ def main(argv=None) -> int:
                                  "--exit-zero", *args.paths)
     warm_cmd = torchlint_command("check", "-j", str(jobs), "--output-format", "json", "--exit-zero", *args.paths)
     one_file = Path(args.one_file)
+    # Every process runs as from an installed package, with its modules'
+    # bytecode written once (pip compiles it at install time); without
+    # --keep-env a PYTHONDONTWRITEBYTECODE of the shell would have every start
+    # compile torchlint's sources again.
+    base = dict(os.environ)
+    if not args.keep_env:
+        base.pop("PYTHONDONTWRITEBYTECODE", None)
     with tempfile.TemporaryDirectory(prefix="torchlint-bench-cache-") as cache:
-        env = dict(os.environ, TORCHLINT_CACHE_DIR=cache)
+        env = dict(base, TORCHLINT_CACHE_DIR=cache)
         fill, _, filled, _ = timed(warm_cmd, env)
-        steps = [("parse floor", floor_cmd, None), ("cold check", cold_cmd, None), ("warm check", warm_cmd, env)]
+        steps = [("parse floor", floor_cmd, base), ("cold check", cold_cmd, base), ("warm check", warm_cmd, env)]
         if torchfix:
             steps.append(("torchfix", [torchfix, "--select", "ALL", "-j", str(jobs), *args.paths], None))
         if one_file.is_file():
             steps += [
-                ("python -c pass", [sys.executable, "-c", "pass"], None),
-                ("import libcst", [sys.executable, "-c", "import libcst"], None),
-                ("one file", torchlint_command("check", "--no-cache", "--exit-zero", str(one_file)), None),
+                ("python -c pass", [sys.executable, "-c", "pass"], base),
+                ("import libcst", [sys.executable, "-c", "import libcst"], base),
+                ("one file", torchlint_command("check", "--no-cache", "--exit-zero", str(one_file)), base),
             ]
         times = {name: [] for name, _, _ in steps}
         rss = {name: 0 for name, _, _ in steps}
@@ -232,7 +245,7 @@ def main(argv=None) -> int:
               "(budget 0.35 s)")
         print(f"{'python -c pass':26}{_spread(times['python -c pass'])}")
         print(f"{'python -c import libcst':26}{_spread(times['import libcst'])}")
-        if os.environ.get("PYTHONDONTWRITEBYTECODE") or sys.flags.dont_write_bytecode:
+        if base.get("PYTHONDONTWRITEBYTECODE") or sys.flags.dont_write_bytecode:
             print("(PYTHONDONTWRITEBYTECODE is set: modules without a .pyc are compiled at every start)")
     return 0
 
