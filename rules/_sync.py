@@ -20,6 +20,7 @@ from torchlint.rule import Context
 from torchlint.nodes import iter_children, target_names, walk_nodes
 from torchlint.rules._helpers import source_mentions
 from torchlint.rules._models import names_a_module
+from torchlint.rules._training import is_backward, is_optimizer_step
 
 _SCOPES = (cst.FunctionDef, cst.Lambda, cst.ClassDef)
 
@@ -484,6 +485,21 @@ class LoopFacts:
     read in its own body (``if token.item() in stop_tokens: break``):
     token-by-token decoding and the like, which wait for the device every
     iteration by design."""
+    optimizes: bool = False
+    """Runs a training step somewhere in its body: a backward
+    (``loss.backward()``, ``accelerator.backward(loss)``), an optimizer step
+    (``optimizer.step()``, ``scaler.step(optimizer)``), or a call of a step
+    function named so (``step(batch)``, ``train_step(...)``,
+    ``self.optimize_parameters()``).
+    ``scheduler.step()`` and ``env.step(action)`` are not training steps."""
+    waits_on_data: bool = False
+    """Waits for the device every iteration by design, in its own body and not
+    under a condition, with an operation whose result size or control flow
+    depends on device values: ``nonzero()``, ``unique()``,
+    ``masked_select()``, a one-argument ``torch.where(mask)``, or an
+    ``if``/``while``/``assert`` test on a tensor (``if (x > 0).any():``,
+    ``assert torch.isfinite(loss).all()``).  None of these is a finding of
+    the sync rules; one more read of a value there adds no new wait."""
 
 
 def _is_oom_handler(ctx: Context, handler: cst.CSTNode) -> bool:
@@ -535,6 +551,13 @@ def _scan(ctx: Context, roots: List[cst.CSTNode]) -> LoopFacts:
                 facts.trains = True
                 # `scheduler.step()` once per epoch is not a training step
                 facts.steps_directly = facts.steps_directly or (direct and attr == "backward")
+                facts.optimizes = facts.optimizes or is_backward(node, ctx) or is_optimizer_step(node)
+            elif _TRAIN_STEP.match(name) or q == "torch.autograd.backward" or (
+                q is None and isinstance(func, cst.Name) and func.value == "step"
+            ):
+                facts.optimizes = True
+            elif always and direct and _waits_on_data(node, name, q):
+                facts.waits_on_data = True
             elif always and direct and q in DEVICE_SYNCS:
                 facts.synchronizes = True
             elif always and _generates(func):
@@ -543,6 +566,8 @@ def _scan(ctx: Context, roots: List[cst.CSTNode]) -> LoopFacts:
                 facts.prompts_user = True
         elif isinstance(node, cst.If) and direct and _ends_loop(node.body) and _reads_value(node.test):
             facts.exits_on_value = True
+        if isinstance(node, (cst.If, cst.While, cst.Assert)) and direct and always and _tests_tensor(ctx, node.test):
+            facts.waits_on_data = True
         elif isinstance(node, cst.Del):
             target = node.target
             targets = [e.value for e in target.elements] if isinstance(target, (cst.Tuple, cst.List)) else [target]
@@ -558,6 +583,46 @@ def _scan(ctx: Context, roots: List[cst.CSTNode]) -> LoopFacts:
 
 
 _READS = frozenset({"item", "tolist", "cpu", "numpy", "any", "all", "equal"})
+
+
+# A training step called by its name: `train_step(...)`, `self.training_step(batch)`,
+# `train_one_batch(...)`, `model.optimize_parameters()` (the CycleGAN/pix2pix idiom).
+_TRAIN_STEP = re.compile(
+    r"^_?(?:train|training|optimi[sz]e)(?:_one)?_(?:step|batch|iter|iteration|parameters)$", re.IGNORECASE
+)
+# Operations whose output size depends on device values: the host waits for them.
+_DATA_DEPENDENT = frozenset({"nonzero", "unique", "unique_consecutive", "masked_select", "argwhere"})
+# Reductions whose truth value an `if`/`while`/`assert` reads on the host.
+_TRUTH_READS = frozenset({"any", "all", "equal", "allclose", "isfinite", "isnan", "isinf"})
+
+
+def _waits_on_data(call: cst.Call, name: str, qualname: Optional[str]) -> bool:
+    if name in _DATA_DEPENDENT and (qualname is None or qualname.startswith("torch.")):
+        return qualname is not None or isinstance(call.func, cst.Attribute)
+    return qualname == "torch.where" and len(call.args) == 1
+
+
+def _tests_tensor(ctx: Context, test: cst.BaseExpression) -> bool:
+    """A test that reads a tensor's truth value (``(x > 0).any()``,
+    ``torch.isfinite(loss).all()``, ``torch.equal(a, b)``); not ``.item()`` or
+    ``.tolist()``, which are the sync rules' own findings, and not the
+    builtins ``any``/``all`` or ``math``/``numpy`` tests on host numbers."""
+    todo: List[cst.CSTNode] = [test]
+    while todo:
+        node = todo.pop()
+        if isinstance(node, cst.BooleanOperation):
+            todo.append(node.left)  # the right operand may be skipped (`shown < 3 and not x.all()`)
+            continue
+        if isinstance(node, cst.Call) and isinstance(node.func, cst.Attribute) and node.func.attr.value in _TRUTH_READS:
+            qualname = ctx.qualname(node.func)
+            inner = node.func.value
+            if qualname is None and isinstance(inner, cst.Call):
+                qualname = ctx.qualname(inner.func)  # `np.isnan(v).any()` is a host test
+            if qualname is None or qualname.startswith("torch."):
+                return True
+        if not isinstance(node, _SCOPES):
+            todo.extend(iter_children(node))
+    return False
 
 
 def _ends_loop(block: cst.CSTNode) -> bool:
@@ -585,15 +650,34 @@ def loop_facts(ctx: Context, loop: cst.CSTNode, cache: Dict[int, LoopFacts]) -> 
     visited, so call this during the walk."""
     facts = cache.get(id(loop))
     if facts is None:
-        if isinstance(loop, cst.For):
+        if isinstance(loop, (cst.For, cst.FunctionDef)):
             roots: List[cst.CSTNode] = [loop.body]
         elif isinstance(loop, cst.While):
             roots = [loop.test, loop.body]
         else:
             roots = [loop]
         facts = _scan(ctx, roots)
+        if isinstance(loop, cst.While) and _tests_tensor(ctx, loop.test):
+            facts.waits_on_data = True  # `while not done.all():`
         cache[id(loop)] = facts
     return facts
+
+
+def in_training_code(ctx: Context, cache: Dict[int, LoopFacts]) -> bool:
+    """Whether the node being visited runs as part of training: a loop around
+    it (in its function) runs a training step (``LoopFacts.optimizes``), or its
+    function is one, by name (``train_step``) or by its body (a backward or an
+    optimizer step outside any loop, such as a ``training_step`` that one loop
+    calls per batch)."""
+    for loop in ctx.enclosing_loops(periodic_guard=False):
+        if loop_facts(ctx, loop, cache).optimizes:
+            return True
+    function = ctx.enclosing_function()
+    if function is None:
+        return False
+    if _TRAIN_STEP.match(function.name.value):
+        return True
+    return loop_facts(ctx, function, cache).optimizes
 
 
 # -- a guard that stops on a non-finite loss ---------------------------------------------

@@ -66,6 +66,13 @@ class ItemInLoop(Rule):
       and reads a clock (`time.time()`, `perf_counter()`); one more wait
       there costs nothing (a sync without a clock is TL103's finding, and
       the reads after it are reported: they become the wait once it goes);
+    - a loop that waits for the device every iteration anyway, in its own
+      body and not under a condition, through an operation whose result size
+      or control flow depends on device values (`idx = mask.nonzero()`,
+      `torch.unique(labels)`, `if (x > 0).any():`, `while not done.all():`,
+      `assert torch.isfinite(loss).all()`; the right operand of `and`/`or`
+      may not run and does not count): one more read there adds little,
+      and removing it would not remove the loop's wait;
     - a value read to stop the run on a non-finite loss (`if not
       math.isfinite(loss.item()): sys.exit(1)`, or `loss_value = loss.item()`
       tested so later in the loop): the guard needs the host value every
@@ -396,6 +403,8 @@ class ItemInLoop(Rule):
             return  # a timing loop: it waits for the device every iteration anyway, to time it
         if facts.exits_on_value:
             return  # the loop waits for a device value every iteration anyway, to decide to stop
+        if facts.waits_on_data:
+            return  # `idx = mask.nonzero()`, `if (x > 0).any():`: it waits every iteration anyway
         if feeds_finite_guard(ctx, loop):
             return  # read to stop the run on a non-finite loss: needed every step, by design
         recv = receiver(node)

@@ -29,6 +29,7 @@ from torchlint.rules._sync import (
     appended_to_offloaded_state,
     feeds_host_api,
     in_timing_loop,
+    in_training_code,
     normalises_to_host,
     reading_loops,
     feeds_host_sink,
@@ -55,6 +56,18 @@ class HostCopyInLoop(Rule):
     outermost call: `out.detach().cpu().numpy()` is one diagnostic, and so is
     `loss.cpu().item()` (TL101 leaves chains that copy to the host first to
     this rule, so the two rules never report the same chain).
+
+    Outside training (a loop that runs no backward or optimizer step, in a
+    function that runs none and is not named like a training step), only the
+    copies that the device could spare are reported: results appended to a
+    list that the function later joins with `torch.cat`/`torch.stack` (the
+    rule's example: one copy after the loop does the same), a copy that is an
+    operand of a comparison or arithmetic (`(pred.cpu().numpy() ==
+    y.cpu().numpy()).sum()`: a metric the device computes as well), and a
+    chain that ends in `.item()`/`.tolist()` (`loss.cpu().item()`), as TL101
+    reports a bare `.item()`. Other host copies in evaluation and inference
+    code are handed to host code (a NumPy or SciPy function, a file, a
+    drawing, a tokenizer, an evaluation API) and are the point there.
 
     Not reported (where the copy is not a per-step cost, or is the work itself):
     - a copy in a loop that waits for the device every iteration anyway, to
@@ -138,6 +151,11 @@ class HostCopyInLoop(Rule):
       (`for i in range(...)`, `for i, x in enumerate(...)`), under a cap
       (`if shown < 3:` incrementing `shown`), or under a counter reset
       (`if seen == k:` ... `seen = 0`);
+    - a loop that waits for the device every iteration anyway, in its own
+      body and not under a condition, through an operation whose result size
+      or control flow depends on device values (`idx = mask.nonzero()`,
+      `torch.unique(labels)`, `if (x > 0).any():`,
+      `assert torch.isfinite(loss).all()`): one more wait there adds little;
     - a timing loop, which already waits for the device every iteration on
       purpose: its own body calls `torch.cuda.synchronize()` (or
       `torch.accelerator`/`xpu`/`mps` `synchronize()`) outside any condition
@@ -263,13 +281,17 @@ class HostCopyInLoop(Rule):
             import torch
             for x in loader:
                 preds.append(model(x).argmax(-1).cpu())
+            all_preds = torch.cat(preds)
             """,
         ),
         Invalid(
             """
             import torch
-            for x in loader:
-                probs = model(x).softmax(-1).detach().cpu().numpy()
+            for x, y in loader:
+                out = model(x)
+                loss_fn(out, y).backward()
+                optimizer.step()
+                probs = out.softmax(-1).detach().cpu().numpy()
             """,
         ),
         Invalid(
@@ -292,6 +314,7 @@ class HostCopyInLoop(Rule):
         self._reported: Set[int] = set()
         self._facts: Dict[int, LoopFacts] = {}
         self._offloads: Dict[int, bool] = {}
+        self._joined: Dict[int, Set[str]] = {}
         # A module that runs models outside PyTorch hands them host arrays.
         self._feeds_runtime = source_mentions(context.source, _RUNTIMES, _RUNTIME_WORDS)
 
@@ -308,7 +331,7 @@ class HostCopyInLoop(Rule):
         facts = loop_facts(ctx, loop, self._facts)
         if in_timing_loop(ctx, loop, self._facts):
             return  # a timing loop: it waits for the device every iteration anyway, to time it
-        if facts.exits_on_value:
+        if facts.exits_on_value or facts.waits_on_data:
             return  # the loop waits for the device anyway
         recv = receiver(node)
         assert recv is not None
@@ -319,6 +342,9 @@ class HostCopyInLoop(Rule):
         top, index = chain_top(ctx)
         if id(top) in self._reported:
             return
+        if (method_name(top) not in ("item", "tolist") and not in_training_code(ctx, self._facts)
+                and not _host_arithmetic(ctx.stack, index) and not self._gathered_for_concatenation(ctx, index)):
+            return  # evaluation or inference: host copies feed host code (metrics, files, drawing)
         if _module_method_follows(ctx.stack, index):
             return  # `m.cpu().parameters()`: `m` is a module
         if self._copies_weights(loop) or self._gathered_once(loop, recv):
@@ -340,6 +366,31 @@ class HostCopyInLoop(Rule):
             return  # a loop in code that runs once or once per epoch (or whose callers are not seen)
         self._reported.add(id(top))
         self.report(top, self._MESSAGE.format(what=what), frequency=frequency)
+
+    def _gathered_for_concatenation(self, ctx, top_index: int) -> bool:
+        """``preds.append(out.cpu())`` where the function later joins ``preds``
+        with ``torch.cat``/``torch.stack``: the results are collected to be
+        joined as tensors, which works as well on the device, with one copy
+        after the loop (the rule's example).  Outside training, only this
+        shape is reported: other host copies feed host code."""
+        stack = ctx.stack
+        if top_index < 2:
+            return False
+        arg, call = stack[top_index - 1], stack[top_index - 2]
+        if not (isinstance(arg, cst.Arg) and isinstance(call, cst.Call) and method_name(call) in ("append", "extend")):
+            return False
+        owner = receiver(call)
+        scope = ctx.enclosing_function() or ctx.module
+        if owner is None or scope is None:
+            return False
+        joined = self._joined.get(id(scope))
+        if joined is None:
+            joined = set()
+            for node in walk_nodes(scope):
+                if isinstance(node, cst.Call) and node.args and ctx.qualname(node.func) in _CONCATENATIONS:
+                    joined.add(cst.Module([]).code_for_node(node.args[0].value))
+            self._joined[id(scope)] = joined
+        return cst.Module([]).code_for_node(owner) in joined
 
     def _step_loop(self) -> Optional[cst.CSTNode]:
         """The innermost enclosing loop that is not a walk over a mapping's
@@ -465,6 +516,14 @@ def _last_name(expr: cst.BaseExpression) -> Optional[str]:
 _CONCATENATIONS = frozenset(
     {"torch.cat", "torch.concat", "torch.concatenate", "torch.stack", "torch.vstack", "torch.hstack"}
 )
+
+
+def _host_arithmetic(stack, top_index: int) -> bool:
+    """Whether the copy is an operand of a comparison or arithmetic
+    (``(pred.cpu().numpy() == y.cpu().numpy()).sum()``): a metric computed on
+    the host that the device computes as well, without the copy."""
+    parent = stack[top_index - 1] if top_index else None
+    return isinstance(parent, (cst.Comparison, cst.ComparisonTarget, cst.BinaryOperation))
 
 
 def _serialised(stack, top_index: int) -> bool:

@@ -11,6 +11,7 @@ from torchlint.rules._sync import (
     LoopFacts,
     expression_statement,
     in_except_handler,
+    in_training_code,
     is_epoch_loop,
     loop_facts,
     runs_once,
@@ -30,9 +31,11 @@ class EmptyCacheInLoop(Rule):
     """
     ## What it does
     Reports `torch.cuda.empty_cache()` (and `torch.accelerator.empty_cache()`,
-    `torch.xpu.empty_cache()`, `torch.mps.empty_cache()`) called in a loop: in
-    the body of a `for`/`while` statement or of a comprehension, in the same
-    function, and not under a periodic guard such as `if step % 100 == 0:`.
+    `torch.xpu.empty_cache()`, `torch.mps.empty_cache()`) called in a training
+    loop: in the body of a `for`/`while` statement or of a comprehension, in
+    the same function, and not under a periodic guard such as
+    `if step % 100 == 0:`, where the loop (or its function) runs a backward or
+    an optimizer step.
 
     Not reported, because there the call runs rarely or releases memory on
     purpose:
@@ -49,6 +52,17 @@ class EmptyCacheInLoop(Rule):
       a memory measurement per run);
     - in a loop over epochs (`for epoch in ...`), where it runs once per pass
       over the data;
+    - in code that does not train: a loop that runs no backward or optimizer
+      step (and whose function runs none and is not named like a training
+      step, `train_step`, `optimize_parameters`). Evaluation and inference
+      loops release memory between inputs of varying size (full-resolution
+      images, long sequences) on purpose, where peak memory matters more than
+      a re-allocation; a training loop repeats the same allocations, which
+      the cache would serve;
+    - under an `if` whose test is a setting (`if self.cpu_cache:`,
+      `if not args.keep_cache and rank == 0:`): a memory-saving mode the
+      user turns on. A test about the device (`if torch.cuda.is_available():`)
+      only guards the call and does not count;
     - where it runs at most once per loop: in a block that ends with
       `break`/`return`/`raise`, or under `if i == 0:` on the loop counter.
 
@@ -65,11 +79,12 @@ class EmptyCacheInLoop(Rule):
     applications.
 
     Measured with `torchlint verify --rules TL702` on a CPU (a 2-core AMD EPYC VM,
-    `OMP_NUM_THREADS=1`, torch 2.13.0+cpu; no GPU was available): 1.23 ms before,
-    1.23 ms after, **1.00x**. `torch.cuda.empty_cache()` does nothing without CUDA,
-    so both versions do the same work on a CPU; on a GPU it forces the allocator to
-    return and re-request memory from the driver every iteration. Run the same
-    command on a GPU machine for the figure that matters there.
+    torch 2.13.0+cpu; no GPU was available), on a small training loop (a
+    backward per iteration): the two versions do the same work there, since
+    `torch.cuda.empty_cache()` does nothing without CUDA, and the timings
+    differ only by noise (the quartile range spans 1x). On a GPU it forces the
+    allocator to return and re-request memory from the driver every iteration;
+    run the same command on a GPU machine for the figure that matters there.
 
     ## Example
     ```python
@@ -164,51 +179,53 @@ class EmptyCacheInLoop(Rule):
             """
             import torch
             while running:
-                out = model(next(it))
-                del out
+                loss = model(next(it)).sum()
+                loss.backward()
+                del loss
                 torch.cuda.empty_cache()
             """,
             expected_fix="""
             import torch
             while running:
-                out = model(next(it))
-                del out
+                loss = model(next(it)).sum()
+                loss.backward()
+                del loss
             """,
         ),
     ]
 
     BENCHMARK = Benchmark(
-        title="a loop with vs without `torch.cuda.empty_cache()` every iteration",
+        title="a training loop with vs without `torch.cuda.empty_cache()` every iteration",
         before="""
             import torch
 
             device = torch.device(DEVICE)
 
-            weight = torch.randn(256, 256, device=device)
+            weight = torch.randn(256, 256, device=device, requires_grad=True)
 
 
             def run():
-                outs = []
+                weight.grad = None
                 for _ in range(8):
                     x = torch.randn(64, 256, device=device)
-                    outs.append((x @ weight).relu().sum())
+                    (x @ weight).relu().sum().backward()
                     torch.cuda.empty_cache()
-                return torch.stack(outs)
+                return weight.grad
             """,
         after="""
             import torch
 
             device = torch.device(DEVICE)
 
-            weight = torch.randn(256, 256, device=device)
+            weight = torch.randn(256, 256, device=device, requires_grad=True)
 
 
             def run():
-                outs = []
+                weight.grad = None
                 for _ in range(8):
                     x = torch.randn(64, 256, device=device)
-                    outs.append((x @ weight).relu().sum())
-                return torch.stack(outs)
+                    (x @ weight).relu().sum().backward()
+                return weight.grad
             """,
         cpu_note="`torch.cuda.empty_cache()` does nothing without CUDA: both versions do the same work on a CPU",
     )
@@ -239,6 +256,10 @@ class EmptyCacheInLoop(Rule):
         facts = loop_facts(ctx, loop, self._facts)
         if facts.retries_on_oom or facts.collects_garbage or facts.reads_memory_stats or facts.deletes_model:
             return
+        if not in_training_code(ctx, self._facts):
+            return  # evaluation/inference: releasing memory between inputs of varying size is deliberate
+        if _under_switch(ctx, loop):
+            return  # `if self.cpu_cache:`: a memory-saving mode the user turns on
         if self._deletes_pipeline(loop):
             return
         fix = None
@@ -276,6 +297,33 @@ class EmptyCacheInLoop(Rule):
                 todo.extend(iter_children(node))
             self._drops_pipeline[id(loop)] = cached
         return cached
+
+
+def _under_switch(ctx, loop: cst.CSTNode) -> bool:
+    """Whether the call is in the body of an ``if`` (inside the loop) whose
+    test is a setting: a name or attribute (``if self.cpu_cache:``,
+    ``if args.empty_cache and rank == 0:``), not a test of the device
+    (``if torch.cuda.is_available():`` guards the call, it does not choose it)."""
+    stack = ctx.stack
+    start = next((i for i, n in enumerate(stack) if n is loop), len(stack))
+    for index in range(start + 1, len(stack) - 1):
+        node = stack[index]
+        if isinstance(node, cst.If) and stack[index + 1] is node.body and _is_setting(node.test):
+            return True
+    return False
+
+
+def _is_setting(test: cst.BaseExpression) -> bool:
+    if isinstance(test, cst.UnaryOperation) and isinstance(test.operator, cst.Not):
+        return _is_setting(test.expression)
+    if isinstance(test, cst.BooleanOperation):
+        return _is_setting(test.left) or _is_setting(test.right)
+    if isinstance(test, cst.Name):
+        return test.value not in ("True", "False")
+    if isinstance(test, cst.Attribute):
+        text = cst.Module([]).code_for_node(test).lower()
+        return not any(word in text for word in ("cuda", "device", "gpu"))
+    return False
 
 
 def _names_pipeline(expr: cst.BaseExpression) -> bool:

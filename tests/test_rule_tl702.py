@@ -29,7 +29,7 @@ def positions(code: str):
     ],
 )
 def test_reported_in_a_loop(imports: str, call: str) -> None:
-    code = f"{imports}\nfor x in loader:\n    model(x)\n    {call}\n"
+    code = f"{imports}\nfor x in loader:\n    loss_fn(model(x)).backward()\n    {call}\n"
     diagnostics = tl702(code)
     assert [(d.line, d.column) for d in diagnostics] == [(4, 5)]
     assert diagnostics[0].fix is not None and diagnostics[0].fix.applicability is Applicability.UNSAFE
@@ -99,7 +99,7 @@ def test_out_of_memory_retry_loops_are_silent(handler: str) -> None:
 
 
 def test_a_loop_catching_other_errors_is_still_reported() -> None:
-    code = "import torch\nfor x in loader:\n    torch.cuda.empty_cache()\n    try:\n        run(x)\n    except KeyError:\n        pass\n"
+    code = "import torch\nfor x in loader:\n    torch.cuda.empty_cache()\n    try:\n        step(x)\n    except KeyError:\n        pass\n"
     assert positions(code) == [(3, 5)]
 
 
@@ -127,8 +127,8 @@ def test_deliberate_release_between_heavy_iterations(extra: str) -> None:
 def test_del_of_data_is_still_reported() -> None:
     code = "import torch\nfor x, y in loader:\n    loss = step(x, y)\n    del loss, x, y\n    torch.cuda.empty_cache()\n"
     assert positions(code) == [(5, 5)]
-    code = "import torch\nfor x in loader:\n    out = pipeline(x)\n    del out, pipeline_output\n    torch.cuda.empty_cache()\n"
-    assert positions(code) == [(5, 5)]
+    code = "import torch\nfor x in loader:\n    out = pipeline(x)\n    step(out)\n    del out, pipeline_output\n    torch.cuda.empty_cache()\n"
+    assert positions(code) == [(6, 5)]
 
 
 def test_pipeline_deleted_in_a_nested_function_does_not_count() -> None:
@@ -158,12 +158,13 @@ def test_no_fix_when_not_a_statement_of_its_own() -> None:
     code = """
     import torch
     for x in loader:
+        optimizer.step()
         cleanup = torch.cuda.empty_cache()
         callbacks.append(lambda: torch.cuda.empty_cache())
         results = [torch.cuda.empty_cache() for _ in range(2)]
     """
     diagnostics = tl702(code)
-    assert [(d.line, d.fix) for d in diagnostics] == [(4, None), (6, None)]
+    assert [(d.line, d.fix) for d in diagnostics] == [(5, None), (7, None)]
 
 
 def test_fix_removes_only_with_unsafe_fixes() -> None:
@@ -173,3 +174,49 @@ def test_fix_removes_only_with_unsafe_fixes() -> None:
     assert result.text == "import torch\nfor x in loader:\n    step(x)\n"
     assert result.applied == {"TL702": 1}
     assert tl702(result.text) == []
+
+
+def test_evaluation_and_inference_loops_are_silent() -> None:
+    # Releasing memory between inputs of varying size (full-resolution images
+    # in a validation loop) is deliberate; only a loop that trains repeats the
+    # same allocations that the cache would have served.
+    code = """
+    import torch
+    def validation(model, loader):
+        for data in loader:
+            with torch.no_grad():
+                output = model(data["lq"])
+            save(tensor2img(output))
+            del output
+            torch.cuda.empty_cache()
+    """
+    assert tl702(code) == []
+    trains = code.replace('save(tensor2img(output))', 'loss_fn(output).backward()')
+    assert positions(trains) == [(9, 9)]
+
+
+def test_training_step_called_by_name_or_in_the_function() -> None:
+    code = """
+    import torch
+    def train(model, loader):
+        for data in loader:
+            model.optimize_parameters(data)
+            torch.cuda.empty_cache()
+    """
+    assert positions(code) == [(6, 9)]
+
+
+def test_a_memory_saving_switch_is_silent_a_device_test_is_not() -> None:
+    code = """
+    import torch
+    def train(model, loader, opt, args):
+        for x in loader:
+            opt.step()
+            if args.release_memory:
+                torch.cuda.empty_cache()
+            if not self.cpu_cache and rank == 0:
+                torch.cuda.empty_cache()
+            if torch.cuda.is_available():
+                torch.cuda.empty_cache()
+    """
+    assert positions(code) == [(11, 13)]
