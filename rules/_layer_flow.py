@@ -30,6 +30,7 @@ import libcst as cst
 
 from torchlint.nodes import iter_children, walk_nodes
 from torchlint.rules._layers import Layer
+from torchlint.semantic import Binding, Location, SemanticModel, location_of
 
 _SCOPES = (cst.FunctionDef, cst.ClassDef, cst.Module, cst.Lambda)
 
@@ -57,11 +58,15 @@ class LayerFlow:
 
     ``layers`` maps ``id(call)`` to the ``Layer`` each constructor call of the
     module builds; ``sensitive`` are the attributes of a layer (``conv.bias``)
-    whose use makes its output matter elsewhere."""
+    whose use makes its output matter elsewhere; which value a name or a
+    ``self.attr`` holds is the module's ``semantic`` model's answer."""
 
-    def __init__(self, layers: Dict[int, Layer], module: cst.Module, sensitive: FrozenSet[str]) -> None:
+    def __init__(
+        self, layers: Dict[int, Layer], module: cst.Module, sensitive: FrozenSet[str], semantic: SemanticModel
+    ) -> None:
         self.layers = layers
         self.sensitive = sensitive
+        self.semantic = semantic
         self.parents: Dict[int, cst.CSTNode] = {}
         self.classes: List[cst.ClassDef] = []
         self._names: Dict[int, Dict[str, List[cst.Name]]] = {}
@@ -136,19 +141,6 @@ class LayerFlow:
                     index.setdefault(node.attr.value, []).append(node)
             self._attrs[id(cls)] = index
         return index.get(attr, [])
-
-    def is_store(self, name: cst.Name) -> bool:
-        node: cst.CSTNode = name
-        p = self.parent(node)
-        while isinstance(p, (cst.Element, cst.StarredElement, cst.Tuple, cst.List)):
-            node, p = p, self.parent(p)
-        if isinstance(p, cst.AssignTarget):
-            return True
-        if isinstance(p, (cst.AnnAssign, cst.AugAssign, cst.For, cst.CompFor, cst.NamedExpr)):
-            return p.target is node
-        return isinstance(
-            p, (cst.Param, cst.AsName, cst.ImportAlias, cst.NameItem, cst.Del, cst.FunctionDef, cst.ClassDef)
-        )
 
     def block_slots(self, small: cst.CSTNode) -> Optional[Tuple[List[cst.CSTNode], int]]:
         """The statements of the block holding the small statement ``small``,
@@ -301,8 +293,12 @@ class LayerFlow:
             scope = self.scope_of(expr)
             if isinstance(scope, cst.Lambda):
                 return None
-            stores = [n for n in self.name_mentions(scope, expr.value) if self.is_store(n)]
-            value = self._single_assigned_value(stores)
+            if not self._followed(scope, expr.value):
+                return None
+            chain, bindings = self.semantic.lookup(expr.value, self.location(expr))
+            if chain is None or chain[-1] is not scope:
+                return None  # bound in an enclosing scope, or nowhere
+            value = _sole_value(bindings)
             label = expr.value
         elif (
             isinstance(expr, cst.Attribute)
@@ -312,9 +308,15 @@ class LayerFlow:
             cls = self.method_class(self.scope_of(expr))
             if cls is None:
                 return None
-            stores = [a for a in self.attr_mentions(cls, expr.attr.value) if self._is_attr_store(a)]
-            value = self._single_assigned_value(stores)
-            label = f"self.{expr.attr.value}"
+            attr = expr.attr.value
+            stores = [a for a in self.attr_mentions(cls, attr) if self._is_attr_store(a)]
+            bindings = self.semantic.attribute_bindings(cls, Location(self.location(cls).scopes, ())).get(attr, [])
+            value = _sole_value(bindings)
+            # The model sees `self.<attr> = ...` in the methods only: the one it
+            # sees must be the class's only store of the attribute.
+            if len(stores) != 1 or value is None or not _contains(self.parent(value), stores[0], self):
+                return None
+            label = f"self.{attr}"
         else:
             return None
         layer = self.layers.get(id(value)) if isinstance(value, cst.Call) else None
@@ -322,14 +324,21 @@ class LayerFlow:
             return None
         return layer, label
 
-    def _single_assigned_value(self, stores: Sequence[cst.CSTNode]) -> Optional[cst.CSTNode]:
-        if len(stores) != 1:
-            return None
-        target = self.parent(stores[0])
-        assign = self.parent(target) if isinstance(target, cst.AssignTarget) else None
-        if not isinstance(assign, cst.Assign) or len(assign.targets) != 1:
-            return None
-        return assign.value
+    def location(self, node: cst.CSTNode) -> Location:
+        """Where ``node`` is, for the semantic model's questions."""
+        stack: List[cst.CSTNode] = []
+        current: Optional[cst.CSTNode] = node
+        while current is not None:
+            stack.append(current)
+            current = self.parent(current)
+        stack.reverse()
+        return location_of(stack)
+
+    def _followed(self, scope: cst.CSTNode, name: str) -> bool:
+        """Whether the model sees every binding of ``name``: not when a nested
+        scope declares it ``global``/``nonlocal`` (and so may rebind it), or
+        when it is deleted."""
+        return not any(isinstance(self.parent(n), (cst.NameItem, cst.Del)) for n in self.name_mentions(scope, name))
 
     def _is_attr_store(self, attr: cst.Attribute) -> bool:
         node: cst.CSTNode = attr
@@ -560,3 +569,10 @@ def _contains(ancestor: cst.CSTNode, node: cst.CSTNode, flow: LayerFlow) -> bool
             return True
         current = flow.parent(current)
     return False
+
+
+def _sole_value(bindings: Sequence[Binding]) -> Optional[cst.CSTNode]:
+    """The value of the only binding, when it assigns one (``x = v``, ``x: T = v``)."""
+    if len(bindings) != 1 or bindings[0].kind != "value":
+        return None
+    return bindings[0].value

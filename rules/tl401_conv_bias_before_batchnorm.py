@@ -223,7 +223,7 @@ class ConvBiasBeforeBatchNorm(Rule):
     def leave_Module(self, node: cst.Module) -> None:
         if not self._convs or not self._has_bn:
             return
-        flow = LayerFlow(self._layers, node, BIAS_SENSITIVE_ATTRIBUTES)
+        flow = LayerFlow(self._layers, node, BIAS_SENSITIVE_ATTRIBUTES, self.context.semantic)
         for call in self._convs:
             self._check(flow, call)
 
