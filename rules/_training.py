@@ -11,6 +11,12 @@ Gradients of parameters: ``is_grad`` (``p.grad``, ``p.grad.data``),
 ``grad_none_test`` (``p.grad is None``) and ``uses_grad_after`` (a loop that
 reads a gradient after zeroing it).
 
+DDP and gradient accumulation: ``DDP_CLASSES``, ``wraps_in_ddp`` (a helper
+named to wrap a model in DDP), ``SYNC_CONTROL`` (words that show gradient
+synchronisation handled by hand), ``says_every_n`` (a condition that says
+"every N micro-batches") and ``scaler_accumulates`` (timm's loss scaler told
+to step every N calls).
+
 Idioms recognised as "a backward call on ``loss``":
   ``loss.backward()``, ``(loss / accum_steps).backward()``,
   ``(loss * weight).backward()``, ``scaler.scale(loss).backward()``,
@@ -26,8 +32,8 @@ from typing import Optional, Tuple
 
 import libcst as cst
 
-from torchlint.rule import Context
-from torchlint.rules._project_text import is_ddp_helper  # noqa: F401 - with the other training vocabulary
+from torchlint.rule import Context, contains_modulo
+from torchlint.rules._project_text import is_ddp_helper
 from torchlint.nodes import walk_nodes
 from torchlint.rules._helpers import keyword, last_name, literal_bool, method_name, positional, receiver, string_value
 
@@ -328,3 +334,49 @@ def uses_grad_after(loop: cst.For, param: str, zeroed: cst.BaseExpression) -> bo
         elif _grad_of(node, param):
             return True
     return False
+
+
+# -- DDP and gradient accumulation ------------------------------------------------
+DDP_CLASSES = frozenset(
+    {
+        "torch.nn.parallel.DistributedDataParallel",
+        "torch.nn.parallel.distributed.DistributedDataParallel",
+    }
+)
+# Words in a condition that say "every N micro-batches".
+ACCUMULATION_WORDS = re.compile(r"accum|micro|sync|update", re.IGNORECASE)
+# Any of these in the module means the author handles gradient synchronisation.
+# (Lightning Fabric's `fabric.no_backward_sync(model)` included.)
+SYNC_CONTROL = ("no_sync", "no_backward_sync", "require_backward_grad_sync", ".accumulate(")
+
+
+def wraps_in_ddp(node: cst.Call) -> bool:
+    """``smart_DDP(model)``, ``utils.wrap_ddp(model, ...)``: a call, with the
+    model as an argument, of a helper whose name says it wraps in DDP."""
+    func = node.func
+    name = func.attr.value if isinstance(func, cst.Attribute) else func.value if isinstance(func, cst.Name) else ""
+    return bool(node.args) and is_ddp_helper(name)
+
+
+def scaler_accumulates(node: cst.Call) -> bool:
+    """A loss scaler called with the loss and an ``update_grad=`` that says
+    "every N micro-batches" (``loss_scaler(loss, optimizer, ...,
+    update_grad=(i + 1) % accum_iter == 0)``, timm's ``NativeScaler`` as DeiT,
+    MAE, ConvNeXt and Swin call it): it runs ``backward()`` on every call and
+    steps only when ``update_grad`` is true."""
+    func = node.func
+    name = func.attr.value if isinstance(func, cst.Attribute) else func.value if isinstance(func, cst.Name) else ""
+    if "scaler" not in name.lower() or not node.args:
+        return False
+    for arg in node.args:
+        if arg.keyword is not None and arg.keyword.value == "update_grad":
+            return says_every_n(arg.value)
+    return False
+
+
+def says_every_n(test: cst.BaseExpression) -> bool:
+    """A test that says "every N micro-batches": it uses `%`, or names
+    something with `accum`, `micro`, `sync` or `update` in it."""
+    return contains_modulo(test) or any(
+        isinstance(n, cst.Name) and ACCUMULATION_WORDS.search(n.value) for n in walk_nodes(test)
+    )
