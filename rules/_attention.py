@@ -5,6 +5,10 @@ Everything here works on one scope (a function body, or a module's top-level
 code) that holds a softmax candidate; the scope's statements are listed once,
 in textual order, and names are followed through their latest assignment
 before the use.  No parent map of the file is built.
+
+Also the vocabulary of attention: the softmax functions and modules
+(``SOFTMAX_FUNCTIONS``, ``SOFTMAX_MODULES``) and the names of fused paths
+(``FUSED_HINTS``, ``mentions_fused_path``).
 """
 
 from __future__ import annotations
@@ -14,10 +18,26 @@ from typing import Dict, Iterator, List, Optional, Sequence, Tuple
 import libcst as cst
 
 from torchlint.rule import Context
-from torchlint.rules._helpers import literal_number, method_name, positional, string_value
+from torchlint.rules._helpers import literal_int, method_name, positional, string_value
 from torchlint.nodes import iter_children
 
 MATMULS = frozenset({"torch.matmul", "torch.bmm"})
+SOFTMAX_FUNCTIONS = frozenset(
+    {"torch.softmax", "torch.nn.functional.softmax", "torch.special.softmax", "torch.Tensor.softmax"}
+)
+SOFTMAX_MODULES = frozenset({"torch.nn.Softmax", "torch.nn.modules.activation.Softmax"})
+
+# Identifiers that show a fused attention path next to the manual one
+# (`if self.flash: F.scaled_dot_product_attention(...) else: <manual>`).
+FUSED_HINTS = (
+    "scaled_dot_product",
+    "sdpa",
+    "flash",
+    "fused_attn",
+    "xformers",
+    "memory_efficient_attention",
+    "flex_attention",
+)
 EINSUMS = frozenset({"torch.einsum", "torch.functional.einsum"})
 
 # Calls that leave the attention weights as they are, for SDPA's purposes.
@@ -219,7 +239,7 @@ class Scope:
             values = [a.value for a in right.args]
             if len(values) == 1 and isinstance(values[0], (cst.Tuple, cst.List)):
                 values = [e.value for e in values[0].elements]
-            dims = [_int(v) for v in values]
+            dims = [literal_int(v) for v in values]
             n = len(dims)
             if n >= 2 and dims == list(range(n - 2)) + [n - 1, n - 2]:
                 return n
@@ -428,16 +448,35 @@ def _is_weight(expr: cst.BaseExpression) -> bool:
     return isinstance(expr, cst.Attribute) and expr.attr.value in ("weight", "weights")
 
 
-def _int(expr: cst.BaseExpression) -> Optional[int]:
-    value = literal_number(expr)
-    if value is None or not isinstance(expr, (cst.Integer, cst.UnaryOperation)) or value != int(value):
-        return None
-    return int(value)
+def mentions_fused_path(owner: cst.CSTNode, ctx: Context) -> bool:
+    """A name, attribute or string (not a docstring) in ``owner`` that names a
+    fused attention path (``FUSED_HINTS``, or anything resolving to
+    ``scaled_dot_product_attention``)."""
+    todo = [owner]
+    while todo:
+        n = todo.pop()
+        if isinstance(n, cst.Name):
+            text = n.value.lower()
+            if any(h in text for h in FUSED_HINTS):
+                return True
+            q = ctx.qualname(n)
+            if q is not None and "scaled_dot_product" in q:
+                return True
+            continue
+        if isinstance(n, cst.SimpleString):
+            text = n.value.lower()
+            if any(h in text for h in FUSED_HINTS):
+                return True
+            continue
+        if isinstance(n, cst.Expr) and isinstance(n.value, (cst.SimpleString, cst.ConcatenatedString)):
+            continue  # a docstring
+        todo.extend(iter_children(n))
+    return False
 
 
 def _swap_rank(a: cst.BaseExpression, b: cst.BaseExpression):
     """The rank that ``transpose(a, b)`` swapping the last two dims implies."""
-    pair = {_int(a), _int(b)}
+    pair = {literal_int(a), literal_int(b)}
     if pair == {-2, -1}:
         return None
     if pair == {1, 2}:

@@ -130,6 +130,14 @@ def literal_number(expr: cst.BaseExpression) -> Optional[float]:
     return None
 
 
+def literal_int(expr: cst.BaseExpression) -> Optional[int]:
+    """The value of an integer literal (``3``, ``-1``), else None."""
+    value = literal_number(expr)
+    if value is None or not isinstance(expr, (cst.Integer, cst.UnaryOperation)) or value != int(value):
+        return None
+    return int(value)
+
+
 def string_value(expr: cst.BaseExpression) -> Optional[str]:
     if isinstance(expr, cst.SimpleString):
         try:

@@ -1,9 +1,21 @@
 """What a training step looks like: backward calls, their loss, optimizer steps,
 grad-mode blocks.
 
-Shared by the rules that reason about training loops (TL303, TL602, the opt-in
-TL5xx).  The questions are answered from the syntax of one call (or, for a
-grad-mode block, from the ancestors of the visited node); none walks a tree.
+Shared by the rules that reason about training loops (TL301, TL303, TL602, the
+opt-in TL5xx).  The questions are answered from the syntax of one call (or, for
+a grad-mode block, from the ancestors of the visited node); only
+``uses_grad_after`` walks a tree (a loop's body).
+
+Gradients of parameters: ``is_grad`` (``p.grad``, ``p.grad.data``),
+``is_parameter_iterable`` (``m.parameters()``, ``group["params"]``),
+``grad_none_test`` (``p.grad is None``) and ``uses_grad_after`` (a loop that
+reads a gradient after zeroing it).
+
+DDP and gradient accumulation: ``DDP_CLASSES``, ``wraps_in_ddp`` (a helper
+named to wrap a model in DDP), ``SYNC_CONTROL`` (words that show gradient
+synchronisation handled by hand), ``says_every_n`` (a condition that says
+"every N micro-batches") and ``scaler_accumulates`` (timm's loss scaler told
+to step every N calls).
 
 Idioms recognised as "a backward call on ``loss``":
   ``loss.backward()``, ``(loss / accum_steps).backward()``,
@@ -20,9 +32,10 @@ from typing import Optional, Tuple
 
 import libcst as cst
 
-from torchlint.rule import Context
-from torchlint.rules._project_text import is_ddp_helper  # noqa: F401 - with the other training vocabulary
-from torchlint.rules._helpers import keyword, last_name, literal_bool, method_name, positional, receiver
+from torchlint.rule import Context, contains_modulo
+from torchlint.rules._project_text import is_ddp_helper
+from torchlint.nodes import walk_nodes
+from torchlint.rules._helpers import keyword, last_name, literal_bool, method_name, positional, receiver, string_value
 
 # Wrappers that take the loss and hand back something to call backward() on.
 _WRAPPER_OWNERS = re.compile(r"^_?(grad_?)?scaler$|_scaler$", re.IGNORECASE)
@@ -244,3 +257,126 @@ def backward_keeps_graph(call: cst.Call) -> bool:
 
 # DistributedDataParallel: is_ddp_helper and text_wraps_in_ddp live in rules/_project_text.py
 # (the project index asks the latter of caller files without LibCST).
+
+
+# -- gradients of parameters -------------------------------------------------------
+def is_grad(expr: cst.BaseExpression) -> bool:
+    """``x.grad`` or ``x.grad.data``."""
+    if isinstance(expr, cst.Attribute) and expr.attr.value == "data":
+        expr = expr.value
+    return isinstance(expr, cst.Attribute) and expr.attr.value == "grad"
+
+
+def is_parameter_iterable(expr: cst.BaseExpression) -> bool:
+    """``m.parameters()``, ``m.named_parameters()``, ``group["params"]``, or
+    ``filter(..., m.parameters())``."""
+    if isinstance(expr, cst.Call):
+        name = method_name(expr)
+        if name in ("parameters", "named_parameters"):
+            return True
+        if isinstance(expr.func, cst.Name) and expr.func.value == "filter" and len(expr.args) == 2:
+            return is_parameter_iterable(expr.args[1].value)
+        return False
+    if isinstance(expr, cst.Subscript) and len(expr.slice) == 1:
+        index = expr.slice[0].slice
+        if isinstance(index, cst.Index):
+            return string_value(index.value) == "params"
+    return False
+
+
+def _grad_of(node: cst.CSTNode, param: str) -> bool:
+    """``param.grad``."""
+    return (
+        type(node) is cst.Attribute
+        and node.attr.value == "grad"
+        and type(node.value) is cst.Name
+        and node.value.value == param
+    )
+
+
+def grad_none_test(comparison: cst.CSTNode, param: str, operator: type) -> bool:
+    """``param.grad is None`` (``operator`` ``cst.Is``) or ``is not None`` (``cst.IsNot``)."""
+    return (
+        type(comparison) is cst.Comparison
+        and _grad_of(comparison.left, param)
+        and len(comparison.comparisons) == 1
+        and type(comparison.comparisons[0].operator) is operator
+        and type(comparison.comparisons[0].comparator) is cst.Name
+        and comparison.comparisons[0].comparator.value == "None"
+    )
+
+
+_RESETS = frozenset({"detach_", "requires_grad_", "zero_"})
+
+
+def uses_grad_after(loop: cst.For, param: str, zeroed: cst.BaseExpression) -> bool:
+    """Whether the loop body reads ``param.grad`` after zeroing it, other than
+    to test it against None or reset it again (`if p.grad is None: p.grad =
+    zeros_like(p)` followed by `grad = p.grad`: the code needs a tensor)."""
+
+    after = False
+    skip: set = set()
+    for node in walk_nodes(loop.body):
+        if node is zeroed:
+            after = True
+            continue
+        if not after or id(node) in skip:
+            continue
+        if type(node) is cst.Comparison and (
+            grad_none_test(node, param, cst.Is) or grad_none_test(node, param, cst.IsNot)
+        ):
+            skip.add(id(node.left))
+        elif type(node) is cst.AssignTarget and _grad_of(node.target, param):
+            skip.add(id(node.target))
+        elif type(node) is cst.Call and type(node.func) is cst.Attribute and _grad_of(node.func.value, param):
+            if node.func.attr.value in _RESETS:
+                skip.add(id(node.func.value))
+        elif _grad_of(node, param):
+            return True
+    return False
+
+
+# -- DDP and gradient accumulation ------------------------------------------------
+DDP_CLASSES = frozenset(
+    {
+        "torch.nn.parallel.DistributedDataParallel",
+        "torch.nn.parallel.distributed.DistributedDataParallel",
+    }
+)
+# Words in a condition that say "every N micro-batches".
+ACCUMULATION_WORDS = re.compile(r"accum|micro|sync|update", re.IGNORECASE)
+# Any of these in the module means the author handles gradient synchronisation.
+# (Lightning Fabric's `fabric.no_backward_sync(model)` included.)
+SYNC_CONTROL = ("no_sync", "no_backward_sync", "require_backward_grad_sync", ".accumulate(")
+
+
+def wraps_in_ddp(node: cst.Call) -> bool:
+    """``smart_DDP(model)``, ``utils.wrap_ddp(model, ...)``: a call, with the
+    model as an argument, of a helper whose name says it wraps in DDP."""
+    func = node.func
+    name = func.attr.value if isinstance(func, cst.Attribute) else func.value if isinstance(func, cst.Name) else ""
+    return bool(node.args) and is_ddp_helper(name)
+
+
+def scaler_accumulates(node: cst.Call) -> bool:
+    """A loss scaler called with the loss and an ``update_grad=`` that says
+    "every N micro-batches" (``loss_scaler(loss, optimizer, ...,
+    update_grad=(i + 1) % accum_iter == 0)``, timm's ``NativeScaler`` as DeiT,
+    MAE, ConvNeXt and Swin call it): it runs ``backward()`` on every call and
+    steps only when ``update_grad`` is true."""
+    func = node.func
+    name = func.attr.value if isinstance(func, cst.Attribute) else func.value if isinstance(func, cst.Name) else ""
+    if "scaler" not in name.lower() or not node.args:
+        return False
+    for arg in node.args:
+        if arg.keyword is not None and arg.keyword.value == "update_grad":
+            return says_every_n(arg.value)
+    return False
+
+
+def says_every_n(test: cst.BaseExpression) -> bool:
+    """A test that says "every N micro-batches": it uses `%`, or names
+    something with `accum`, `micro`, `sync` or `update` in it."""
+    return contains_modulo(test) or any(
+        isinstance(n, cst.Name) and ACCUMULATION_WORDS.search(n.value) for n in walk_nodes(test)
+    )

@@ -7,7 +7,8 @@ import libcst as cst
 from torchlint.codemods import calls, statements
 from torchlint.model import Applicability, Fix, FixAvailability
 from torchlint.rule import Benchmark, Invalid, Rule, Valid
-from torchlint.rules._helpers import argument, literal_bool, literal_number, method_name, string_value
+from torchlint.rules._helpers import argument, literal_bool, literal_number, method_name
+from torchlint.rules._training import grad_none_test, is_grad, is_parameter_iterable, uses_grad_after
 
 
 class ZeroGradSetToNone(Rule):
@@ -208,7 +209,7 @@ class ZeroGradSetToNone(Rule):
                 self.report(pending_node, message, fix=fix)
 
     def visit_AugAssign(self, node: cst.AugAssign) -> None:
-        if _is_grad(node.target):
+        if is_grad(node.target):
             self._writes_into_grad = True
 
     def visit_Call(self, node: cst.Call) -> None:
@@ -219,7 +220,7 @@ class ZeroGradSetToNone(Rule):
             self._zero_grad_call(node)
         elif name in ("zero_", "fill_"):
             self._manual_zeroing_call(node, name)
-        elif name in ("add_", "copy_") and _is_grad(node.func.value):
+        elif name in ("add_", "copy_") and is_grad(node.func.value):
             self._writes_into_grad = True
 
     def _zero_grad_call(self, node: cst.Call) -> None:
@@ -316,25 +317,18 @@ class ZeroGradSetToNone(Rule):
         loop = ctx.enclosing_loop(periodic_guard=False)
         if not isinstance(loop, cst.For) or param not in _target_names(loop.target):
             return None
-        if not _is_parameter_iterable(loop.iter):
+        if not is_parameter_iterable(loop.iter):
             return None
         for ancestor in ctx.ancestors():
             if ancestor is loop:
                 break
             if isinstance(ancestor, cst.If) and _mentions(ancestor.test, "set_to_none"):
                 return None
-            if isinstance(ancestor, cst.If) and _none_test(ancestor.test, param, cst.Is):
+            if isinstance(ancestor, cst.If) and grad_none_test(ancestor.test, param, cst.Is):
                 return None  # `if p.grad is None: p.grad = zeros`: creating a missing gradient
-        if _uses_grad(loop, param, expr):
+        if uses_grad_after(loop, param, expr):
             return None  # the loop goes on to use the zeroed gradient as a tensor
         return param
-
-
-def _is_grad(expr: cst.BaseExpression) -> bool:
-    """``x.grad`` or ``x.grad.data``."""
-    if isinstance(expr, cst.Attribute) and expr.attr.value == "data":
-        expr = expr.value
-    return isinstance(expr, cst.Attribute) and expr.attr.value == "grad"
 
 
 def _target_names(target: cst.BaseExpression) -> set:
@@ -348,23 +342,6 @@ def _target_names(target: cst.BaseExpression) -> set:
     return set()
 
 
-def _is_parameter_iterable(expr: cst.BaseExpression) -> bool:
-    """``m.parameters()``, ``m.named_parameters()``, ``group["params"]``, or
-    ``filter(..., m.parameters())``."""
-    if isinstance(expr, cst.Call):
-        name = method_name(expr)
-        if name in ("parameters", "named_parameters"):
-            return True
-        if isinstance(expr.func, cst.Name) and expr.func.value == "filter" and len(expr.args) == 2:
-            return _is_parameter_iterable(expr.args[1].value)
-        return False
-    if isinstance(expr, cst.Subscript) and len(expr.slice) == 1:
-        index = expr.slice[0].slice
-        if isinstance(index, cst.Index):
-            return string_value(index.value) == "params"
-    return False
-
-
 def _mentions(expr: cst.BaseExpression, name: str) -> bool:
     from torchlint.nodes import walk_nodes
 
@@ -373,56 +350,3 @@ def _mentions(expr: cst.BaseExpression, name: str) -> bool:
         or (isinstance(n, cst.Attribute) and n.attr.value == name)
         for n in walk_nodes(expr)
     )
-
-
-def _grad_of(node: cst.CSTNode, param: str) -> bool:
-    """``param.grad``."""
-    return (
-        type(node) is cst.Attribute
-        and node.attr.value == "grad"
-        and type(node.value) is cst.Name
-        and node.value.value == param
-    )
-
-
-def _none_test(comparison: cst.CSTNode, param: str, operator: type) -> bool:
-    """``param.grad is None`` (``operator`` ``cst.Is``) or ``is not None`` (``cst.IsNot``)."""
-    return (
-        type(comparison) is cst.Comparison
-        and _grad_of(comparison.left, param)
-        and len(comparison.comparisons) == 1
-        and type(comparison.comparisons[0].operator) is operator
-        and type(comparison.comparisons[0].comparator) is cst.Name
-        and comparison.comparisons[0].comparator.value == "None"
-    )
-
-
-_RESETS = frozenset({"detach_", "requires_grad_", "zero_"})
-
-
-def _uses_grad(loop: cst.For, param: str, zeroed: cst.BaseExpression) -> bool:
-    """Whether the loop body reads ``param.grad`` after zeroing it, other than
-    to test it against None or reset it again (`if p.grad is None: p.grad =
-    zeros_like(p)` followed by `grad = p.grad`: the code needs a tensor)."""
-    from torchlint.nodes import walk_nodes
-
-    after = False
-    skip: set = set()
-    for node in walk_nodes(loop.body):
-        if node is zeroed:
-            after = True
-            continue
-        if not after or id(node) in skip:
-            continue
-        if type(node) is cst.Comparison and (
-            _none_test(node, param, cst.Is) or _none_test(node, param, cst.IsNot)
-        ):
-            skip.add(id(node.left))
-        elif type(node) is cst.AssignTarget and _grad_of(node.target, param):
-            skip.add(id(node.target))
-        elif type(node) is cst.Call and type(node.func) is cst.Attribute and _grad_of(node.func.value, param):
-            if node.func.attr.value in _RESETS:
-                skip.add(id(node.func.value))
-        elif _grad_of(node, param):
-            return True
-    return False

@@ -6,26 +6,8 @@ import libcst as cst
 
 from torchlint.model import FixAvailability
 from torchlint.rule import Invalid, Rule, Valid
-from torchlint.rules._attention import Scope
-from torchlint.rules._helpers import has_star, keyword, literal_number, positional
-from torchlint.nodes import iter_children
-
-_SOFTMAX_FUNCTIONS = frozenset(
-    {"torch.softmax", "torch.nn.functional.softmax", "torch.special.softmax", "torch.Tensor.softmax"}
-)
-_SOFTMAX_MODULES = frozenset({"torch.nn.Softmax", "torch.nn.modules.activation.Softmax"})
-
-# Identifiers that show a fused attention path next to the manual one
-# (`if self.flash: F.scaled_dot_product_attention(...) else: <manual>`).
-_FUSED_HINTS = (
-    "scaled_dot_product",
-    "sdpa",
-    "flash",
-    "fused_attn",
-    "xformers",
-    "memory_efficient_attention",
-    "flex_attention",
-)
+from torchlint.rules._attention import FUSED_HINTS, SOFTMAX_FUNCTIONS, SOFTMAX_MODULES, Scope, mentions_fused_path
+from torchlint.rules._helpers import has_star, keyword, literal_int, positional
 
 class _Candidate(NamedTuple):
     call: cst.Call
@@ -234,14 +216,14 @@ class ManualAttention(Rule):
             return
         name = target.attr.value
         value = node.value
-        if not isinstance(value, cst.Call) or self.context.qualname(value.func) not in _SOFTMAX_MODULES:
+        if not isinstance(value, cst.Call) or self.context.qualname(value.func) not in SOFTMAX_MODULES:
             self._other_attrs.setdefault(id(cls), set()).add(name)
             return
         dim_arg = keyword(value, "dim")
         if dim_arg is None and not has_star(value):
             args = positional(value)
             dim_arg = args[0] if args else None
-        dim = _literal_int(dim_arg.value) if dim_arg is not None else None
+        dim = literal_int(dim_arg.value) if dim_arg is not None else None
         attrs = self._softmax_attrs.setdefault(id(cls), {})
         # assigned twice with different dims: unknown
         attrs[name] = dim if attrs.get(name, dim) == dim else None
@@ -257,7 +239,7 @@ class ManualAttention(Rule):
                     self._softmax_module_call(node, name)
             elif name == "softmax":
                 self._softmax_call(node, func)
-        elif isinstance(func, cst.Name) and self.context.qualname(func) in _SOFTMAX_FUNCTIONS:
+        elif isinstance(func, cst.Name) and self.context.qualname(func) in SOFTMAX_FUNCTIONS:
             self._functional(node)
 
     def _softmax_call(self, node: cst.Call, func: cst.Attribute) -> None:
@@ -273,7 +255,7 @@ class ManualAttention(Rule):
             if dim_arg is None:
                 return
             self._candidate(node, func.value, dim_arg.value)
-        elif q in _SOFTMAX_FUNCTIONS:
+        elif q in SOFTMAX_FUNCTIONS:
             self._functional(node)
 
     def _functional(self, node: cst.Call) -> None:
@@ -306,7 +288,7 @@ class ManualAttention(Rule):
         module_attr: Optional[Tuple[int, str]] = None,
     ) -> None:
         if dim_expr is not None:
-            dim = _literal_int(dim_expr)
+            dim = literal_int(dim_expr)
         if dim is None:
             return
         stack = self.context.stack
@@ -343,7 +325,7 @@ class ManualAttention(Rule):
         if not self._candidates:
             return
         source = self.context.source.lower()
-        maybe_fused = any(hint in source for hint in _FUSED_HINTS)
+        maybe_fused = any(hint in source for hint in FUSED_HINTS)
         fused: Dict[int, bool] = {}
         scopes: Dict[int, Scope] = {}
         for cand in self._candidates:
@@ -354,7 +336,7 @@ class ManualAttention(Rule):
             if maybe_fused:
                 key = id(cand.owner)
                 if key not in fused:
-                    fused[key] = self._mentions_fused(cand.owner)
+                    fused[key] = mentions_fused_path(cand.owner, self.context)
                 if fused[key]:
                     continue
             scope = scopes.get(id(cand.scope))
@@ -371,36 +353,3 @@ class ManualAttention(Rule):
             if not scope.weights_meet_values(cand.chain):
                 continue
             self.report(cand.call, self._MESSAGE)
-
-    def _mentions_fused(self, owner: cst.CSTNode) -> bool:
-        """A name, attribute or string (not a docstring) that names a fused path."""
-        ctx = self.context
-        todo = [owner]
-        while todo:
-            n = todo.pop()
-            if isinstance(n, cst.Name):
-                text = n.value.lower()
-                if any(h in text for h in _FUSED_HINTS):
-                    return True
-                q = ctx.qualname(n)
-                if q is not None and "scaled_dot_product" in q:
-                    return True
-                continue
-            if isinstance(n, cst.SimpleString):
-                text = n.value.lower()
-                if any(h in text for h in _FUSED_HINTS):
-                    return True
-                continue
-            if isinstance(n, cst.Expr) and isinstance(n.value, (cst.SimpleString, cst.ConcatenatedString)):
-                continue  # a docstring
-            todo.extend(iter_children(n))
-        return False
-
-
-def _literal_int(expr: cst.BaseExpression) -> Optional[int]:
-    if not isinstance(expr, (cst.Integer, cst.UnaryOperation)):
-        return None
-    value = literal_number(expr)
-    if value is None or value != int(value):
-        return None
-    return int(value)

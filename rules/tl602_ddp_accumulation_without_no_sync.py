@@ -1,32 +1,27 @@
 from __future__ import annotations
 
-import re
 from typing import Dict, FrozenSet, List, Optional, Tuple
 
 import libcst as cst
 
 from torchlint.model import FixAvailability
 from torchlint.rule import Invalid, Rule, Valid, contains_modulo
-from torchlint.rules._training import is_backward, is_ddp_helper, is_framework_backward, is_optimizer_step
+from torchlint.rules._training import (
+    DDP_CLASSES,
+    SYNC_CONTROL,
+    is_backward,
+    is_framework_backward,
+    is_optimizer_step,
+    says_every_n,
+    scaler_accumulates,
+    wraps_in_ddp,
+)
 from torchlint.rules._project import DDP, caller_trait
 from torchlint.nodes import walk_nodes
 
-_DDP = frozenset(
-    {
-        "torch.nn.parallel.DistributedDataParallel",
-        "torch.nn.parallel.distributed.DistributedDataParallel",
-    }
-)
 _LOOPS = (cst.For, cst.While)
 _BOUNDARIES = (cst.FunctionDef, cst.Lambda, cst.ClassDef)
 _COMPREHENSIONS = (cst.ListComp, cst.SetComp, cst.DictComp, cst.GeneratorExp)
-# Words in a condition that say "every N micro-batches".
-_ACCUMULATION_WORDS = re.compile(r"accum|micro|sync|update", re.IGNORECASE)
-# Any of these in the module means the author handles gradient synchronisation.
-# (Lightning Fabric's `fabric.no_backward_sync(model)` included.)
-_SYNC_CONTROL = ("no_sync", "no_backward_sync", "require_backward_grad_sync", ".accumulate(")
-
-
 class _Site:
     """Where a backward call or an optimizer step sits in its function."""
 
@@ -269,7 +264,7 @@ class DdpAccumulationWithoutNoSync(Rule):
         self._active = (
             "DistributedDataParallel" in source or "DDP" in source or "ddp" in source
             or (("backward" in source or "scaler" in source) and "step" in source)
-        ) and not any(word in source for word in _SYNC_CONTROL)
+        ) and not any(word in source for word in SYNC_CONTROL)
         if not self._active:
             self.walks = False
         self._has_ddp = False
@@ -287,10 +282,10 @@ class DdpAccumulationWithoutNoSync(Rule):
         if not self._active:
             return
         ctx = self.context
-        if ctx.qualname(node.func) in _DDP or _wraps_in_ddp(node):
+        if ctx.qualname(node.func) in DDP_CLASSES or wraps_in_ddp(node):
             self._has_ddp = True
             return
-        if _scaler_accumulates(node):
+        if scaler_accumulates(node):
             site = self._site(node)
             if site is not None and site.loop is not None and not any(
                 isinstance(c, cst.If) and contains_modulo(c.test) for c, _ in site.conditions
@@ -427,7 +422,7 @@ class DdpAccumulationWithoutNoSync(Rule):
         for condition, child in step.conditions:
             if (id(condition), id(child)) in outer or not isinstance(condition, cst.If):
                 continue
-            if _says_every_n(condition.test):
+            if says_every_n(condition.test):
                 if not self._other_branch_steps(condition, child):
                     return True
         return False
@@ -440,38 +435,6 @@ class DdpAccumulationWithoutNoSync(Rule):
 
 def _branch_ids(site: _Site) -> FrozenSet[Tuple[int, int]]:
     return frozenset((id(node), id(child)) for node, child in site.conditions)
-
-
-def _wraps_in_ddp(node: cst.Call) -> bool:
-    """``smart_DDP(model)``, ``utils.wrap_ddp(model, ...)``: a call, with the
-    model as an argument, of a helper whose name says it wraps in DDP."""
-    func = node.func
-    name = func.attr.value if isinstance(func, cst.Attribute) else func.value if isinstance(func, cst.Name) else ""
-    return bool(node.args) and is_ddp_helper(name)
-
-
-def _scaler_accumulates(node: cst.Call) -> bool:
-    """A loss scaler called with the loss and an ``update_grad=`` that says
-    "every N micro-batches" (``loss_scaler(loss, optimizer, ...,
-    update_grad=(i + 1) % accum_iter == 0)``, timm's ``NativeScaler`` as DeiT,
-    MAE, ConvNeXt and Swin call it): it runs ``backward()`` on every call and
-    steps only when ``update_grad`` is true."""
-    func = node.func
-    name = func.attr.value if isinstance(func, cst.Attribute) else func.value if isinstance(func, cst.Name) else ""
-    if "scaler" not in name.lower() or not node.args:
-        return False
-    for arg in node.args:
-        if arg.keyword is not None and arg.keyword.value == "update_grad":
-            return _says_every_n(arg.value)
-    return False
-
-
-def _says_every_n(test: cst.BaseExpression) -> bool:
-    """A test that says "every N micro-batches": it uses `%`, or names
-    something with `accum`, `micro`, `sync` or `update` in it."""
-    return contains_modulo(test) or any(
-        isinstance(n, cst.Name) and _ACCUMULATION_WORDS.search(n.value) for n in walk_nodes(test)
-    )
 
 
 def _qualname(ancestors, function: cst.FunctionDef) -> Optional[str]:

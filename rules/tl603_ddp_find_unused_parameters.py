@@ -5,14 +5,7 @@ import libcst as cst
 from torchlint.model import FixAvailability
 from torchlint.rule import Invalid, Rule, Valid
 from torchlint.rules._helpers import has_star, keyword, literal_bool
-
-_DDP = frozenset(
-    {
-        "torch.nn.parallel.DistributedDataParallel",
-        "torch.nn.parallel.distributed.DistributedDataParallel",
-    }
-)
-
+from torchlint.rules._training import DDP_CLASSES
 
 class DdpFindUnusedParameters(Rule):
     """
@@ -125,7 +118,7 @@ class DdpFindUnusedParameters(Rule):
                 return
         elif not isinstance(func, cst.Name):
             return
-        if self.context.qualname(func) not in _DDP:
+        if self.context.qualname(func) not in DDP_CLASSES:
             return
         arg = keyword(node, "find_unused_parameters")
         if arg is None or literal_bool(arg.value) is not True or has_star(node):

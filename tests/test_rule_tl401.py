@@ -449,3 +449,66 @@ def test_safe_fix_mode_changes_nothing() -> None:
 def test_noqa_suppresses() -> None:
     code = "from torch import nn\nm = nn.Sequential(nn.Conv2d(3, 8, 3), nn.BatchNorm2d(8))  # noqa: TL401\n"
     assert tl401(code) == []
+
+
+def test_batchnorm_bindings_come_from_the_semantic_model() -> None:
+    # Which BatchNorm a name or `self.attr` holds is the semantic model's answer:
+    # an annotated assignment, a chained one, or a same-named variable of a nested
+    # scope (another variable) leave the BatchNorm known.
+    code = """
+    from torch import nn
+
+    class Annotated(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.conv = nn.Conv2d(3, 8, 3)
+            self.bn: nn.BatchNorm2d = nn.BatchNorm2d(8)
+
+        def forward(self, x):
+            return self.bn(self.conv(x))
+
+    def annotated_name(x):
+        conv = nn.Conv2d(3, 8, 3)
+        bn: nn.BatchNorm2d = nn.BatchNorm2d(8)
+        return bn(conv(x))
+
+    def chained(x):
+        conv = nn.Conv2d(3, 8, 3)
+        bn = norm = nn.BatchNorm2d(8)
+        return bn(conv(x))
+
+    def nested_scope_variable(x):
+        conv = nn.Conv2d(3, 8, 3)
+        bn = nn.BatchNorm2d(8)
+        names = [bn for bn in range(3)]
+        return bn(conv(x))
+    """
+    assert [d.line for d in tl401(code)] == [7, 14, 19, 24]
+
+
+def test_batchnorm_bindings_the_model_may_miss_are_unknown() -> None:
+    code = """
+    from torch import nn
+
+    def rebound_by_a_closure(x):
+        conv = nn.Conv2d(3, 8, 3)
+        bn = nn.BatchNorm2d(8)
+        def reset():
+            nonlocal bn
+            bn = nn.Identity()
+        reset()
+        return bn(conv(x))
+
+    class RebuiltInAHelper(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.conv = nn.Conv2d(3, 8, 3)
+            self.bn = nn.BatchNorm2d(8)
+            def swap():
+                self.bn = nn.Identity()
+            swap()
+
+        def forward(self, x):
+            return self.bn(self.conv(x))
+    """
+    assert tl401(code) == []
