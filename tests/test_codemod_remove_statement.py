@@ -112,6 +112,7 @@ def test_only_statement_of_a_block_becomes_pass() -> None:
         """
         import torch
         for x in loader:
+            step(x)
             if x.numel() > limit:
                 # fragmentation
                 torch.cuda.empty_cache()  # see issue 12
@@ -120,6 +121,7 @@ def test_only_statement_of_a_block_becomes_pass() -> None:
         """
         import torch
         for x in loader:
+            step(x)
             if x.numel() > limit:
                 # fragmentation
                 pass  # see issue 12
@@ -132,7 +134,7 @@ def test_only_statement_of_a_block_becomes_pass() -> None:
     [
         ("step(x); torch.cuda.empty_cache()", "step(x)"),
         ("torch.cuda.empty_cache(); step(x)", "step(x)"),
-        ("a(); torch.cuda.empty_cache(); b()", "a(); b()"),
+        ("a(); torch.cuda.empty_cache(); step(x)", "a(); step(x)"),
         ("step(x) ; torch.cuda.empty_cache() ;", "step(x) ;"),
     ],
 )
@@ -142,8 +144,9 @@ def test_semicolon_separated_statements(before: str, after: str) -> None:
 
 
 def test_one_line_suites() -> None:
-    assert fixed("import torch\nfor x in loader: torch.cuda.empty_cache()\n") == (
-        "import torch\nfor x in loader: pass\n"
+    # (TL702 reports training code: here, a function named like a training step)
+    assert fixed("import torch\ndef train_step(loader):\n    for x in loader: torch.cuda.empty_cache()\n") == (
+        "import torch\ndef train_step(loader):\n    for x in loader: pass\n"
     )
     assert fixed("import torch\nfor x in loader: step(x); torch.cuda.empty_cache()\n") == (
         "import torch\nfor x in loader: step(x)\n"

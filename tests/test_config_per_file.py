@@ -22,6 +22,7 @@ def step(optimizer, model, loader):
     optimizer.zero_grad(set_to_none=False)
     for x in loader:
         y = model(x).cpu()
+        optimizer.step()
 """
 
 
