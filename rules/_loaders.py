@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Dict, List, Optional, Tuple
+from typing import Dict, List, Optional, Set, Tuple
 
 import libcst as cst
 
@@ -26,6 +26,7 @@ __all__ = [
     "DATALOADERS", "IN_MEMORY_DATASETS", "ITERABLE_DATASETS", "SUBSETS", "dataset_argument",
     "LoaderIndex", "indexes_memory_only", "is_dataloader", "pins_memory",
     "HOST", "DEVICE", "UNKNOWN", "Placement", "placement",
+    "FILE_DATASETS", "has_transform", "is_self", "parameter_names", "subset_source", "itemless_dataset",
 ]
 
 # Datasets whose items are slices of tensors that already sit in memory.
@@ -1065,3 +1066,110 @@ def _to_cpu(call: cst.Call, ctx: Context) -> bool:
         pos = positional(call)
         dev = pos[0] if pos else None
     return dev is not None and device_kind(dev.value, ctx) == "cpu"
+
+
+# -- dataset helpers (TL203) -------------------------------------------------------
+
+# Dataset families that read and decode files for every item.
+FILE_DATASETS = ("torchvision.datasets.", "torchaudio.datasets.")
+TRANSFORM_KEYWORDS = ("transform", "transforms", "target_transform")
+
+
+def has_transform(call: cst.Call) -> bool:
+    """A dataset built with a per-item transform (`transform=...`, not `None`)."""
+    for arg in call.args:
+        if arg.keyword is not None and arg.keyword.value in TRANSFORM_KEYWORDS:
+            return not (isinstance(arg.value, cst.Name) and arg.value.value == "None")
+    return False
+
+
+def is_self(expr: cst.BaseExpression) -> bool:
+    return isinstance(expr, cst.Name) and expr.value == "self"
+
+
+def parameter_names(function: cst.FunctionDef) -> Tuple[str, ...]:
+    params = function.params
+    names = [p.name.value for p in (*params.posonly_params, *params.params, *params.kwonly_params)]
+    for star in (params.star_arg, params.star_kwarg):
+        if isinstance(star, cst.Param):
+            names.append(star.name.value)
+    return tuple(names)
+
+
+def subset_source(call: cst.Call) -> Optional[cst.BaseExpression]:
+    """The first argument (`dataset`) of `random_split`/`Subset`."""
+    pos = positional(call)
+    if pos and not call.args[0].star:
+        return pos[0].value
+    arg = keyword(call, "dataset")
+    return arg.value if arg is not None else None
+
+
+# -- datasets whose items hold no data (TL202) ----------------------------------------
+
+
+def itemless_dataset(klass: cst.ClassDef) -> bool:
+    """A dataset class whose `__getitem__` returns no data (see below)."""
+    itemless = False
+    if isinstance(klass.body, cst.IndentedBlock):
+        for stmt in klass.body.body:
+            if isinstance(stmt, cst.FunctionDef) and stmt.name.value == "__getitem__":
+                itemless = _items_hold_no_data(stmt)
+    return itemless
+
+
+def _items_hold_no_data(getitem: cst.FunctionDef) -> bool:
+    """A `__getitem__(self, index)` that returns only the index and the
+    dataset's own attributes (``return {"prompt": self.prompt, "index": index}``,
+    also built up in a local dict): every item repeats the same values."""
+    params = [*getitem.params.posonly_params, *getitem.params.params]
+    body = getitem.body
+    if len(params) != 2 or not isinstance(body, cst.IndentedBlock):
+        return False
+    owner, index = params[0].name.value, params[1].name.value
+    local: Set[str] = set()
+
+    def plain(expr: Optional[cst.BaseExpression]) -> bool:
+        if expr is None:
+            return True
+        if isinstance(expr, cst.Name):
+            return expr.value in (index, "None", "True", "False") or expr.value in local
+        if isinstance(expr, cst.Attribute):
+            return isinstance(expr.value, cst.Name) and expr.value.value == owner
+        if isinstance(expr, (cst.Integer, cst.Float, cst.SimpleString)):
+            return True
+        if isinstance(expr, (cst.Tuple, cst.List)):
+            return all(isinstance(e, cst.Element) and plain(e.value) for e in expr.elements)
+        if isinstance(expr, cst.Dict):
+            return all(isinstance(e, cst.DictElement) and plain(e.key) and plain(e.value) for e in expr.elements)
+        return False
+
+    statements = list(body.body)
+    if statements and is_docstring(statements[0]):
+        statements = statements[1:]
+    returned = False
+    for stmt in statements:
+        if returned or not isinstance(stmt, cst.SimpleStatementLine):
+            return False
+        for small in stmt.body:
+            if returned:
+                return False
+            if isinstance(small, cst.Return):
+                if small.value is None or not plain(small.value):
+                    return False
+                returned = True
+            elif isinstance(small, cst.Assign) and len(small.targets) == 1:
+                target = small.targets[0].target
+                if not plain(small.value):
+                    return False
+                if isinstance(target, cst.Name) and target.value not in (owner, index):
+                    local.add(target.value)
+                elif not (
+                    isinstance(target, cst.Subscript)
+                    and isinstance(target.value, cst.Name)
+                    and target.value.value in local
+                ):
+                    return False
+            else:
+                return False
+    return returned

@@ -1,6 +1,6 @@
 from __future__ import annotations
 
-from typing import List, Optional, Set, Tuple
+from typing import List, Optional, Tuple
 
 import libcst as cst
 
@@ -11,7 +11,6 @@ from torchlint.rules._helpers import (
     argument,
     device_kind,
     device_type,
-    is_docstring,
     keyword,
     literal_bool,
     literal_number,
@@ -19,7 +18,16 @@ from torchlint.rules._helpers import (
     moves_to_device,
     positional,
 )
-from torchlint.rules._loaders import DATALOADERS, DEVICE, HOST, IN_MEMORY_DATASETS, SUBSETS, dataset_argument, placement
+from torchlint.rules._loaders import (
+    DATALOADERS,
+    DEVICE,
+    HOST,
+    IN_MEMORY_DATASETS,
+    SUBSETS,
+    dataset_argument,
+    itemless_dataset,
+    placement,
+)
 from torchlint.rules._one_batch import loader_fetches_one_batch
 
 # Device types for which pinned host memory does not help (MPS shares memory
@@ -368,7 +376,7 @@ class DataLoaderPinMemory(Rule):
                 args = positional(expr)
                 return len(args) == 1 and self._holds_no_data(args[0].value, function, where, depth + 1)
             classes = where.classes.get(name)
-            return bool(classes) and all(_itemless(klass) for klass in classes)
+            return bool(classes) and all(itemless_dataset(klass) for klass in classes)
         if isinstance(expr, cst.Name):
             values = where.values_of(expr.value, function)
             return bool(values) and all(
@@ -443,73 +451,6 @@ class DataLoaderPinMemory(Rule):
         dev = keyword(node, "device")
         value = dev.value if dev is not None else positional(node)[0].value
         return not _names_unpinnable(value, self.context)
-
-
-def _itemless(klass: cst.ClassDef) -> bool:
-    """A dataset class whose `__getitem__` returns no data (see below)."""
-    itemless = False
-    if isinstance(klass.body, cst.IndentedBlock):
-        for stmt in klass.body.body:
-            if isinstance(stmt, cst.FunctionDef) and stmt.name.value == "__getitem__":
-                itemless = _items_hold_no_data(stmt)
-    return itemless
-
-
-def _items_hold_no_data(getitem: cst.FunctionDef) -> bool:
-    """A `__getitem__(self, index)` that returns only the index and the
-    dataset's own attributes (``return {"prompt": self.prompt, "index": index}``,
-    also built up in a local dict): every item repeats the same values."""
-    params = [*getitem.params.posonly_params, *getitem.params.params]
-    body = getitem.body
-    if len(params) != 2 or not isinstance(body, cst.IndentedBlock):
-        return False
-    owner, index = params[0].name.value, params[1].name.value
-    local: Set[str] = set()
-
-    def plain(expr: Optional[cst.BaseExpression]) -> bool:
-        if expr is None:
-            return True
-        if isinstance(expr, cst.Name):
-            return expr.value in (index, "None", "True", "False") or expr.value in local
-        if isinstance(expr, cst.Attribute):
-            return isinstance(expr.value, cst.Name) and expr.value.value == owner
-        if isinstance(expr, (cst.Integer, cst.Float, cst.SimpleString)):
-            return True
-        if isinstance(expr, (cst.Tuple, cst.List)):
-            return all(isinstance(e, cst.Element) and plain(e.value) for e in expr.elements)
-        if isinstance(expr, cst.Dict):
-            return all(isinstance(e, cst.DictElement) and plain(e.key) and plain(e.value) for e in expr.elements)
-        return False
-
-    statements = list(body.body)
-    if statements and is_docstring(statements[0]):
-        statements = statements[1:]
-    returned = False
-    for stmt in statements:
-        if returned or not isinstance(stmt, cst.SimpleStatementLine):
-            return False
-        for small in stmt.body:
-            if returned:
-                return False
-            if isinstance(small, cst.Return):
-                if small.value is None or not plain(small.value):
-                    return False
-                returned = True
-            elif isinstance(small, cst.Assign) and len(small.targets) == 1:
-                target = small.targets[0].target
-                if not plain(small.value):
-                    return False
-                if isinstance(target, cst.Name) and target.value not in (owner, index):
-                    local.add(target.value)
-                elif not (
-                    isinstance(target, cst.Subscript)
-                    and isinstance(target.value, cst.Name)
-                    and target.value.value in local
-                ):
-                    return False
-            else:
-                return False
-    return returned
 
 
 def _names_unpinnable(expr: cst.BaseExpression, ctx) -> bool:
