@@ -19,6 +19,7 @@ from torchlint.rules._helpers import (
     argument,
     device_type,
     has_star,
+    is_accelerator_string,
     keyword,
     last_name,
     literal_bool,
@@ -26,8 +27,11 @@ from torchlint.rules._helpers import (
     moves_to_device,
     positional,
     receiver,
+    string_value,
 )
-from torchlint.rules._loaders import LoaderIndex
+from torchlint.rules._loaders import LoaderIndex, is_dataloader
+from torchlint.rules._project_text import PINNED, PINNED_CALL, trait_key
+from torchlint.semantic import Location, location_of
 
 _COMPREHENSIONS = (cst.ListComp, cst.SetComp, cst.DictComp, cst.GeneratorExp)
 _STATEMENTS = (cst.BaseSmallStatement, cst.BaseCompoundStatement)
@@ -91,6 +95,16 @@ class CopyLoops:
         self._frames: List[List[_Loop]] = [[]]
         self._loops: List[_Loop] = []
         self._active = True
+
+    def _note_pinned_factories(self, module: cst.Module) -> None:
+        """Ask the project index about the module-level functions that return a
+        `DataLoader(..., pin_memory=True)` of this module: their callers in
+        other modules may copy its batches."""
+        for statement in module.body:
+            if isinstance(statement, cst.FunctionDef) and id(statement) in self._index.returns:
+                loaders = self._index._factory(statement, None, 0)
+                if loaders and all(is_dataloader(loader, self.context) for loader in loaders):
+                    self.context.pending.add(trait_key(statement.name.value, PINNED))
 
     # -- scopes ------------------------------------------------------------------
     def visit_Module(self, node: cst.Module) -> None:
@@ -554,3 +568,177 @@ def _string_key(target: cst.Subscript) -> bool:
 
 def _builtin(name: str, ctx) -> bool:
     return name not in ctx.imports.defined and ctx.imports.resolve(name) is None
+
+
+def pinned_loaders_given(context) -> bool:
+    """Whether the project index told this file that a function of another
+    module returns a pinned loader that it iterates (TL204 then walks it)."""
+    suffix = trait_key("", PINNED_CALL)
+    return any(key.endswith(suffix) for key in context.project.get("frequency", {}))
+
+
+# -- across modules: does a caller copy the batches of the loader it gets? ----------
+
+_LOOP_WRAPPERS = frozenset({"enumerate", "iter", "tqdm", "zip"})
+_NESTED_SCOPES = (cst.FunctionDef, cst.ClassDef, cst.Lambda)
+_NOT_PINNABLE = ("mps", "meta")  # devices that pinned memory does not help (TL202)
+
+
+def batches_copied(call: cst.Call, stack: List[cst.CSTNode], semantic) -> bool:
+    """Whether the loader that ``call`` returns is iterated by a ``for`` whose
+    body copies the loop's data to a device (``.cuda(...)``, ``.to(<device>)``
+    with or without ``non_blocking``), as the project index asks of the callers
+    of a function that returns a `DataLoader` (``stack``: the call's ancestors,
+    module first).  The loop is ``for b in call`` (through ``enumerate``,
+    ``tqdm``, ``iter``), or over a name, or ``self.attr``, every binding of which
+    in its scope (or the class's methods) is a call of the same callee."""
+    node, i = call, len(stack) - 1
+    while i >= 2 and isinstance(stack[i - 1], cst.Arg) and isinstance(stack[i - 2], cst.Call):
+        outer = stack[i - 2]
+        if last_name(outer.func) not in _LOOP_WRAPPERS or outer.args[0] is not stack[i - 1]:
+            break
+        node, i = outer, i - 2
+    parent = stack[i - 1] if i >= 1 else None
+    if isinstance(parent, cst.For) and parent.iter is node:
+        return _loop_copies(parent, stack[: i - 1], semantic)
+    if node is not call or not isinstance(parent, cst.Assign) or len(parent.targets) != 1:
+        return False
+    target = parent.targets[0].target
+    callee = cst.Module([]).code_for_node(call.func)
+    location = location_of(stack)
+    if isinstance(target, cst.Name):
+        bindings = semantic.bindings(target.value, location)
+        scope = location.scope
+        wanted = target.value
+    elif isinstance(target, cst.Attribute) and isinstance(target.value, cst.Name) and target.value.value == "self":
+        cls = location.scopes[-2] if len(location.scopes) >= 2 else None
+        if not isinstance(cls, cst.ClassDef):
+            return False
+        bindings = semantic.attribute_bindings(cls, Location(location.scopes[:-2], ())).get(target.attr.value, [])
+        scope = cls
+        wanted = f"self.{target.attr.value}"
+    else:
+        return False
+    if not bindings or not all(
+        b.kind == "value" and isinstance(b.value, cst.Call) and cst.Module([]).code_for_node(b.value.func) == callee
+        for b in bindings
+    ):
+        return False
+    at = next((n for n, node in enumerate(stack) if node is scope), None)
+    for loop, loop_stack in _loops_in(scope, stack[: at + 1] if at is not None else [scope]):
+        iterable = loop.iter
+        while isinstance(iterable, cst.Call) and last_name(iterable.func) in _LOOP_WRAPPERS and iterable.args:
+            iterable = iterable.args[0].value
+        if isinstance(iterable, (cst.Name, cst.Attribute)) and cst.Module([]).code_for_node(iterable) == wanted:
+            if _loop_copies(loop, loop_stack, semantic):
+                return True
+    return False
+
+
+def _loops_in(scope: cst.CSTNode, prefix: List[cst.CSTNode]):
+    """The ``for`` statements of a scope (and, for a class, of its methods),
+    not those of nested functions, with their ancestors."""
+    from torchlint.nodes import iter_children
+
+    todo = [(child, [*prefix, child]) for child in iter_children(scope)]
+    while todo:
+        node, chain = todo.pop()
+        if isinstance(node, cst.For):
+            yield node, chain[:-1]
+        if isinstance(node, _NESTED_SCOPES) and not (
+            isinstance(scope, cst.ClassDef) and any(node is n for n in _body_of(scope))
+        ):
+            continue
+        todo.extend((child, [*chain, child]) for child in iter_children(node))
+
+
+def _body_of(node: cst.CSTNode) -> List[cst.CSTNode]:
+    body = getattr(node, "body", None)
+    return list(getattr(body, "body", ()))
+
+
+def _loop_copies(loop: cst.For, ancestors: List[cst.CSTNode], semantic) -> bool:
+    """Whether the loop's body copies its data (the target's names, names
+    assigned from them, comprehension variables over them) to a device."""
+    from torchlint.nodes import iter_children
+
+    data = set()
+    _names_in(loop.target, data)
+    todo = [(loop.body, [*ancestors, loop, loop.body])]
+    while todo:
+        node, chain = todo.pop(0)
+        if isinstance(node, _NESTED_SCOPES):
+            continue
+        if isinstance(node, cst.Assign) and _data_root(node.value) in data:
+            for target in node.targets:
+                _names_in(target.target, data)
+        elif isinstance(node, _COMPREHENSIONS):  # its `for` clauses before its element
+            clause: Optional[cst.CompFor] = node.for_in
+            while clause is not None:
+                if _data_root(clause.iter) in data:
+                    _names_in(clause.target, data)
+                clause = clause.inner_for_in
+        elif isinstance(node, cst.Call) and method_name(node) in ("to", "cuda"):
+            recv = receiver(node)
+            if recv is not None and _data_root(recv) in data and _to_a_device(node, chain, semantic):
+                return True
+        todo[:0] = [(child, [*chain, child]) for child in iter_children(node)]
+    return False
+
+
+def _names_in(target: cst.BaseExpression, into: set) -> None:
+    if isinstance(target, cst.Name):
+        into.add(target.value)
+    elif isinstance(target, (cst.Tuple, cst.List)):
+        for element in target.elements:
+            _names_in(element.value, into)
+    elif isinstance(target, cst.StarredElement):
+        _names_in(target.value, into)
+
+
+def _data_root(expr: cst.BaseExpression) -> Optional[str]:
+    """``batch["x"].items()`` -> ``"batch"``: the name under items, attributes and methods."""
+    while True:
+        if isinstance(expr, (cst.Attribute, cst.Subscript)):
+            expr = expr.value
+        elif isinstance(expr, cst.Call) and isinstance(expr.func, cst.Attribute):
+            expr = expr.func.value
+        else:
+            return expr.value if isinstance(expr, cst.Name) else None
+
+
+def _to_a_device(call: cst.Call, chain: List[cst.CSTNode], semantic) -> bool:
+    """``.cuda(...)``, or ``.to(...)`` given a device that is not the CPU, MPS
+    or meta: ``"cuda:0"``, an ordinal, ``torch.device(...)``, a name such as
+    ``device``/``self.device``/``args.device`` (and, for a name, no binding of
+    it that is visibly such a string)."""
+    if method_name(call) == "cuda":
+        return True
+    if has_star(call):
+        return False
+    _, arg = argument(call, "device", 0)
+    if arg is None:
+        return False
+    expr = arg.value
+    if isinstance(expr, cst.Call) and last_name(expr.func) == "device" and positional(expr):
+        expr = positional(expr)[0].value
+    text = string_value(expr)
+    if text is not None:
+        return is_accelerator_string(text) and text.split(":", 1)[0].strip() not in _NOT_PINNABLE
+    if isinstance(expr, cst.Integer) or (isinstance(arg.value, cst.Call) and last_name(arg.value.func) == "device"):
+        return True
+    name = last_name(expr)
+    lowered = (name or "").lower()
+    if not (lowered in ("device", "dev", "_device") or lowered.endswith("_device") or lowered.startswith("device_")):
+        return False
+    if isinstance(expr, cst.Name):
+        for b in semantic.bindings(expr.value, location_of(chain)):
+            value = b.value
+            if isinstance(value, cst.Call) and last_name(value.func) == "device" and positional(value):
+                value = positional(value)[0].value
+            literal = string_value(value) if value is not None else None
+            if literal is not None and (
+                not is_accelerator_string(literal) or literal.split(":", 1)[0].strip() in _NOT_PINNABLE
+            ):
+                return False
+    return True

@@ -19,6 +19,8 @@ from torchlint.rules._helpers import (
     positional,
     receiver,
 )
+from torchlint.rules._project_text import PINNED_CALL, trait_key
+from torchlint.semantic import Location
 
 DATALOADERS = frozenset({"torch.utils.data.DataLoader", "torch.utils.data.dataloader.DataLoader"})
 
@@ -26,6 +28,7 @@ __all__ = [
     "DATALOADERS", "IN_MEMORY_DATASETS", "ITERABLE_DATASETS", "SUBSETS", "dataset_argument",
     "LoaderIndex", "indexes_memory_only", "is_dataloader", "pins_memory",
     "HOST", "DEVICE", "UNKNOWN", "Placement", "placement",
+    "returned_by", "pinned_elsewhere",
     "FILE_DATASETS", "has_transform", "is_self", "parameter_names", "subset_source", "itemless_dataset",
 ]
 
@@ -377,7 +380,9 @@ class LoaderIndex:
             if is_dataloader(expr, self.ctx):
                 return [expr] if pins_memory(expr) is True else None
             function = self._callee(expr, scope)
-            return self._factory(function, None, depth) if function is not None else None
+            if function is None:  # a function of another module (the project index)
+                return [expr] if pinned_elsewhere(expr, self.ctx) is not None else None
+            return self._factory(function, None, depth)
         if isinstance(expr, cst.Name):
             return self._all(self.lookup(expr.value, scope), depth)
         if isinstance(expr, cst.Attribute) and isinstance(expr.value, cst.Name):
@@ -1173,3 +1178,34 @@ def _items_hold_no_data(getitem: cst.FunctionDef) -> bool:
             else:
                 return False
     return returned
+
+
+# -- loaders built in one module and iterated in another (the project index) ----------
+
+
+def returned_by(call: cst.Call, function: Optional[cst.FunctionDef], ctx: Context) -> Optional[str]:
+    """The name of the module-level function that returns the `DataLoader(...)`
+    ``call`` (``return DataLoader(...)``, or a name of the function bound only
+    to it and returned), as the project index knows it; None otherwise."""
+    module = ctx.module
+    if function is None or module is None or not any(function is s for s in module.body):
+        return None
+    semantic = ctx.semantic
+    location = Location((module, function), ())
+    for value in semantic.returns(function):
+        if value is call:
+            return function.name.value
+        if isinstance(value, cst.Name):
+            bindings = semantic.bindings(value.value, location)
+            if bindings and all(b.kind == "value" and b.value is call for b in bindings):
+                return function.name.value
+    return None
+
+
+def pinned_elsewhere(call: cst.Call, ctx: Context) -> Optional[str]:
+    """Where (the function's file) the loader that ``call`` returns is built
+    with `pin_memory=True`, as the project index found it: a function of
+    another module of the run whose callers here copy its batches."""
+    key = trait_key(cst.Module([]).code_for_node(call.func), PINNED_CALL)
+    fact = ctx.project.get("frequency", {}).get(key)
+    return fact[1] if fact else None

@@ -27,7 +27,10 @@ from torchlint.rules._loaders import (
     dataset_argument,
     itemless_dataset,
     placement,
+    returned_by,
 )
+from torchlint.rules._project import COPIED, caller_trait
+from torchlint.rules._project_text import LOADER, trait_key
 from torchlint.rules._one_batch import loader_fetches_one_batch
 
 # Device types for which pinned host memory does not help (MPS shares memory
@@ -385,10 +388,15 @@ class DataLoaderPinMemory(Rule):
         return False
 
     def leave_Module(self, node: cst.Module) -> None:
-        if self._off or not self._moves or not self._candidates or "torch_xla" in self.context.source:
+        if self._off or not self._candidates or "torch_xla" in self.context.source:
             return
-        where = placement(self.context)
         for call, arg, function in self._candidates:
+            # A module that copies nothing: a loader that a function returns may
+            # still be copied by its callers in other modules (the project index).
+            factory = None if self._moves else returned_by(call, function, self.context)
+            if not self._moves and factory is None:
+                continue
+            where = placement(self.context)  # built once per file, on first need
             known, workers = argument(call, "num_workers", 5)
             if known and (workers is None or literal_number(workers.value) == 0):
                 continue  # loads in the main process: TL203's finding; pinning buys nothing yet
@@ -407,6 +415,12 @@ class DataLoaderPinMemory(Rule):
                 # chose (`--features-device cuda`): pinning helps only if they
                 # are on the host, and raises if they are not.
                 continue
+            copied = None
+            if factory is not None:
+                self.context.pending.add(trait_key(factory, LOADER))  # do callers copy its batches?
+                copied = caller_trait(self.context, factory, COPIED)
+                if copied is None:
+                    continue
             safe = (
                 arg is None
                 and items == HOST
@@ -415,7 +429,7 @@ class DataLoaderPinMemory(Rule):
             )
             self.report(
                 call,
-                self._MESSAGE,
+                self._MESSAGE if copied is None else f"{self._MESSAGE} (`{factory}` returns it to {copied}, which copies its batches)",
                 fix=Fix(
                     Applicability.SAFE if safe else Applicability.UNSAFE,
                     "Pass `pin_memory=True`",

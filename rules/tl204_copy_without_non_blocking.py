@@ -7,9 +7,9 @@ import libcst as cst
 from torchlint.codemods import calls
 from torchlint.model import Applicability, Fix, FixAvailability
 from torchlint.rule import Benchmark, Invalid, Rule, Valid
-from torchlint.rules._copies import CopyLoops
+from torchlint.rules._copies import CopyLoops, pinned_loaders_given
 from torchlint.rules._helpers import has_star, keyword, method_name
-from torchlint.rules._loaders import DEVICE, HOST, placement
+from torchlint.rules._loaders import DEVICE, HOST, UNKNOWN, is_dataloader, pinned_elsewhere, placement
 
 
 
@@ -281,7 +281,7 @@ class CopyWithoutNonBlocking(CopyLoops, Rule):
         source = context.source
         # Without a literal `pin_memory` there is no pinned loader to find
         # (`pin_memory=True` is essentially never written positionally).
-        self._active = "DataLoader" in source and "pin_memory" in source
+        self._active = "DataLoader" in source and "pin_memory" in source or pinned_loaders_given(context)
         if not self._active:
             self.walks = False
 
@@ -289,29 +289,34 @@ class CopyWithoutNonBlocking(CopyLoops, Rule):
     def leave_Module(self, node: cst.Module) -> None:
         if not self._active:
             return
+        self._note_pinned_factories(node)
         reported = set()
         for loop in self._loops:
             loaders = self._index.pinned(loop.loader, loop.scope)
             if not loaders:
                 continue
             where = placement(self.context)  # built once per file, on first need
-            kinds = [where.loader(l) for l in loaders]
+            # A loader built in another module (the project index): its dataset
+            # and collate function are not seen here.
+            elsewhere = [pinned_elsewhere(l, self.context) for l in loaders if not is_dataloader(l, self.context)]
+            kinds = [where.loader(l) if is_dataloader(l, self.context) else (UNKNOWN, UNKNOWN) for l in loaders]
             if any(DEVICE in pair for pair in kinds):
                 continue  # pinning a batch of device tensors raises before any copy
             host_batches = all(batch == HOST for _, batch in kinds)
-            whole_batch_ok = all(keyword(l, "collate_fn") is None and not has_star(l) for l in loaders)
+            whole_batch_ok = not elsewhere and all(keyword(l, "collate_fn") is None and not has_star(l) for l in loaders)
             for call, arg, safe in self._copies(loop, whole_batch_ok):
                 if id(call) in reported:
                     continue
                 reported.add(id(call))
                 safe = safe and self._destination(call, loop.scope, host_batches)
-                self._report(call, arg, safe)
+                self._report(call, arg, safe, elsewhere[0] if elsewhere else None)
 
-    def _report(self, call: cst.Call, arg: Optional[cst.Arg], safe: bool) -> None:
+    def _report(self, call: cst.Call, arg: Optional[cst.Arg], safe: bool, built: Optional[str] = None) -> None:
         method = method_name(call)
+        loader = "a `pin_memory=True` loader" if built is None else f"a `pin_memory=True` loader (built in {built})"
         self.report(
             call,
-            f"`.{method}(...)` copies a batch from a `pin_memory=True` loader without "
+            f"`.{method}(...)` copies a batch from {loader} without "
             "`non_blocking=True`, so the host waits until the GPU has finished all queued "
             "work and the copy; pass `non_blocking=True` to let the copy overlap with compute",
             fix=Fix(
