@@ -26,6 +26,7 @@ from torchlint.rules._loaders import (
     SUBSETS,
     dataset_argument,
     itemless_dataset,
+    kwargs_keyword,
     placement,
     returned_by,
 )
@@ -339,10 +340,11 @@ class DataLoaderPinMemory(Rule):
         self._off = context.is_test_file or "DataLoader" not in context.source
         if self._off:
             self.walks = False
-        # (call, its `pin_memory` argument if given, the function it is in);
+        # (call, its `pin_memory` argument if given, the function it is in,
+        # `num_workers` as a `**kw` dict of the scope gives it, if so);
         # names, classes and collate functions are looked up afterwards in the
         # module's shared `Placement` (rules/_loaders.py).
-        self._candidates: List[Tuple[cst.Call, Optional[cst.Arg], Optional[cst.FunctionDef]]] = []
+        self._candidates: List[tuple] = []
         self._moves = False
 
     def visit_Call(self, node: cst.Call) -> None:
@@ -350,13 +352,16 @@ class DataLoaderPinMemory(Rule):
             return
         if self.context.qualname(node.func) in DATALOADERS:
             known, arg = argument(node, "pin_memory", 7)
-            if not known:
-                return
-            if arg is not None and literal_bool(arg.value) is not False:
+            given = arg.value if arg is not None else None
+            kwargs = None
+            if not known:  # `**kw`: a dict built in this scope says (no fix: the keyword would be given twice)
+                known, given = kwargs_keyword(node, "pin_memory", self.context)
+                kwargs = kwargs_keyword(node, "num_workers", self.context)
+            if not known or given is not None and literal_bool(given) is not False:
                 return
             if loader_fetches_one_batch(node, self.context):
                 return  # `next(iter(loader))`: one batch, nothing to overlap
-            self._candidates.append((node, arg, self.context.enclosing_function()))
+            self._candidates.append((node, arg, self.context.enclosing_function(), kwargs))
             return
         if not self._moves and self._is_move(node):
             self._moves = True
@@ -390,15 +395,16 @@ class DataLoaderPinMemory(Rule):
     def leave_Module(self, node: cst.Module) -> None:
         if self._off or not self._candidates or "torch_xla" in self.context.source:
             return
-        for call, arg, function in self._candidates:
+        for call, arg, function, kwargs in self._candidates:
             # A module that copies nothing: a loader that a function returns may
             # still be copied by its callers in other modules (the project index).
             factory = None if self._moves else returned_by(call, function, self.context)
             if not self._moves and factory is None:
                 continue
             where = placement(self.context)  # built once per file, on first need
-            known, workers = argument(call, "num_workers", 5)
-            if known and (workers is None or literal_number(workers.value) == 0):
+            known, workers = kwargs or argument(call, "num_workers", 5)
+            workers = workers.value if isinstance(workers, cst.Arg) else workers
+            if known and (workers is None or literal_number(workers) == 0):
                 continue  # loads in the main process: TL203's finding; pinning buys nothing yet
             dataset = dataset_argument(call)
             if self._holds_no_data(dataset, function, where):
@@ -430,7 +436,7 @@ class DataLoaderPinMemory(Rule):
             self.report(
                 call,
                 self._MESSAGE if copied is None else f"{self._MESSAGE} (`{factory}` returns it to {copied}, which copies its batches)",
-                fix=Fix(
+                fix=None if kwargs else Fix(
                     Applicability.SAFE if safe else Applicability.UNSAFE,
                     "Pass `pin_memory=True`",
                     lambda call=call, arg=arg: calls.set_keyword(call, "pin_memory", "True", arg),
