@@ -46,6 +46,30 @@ class DataLoaderPinMemory(Rule):
     or `False`, in a module that copies data to an accelerator (it calls
     `.cuda(...)` or `.to(<device>)`, or passes `device="cuda"`).
 
+    The loader is often built in one module and iterated in another: a
+    `build_loader()` of `data.py` that returns `DataLoader(ds, ...)`, called
+    by `train.py`, whose loop copies the batches. In a module that copies
+    nothing, a `DataLoader` that a module-level function returns (directly or
+    through a name bound only to it) is reported when the project index finds
+    a caller among the other files of the run that iterates the returned
+    loader (`for x, y in build_loader(...)`, through `enumerate`/`tqdm`, or a
+    name or `self.attr` bound only to such calls) and copies the loop's data to
+    an accelerator (`.cuda()`, `.to(device)`, `.to("cuda")`, with or without
+    `non_blocking`; not `.to(torch.float16)`, `"cpu"` or `"mps"`). The finding
+    names that call (`build_loader` returns it to `train.py:12`). A caller
+    that does not copy the batches, or a function of the same name in another
+    module, does not count. Only the files of the run are indexed: pre-commit,
+    which passes only the changed files, gives each file its single-module
+    answer (silent) until a full run.
+
+    `DataLoader(ds, **kw)` is judged by the dict when `kw` is built in the
+    same function or module (`dict(num_workers=4)` or `{"num_workers": 4}`)
+    and otherwise only updated with `kw.update(pin_memory=...)` or
+    `kw["pin_memory"] = ...` (an update in the same block, before the loader,
+    replaces the value; one under a branch must agree with it) or unpacked
+    (`**kw`). Such a finding has no fix: the dict may already hold the
+    keyword, and the call cannot take it twice.
+
     ## Why is this bad?
     A host-to-device copy from ordinary (pageable) memory is staged by the
     driver through a pinned buffer, costing an extra copy, and it cannot run
@@ -130,9 +154,12 @@ class DataLoaderPinMemory(Rule):
       host (every worker's prefetched batches stay pinned) or because a
       custom batch type cannot be pinned.
 
-    A `DataLoader` given `**kwargs` or `*args` that may set `pin_memory`, or a
-    `pin_memory=` whose value is not a literal, is not reported. Neither is a
-    module that never moves data to an accelerator, or that only names `"mps"`.
+    A `DataLoader` given `*args` or any other `**kwargs` that may set
+    `pin_memory` (a dict passed to a function, built by one, updated with
+    another dict, or holding a `collate_fn`), or a `pin_memory=` whose value
+    is not a literal, is not reported. Neither is a module that never moves
+    data to an accelerator, or that only names `"mps"`, unless the project
+    index finds a caller that copies the batches (above).
 
     Also not reported, because pinning would not help or would break:
     - a loader that loads in the main process (`num_workers` absent or the

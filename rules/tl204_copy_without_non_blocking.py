@@ -21,6 +21,19 @@ class CopyWithoutNonBlocking(CopyLoops, Rule):
     module, reports a copy of the loop's data to a device with `.to(<device>)`,
     `.to(device=...)` or `.cuda(...)` that does not pass `non_blocking=True`.
 
+    The loader may also come from another file of the run: a module-level
+    function there (`build_loader()` of `data.py`) that returns a
+    `DataLoader(..., pin_memory=True)`, called here (`loader =
+    build_loader(...)`, `from data import build_loader` or `import data`).
+    The project index asks the callers of such a function whether they
+    iterate the loader and copy its batches, and tells this file that the
+    loader is pinned; the finding names the file that builds it. A loader
+    whose `pin_memory` is absent, `False` or not a literal there, a function
+    of the same name in another module, or a run that passes only this file
+    (pre-commit passes only the changed files) leaves the copy unreported.
+    A `DataLoader(ds, **kw)` is pinned when `kw` is a dict of the same scope
+    that sets `pin_memory=True` on every path (see TL202).
+
     The loop may be written `for batch in loader`, `for i, batch in
     enumerate(loader)` or `for x, y in tqdm(loader)`. The loader may be a
     local or module-level name, `self.train_loader` assigned in a method of
@@ -121,9 +134,12 @@ class CopyWithoutNonBlocking(CopyLoops, Rule):
     with `batch.to(device)` when the loader has a custom `collate_fn` (the
     batch may be a class of its own whose `.to` has no `non_blocking`), and a
     loader whose `pin_memory` is not the literal `True` or that cannot be
-    traced to its `DataLoader(...)` call in the module (a function parameter
-    filled by code elsewhere, an import). A copy made in a helper function
-    that the loop calls is not followed.
+    traced to its `DataLoader(...)` call in the module or, as above, to a
+    function of another file of the run (a function parameter filled by code
+    elsewhere, an imported object). A whole batch from a loader built in
+    another module (`batch.to(device)`) is not reported either, since its
+    `collate_fn` is not seen here. A copy made in a helper function that the
+    loop calls is not followed.
 
     ## References
     - PyTorch Performance Tuning Guide, "Enable asynchronous data loading and augmentation"

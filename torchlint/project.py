@@ -16,7 +16,11 @@ them, on demand, after every file has been checked once:
    whose own frequency is unknown is followed the same way (up to three hops).
    The rules may also ask what kind of module a caller is (``traits``: one
    that wraps a model in DDP), a fact about the function under
-   ``hooks.trait_key(name, trait)``.
+   ``hooks.trait_key(name, trait)``.  A noted name may itself carry a
+   question (``hooks.split_note``: what do the callers do with the loader the
+   function returns?); each call site then answers with facts for the
+   function's file or for the caller's own (``Site``'s last element), and no
+   frequency is derived for it.
 3. A file whose functions are called every step (or once) from elsewhere is
    checked again with those facts (``Context.project["frequency"]``), and its
    result replaces the first one.  Diagnostics name the call site that made the
