@@ -4,9 +4,6 @@ returns a `DataLoader` whether they copy its batches to a device."""
 
 from __future__ import annotations
 
-import subprocess
-import sys
-
 import pytest
 
 from tests.test_cli import run
@@ -62,57 +59,41 @@ def _codes(runner, *args):
     return [line.split(" ")[0] + " " + line.split(" ")[1] for line in _lines(runner, *args)]
 
 
-def test_a_loader_whose_caller_copies_its_batches(runner, workdir):
-    """TL202 reports the DataLoader in data.py, and names the caller."""
-    (workdir / "data.py").write_text(DATA)
-    (workdir / "train.py").write_text(TRAIN)
-    (line,) = _lines(runner, ".")
-    assert line.startswith("data.py:5:12: TL202")
-    assert "`build_loader` returns it to train.py:6, which copies its batches" in line
-
-
 @pytest.mark.parametrize(
-    "copy",
+    "train, start, words",
     [
-        "x.cuda()",
-        "x.to('cuda:0')",
-        "x.to(self_device)",
-        "x.to(device, non_blocking=True)",  # the copy cannot overlap without pinned memory
-        "{k: v.to(device) for k, v in x.items()}",
+        # TL202 reports the DataLoader in data.py and names the caller
+        (TRAIN, "data.py:5:12: TL202", "`build_loader` returns it to train.py:6, which copies its batches"),
+        # pinned in data.py: TL202 is silent, TL204 reports the copy in train.py
+        (TRAIN_PINNED, "train.py:7:13: TL204", "(built in data.py)"),
     ],
 )
-def test_copies_that_count(runner, workdir, copy):
+def test_one_finding_that_names_the_other_module(runner, workdir, train, start, words):
     (workdir / "data.py").write_text(DATA)
-    train = TRAIN.replace("x, y = x.to(device), y.to(device)", f"z = {copy}")
-    if "self_device" in copy:
-        train = train.replace("self_device", "args.device")
     (workdir / "train.py").write_text(train)
-    assert _codes(runner, ".") == ["data.py:5:12: TL202"]
+    (line,) = _lines(runner, ".")
+    assert line.startswith(start) and words in line
 
 
 @pytest.mark.parametrize(
-    "body",
+    "body, copies",
     [
-        "model(x).sum().backward()",  # never copies
-        "x = x.to(torch.float16)",  # a cast
-        "x = x.to('cpu')",
-        "x = x.to('mps')",
-        "y = model.to(device)",  # copies something, not the batches
+        ("z = x.cuda()", True),
+        ("z = x.to('cuda:0')", True),
+        ("z = x.to(args.device)", True),
+        ("z = x.to(device, non_blocking=True)", True),  # the copy cannot overlap without pinned memory
+        ("z = {k: v.to(device) for k, v in x.items()}", True),
+        ("model(x).sum().backward()", False),  # never copies
+        ("x = x.to(torch.float16)", False),  # a cast
+        ("x = x.to('cpu')", False),
+        ("x = x.to('mps')", False),
+        ("y = model.to(device)", False),  # copies something, not the batches
     ],
 )
-def test_a_caller_that_does_not_copy_the_batches(runner, workdir, body):
+def test_what_counts_as_copying_the_batches(runner, workdir, body, copies):
     (workdir / "data.py").write_text(DATA)
     (workdir / "train.py").write_text(TRAIN.replace("x, y = x.to(device), y.to(device)", body))
-    assert _codes(runner, ".") == []
-
-
-def test_a_loader_pinned_in_the_other_module(runner, workdir):
-    """TL202 is silent; TL204 reports the copy without non_blocking in train.py."""
-    (workdir / "data.py").write_text(DATA)
-    (workdir / "train.py").write_text(TRAIN_PINNED)
-    (line,) = _lines(runner, ".")
-    assert line.startswith("train.py:7:13: TL204")
-    assert "(built in data.py)" in line
+    assert _codes(runner, ".") == (["data.py:5:12: TL202"] if copies else [])
 
 
 def test_a_pinned_loader_copied_with_non_blocking(runner, workdir):
@@ -193,16 +174,10 @@ def test_fix_adds_pin_memory_where_check_reports_it(runner, workdir):
 
 
 def test_the_main_process_does_not_import_libcst(workdir):
+    from tests.test_project_index import main_process_output
+
     (workdir / "data.py").write_text(DATA)
     (workdir / "train.py").write_text(TRAIN)
-    for i in range(40):
-        (workdir / f"filler{i}.py").write_text(f"import torch\nx{i} = torch.zeros(2)\n")
-    code = (
-        "import sys\nfrom torchlint.cli import main\n"
-        "try:\n    main(['check', '--no-cache', '-j', '2', '--select', 'TL202', '--output-format', 'concise', '.'])\n"
-        "except SystemExit:\n    pass\n"
-        "print('libcst' in sys.modules)\n"
-    )
-    out = subprocess.run([sys.executable, "-c", code], cwd=workdir, capture_output=True, text=True, timeout=120)
-    assert "data.py:5:12: TL202" in out.stdout
-    assert out.stdout.strip().splitlines()[-1] == "False"
+    output = main_process_output(workdir, "TL202")
+    assert "data.py:5:12: TL202" in output
+    assert output.strip().splitlines()[-1] == "False"
