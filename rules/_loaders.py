@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Dict, List, Optional, Tuple
+from typing import Dict, List, Optional, Set, Tuple
 
 import libcst as cst
 
@@ -18,7 +18,10 @@ from torchlint.rules._helpers import (
     moves_to_device,
     positional,
     receiver,
+    string_value,
 )
+from torchlint.rules._project_text import PINNED_CALL, trait_key
+from torchlint.semantic import Location
 
 DATALOADERS = frozenset({"torch.utils.data.DataLoader", "torch.utils.data.dataloader.DataLoader"})
 
@@ -26,6 +29,8 @@ __all__ = [
     "DATALOADERS", "IN_MEMORY_DATASETS", "ITERABLE_DATASETS", "SUBSETS", "dataset_argument",
     "LoaderIndex", "indexes_memory_only", "is_dataloader", "pins_memory",
     "HOST", "DEVICE", "UNKNOWN", "Placement", "placement",
+    "returned_by", "pinned_elsewhere", "kwargs_dict", "kwargs_keyword",
+    "FILE_DATASETS", "has_transform", "is_self", "parameter_names", "subset_source", "itemless_dataset",
 ]
 
 # Datasets whose items are slices of tensors that already sit in memory.
@@ -38,13 +43,16 @@ def is_dataloader(call: cst.Call, ctx: Context) -> bool:
     return ctx.qualname(call.func) in DATALOADERS
 
 
-def pins_memory(call: cst.Call) -> Optional[bool]:
+def pins_memory(call: cst.Call, kwargs: Optional[Tuple[bool, Optional[cst.BaseExpression]]] = None) -> Optional[bool]:
     """For a `DataLoader(...)` call: True for a literal `pin_memory=True`
     (keyword or 8th positional argument), False when it is absent or `False`,
-    None when it cannot be known (a variable, `*args`/`**kwargs`)."""
+    None when it cannot be known (a variable, `*args`/`**kwargs`).  ``kwargs``:
+    what a `**kw` dict of the call's scope gives (``kwargs_keyword``)."""
     known, arg = argument(call, "pin_memory", 7)
     if not known:
-        return None
+        if kwargs is None or not kwargs[0]:
+            return None
+        return False if kwargs[1] is None else literal_bool(kwargs[1])
     if arg is None:
         return False
     return literal_bool(arg.value)
@@ -243,6 +251,8 @@ class LoaderIndex:
         self.calls: Dict[str, List[Tuple[cst.Call, _Scope]]] = {}
         self._names: Optional[Dict[str, int]] = None
         self._busy: set = set()
+        # `DataLoader(ds, **kw)` -> what a dict `kw` of its scope says of `pin_memory`
+        self.kwargs: Dict[int, Tuple[bool, Optional[cst.BaseExpression]]] = {}
 
     # -- collecting ------------------------------------------------------------
     @property
@@ -341,6 +351,9 @@ class LoaderIndex:
             self.generators.add(id(self.scope))
 
     def add_call(self, call: cst.Call) -> None:
+        """A call being visited (``ctx.stack`` ends at it)."""
+        if any(arg.star == "**" for arg in call.args) and is_dataloader(call, self.ctx):
+            self.kwargs[id(call)] = kwargs_keyword(call, "pin_memory", self.ctx)
         if isinstance(call.func, cst.Name):
             self.calls.setdefault(call.func.value, []).append((call, self.scope))
 
@@ -374,9 +387,11 @@ class LoaderIndex:
     def _pinned(self, expr: cst.BaseExpression, scope: _Scope, depth: int) -> Optional[List[cst.Call]]:
         if isinstance(expr, cst.Call):
             if is_dataloader(expr, self.ctx):
-                return [expr] if pins_memory(expr) is True else None
+                return [expr] if pins_memory(expr, self.kwargs.get(id(expr))) is True else None
             function = self._callee(expr, scope)
-            return self._factory(function, None, depth) if function is not None else None
+            if function is None:  # a function of another module (the project index)
+                return [expr] if pinned_elsewhere(expr, self.ctx) is not None else None
+            return self._factory(function, None, depth)
         if isinstance(expr, cst.Name):
             return self._all(self.lookup(expr.value, scope), depth)
         if isinstance(expr, cst.Attribute) and isinstance(expr.value, cst.Name):
@@ -1065,3 +1080,274 @@ def _to_cpu(call: cst.Call, ctx: Context) -> bool:
         pos = positional(call)
         dev = pos[0] if pos else None
     return dev is not None and device_kind(dev.value, ctx) == "cpu"
+
+
+# -- dataset helpers (TL203) -------------------------------------------------------
+
+# Dataset families that read and decode files for every item.
+FILE_DATASETS = ("torchvision.datasets.", "torchaudio.datasets.")
+TRANSFORM_KEYWORDS = ("transform", "transforms", "target_transform")
+
+
+def has_transform(call: cst.Call) -> bool:
+    """A dataset built with a per-item transform (`transform=...`, not `None`)."""
+    for arg in call.args:
+        if arg.keyword is not None and arg.keyword.value in TRANSFORM_KEYWORDS:
+            return not (isinstance(arg.value, cst.Name) and arg.value.value == "None")
+    return False
+
+
+def is_self(expr: cst.BaseExpression) -> bool:
+    return isinstance(expr, cst.Name) and expr.value == "self"
+
+
+def parameter_names(function: cst.FunctionDef) -> Tuple[str, ...]:
+    params = function.params
+    names = [p.name.value for p in (*params.posonly_params, *params.params, *params.kwonly_params)]
+    for star in (params.star_arg, params.star_kwarg):
+        if isinstance(star, cst.Param):
+            names.append(star.name.value)
+    return tuple(names)
+
+
+def subset_source(call: cst.Call) -> Optional[cst.BaseExpression]:
+    """The first argument (`dataset`) of `random_split`/`Subset`."""
+    pos = positional(call)
+    if pos and not call.args[0].star:
+        return pos[0].value
+    arg = keyword(call, "dataset")
+    return arg.value if arg is not None else None
+
+
+# -- datasets whose items hold no data (TL202) ----------------------------------------
+
+
+def itemless_dataset(klass: cst.ClassDef) -> bool:
+    """A dataset class whose `__getitem__` returns no data (see below)."""
+    itemless = False
+    if isinstance(klass.body, cst.IndentedBlock):
+        for stmt in klass.body.body:
+            if isinstance(stmt, cst.FunctionDef) and stmt.name.value == "__getitem__":
+                itemless = _items_hold_no_data(stmt)
+    return itemless
+
+
+def _items_hold_no_data(getitem: cst.FunctionDef) -> bool:
+    """A `__getitem__(self, index)` that returns only the index and the
+    dataset's own attributes (``return {"prompt": self.prompt, "index": index}``,
+    also built up in a local dict): every item repeats the same values."""
+    params = [*getitem.params.posonly_params, *getitem.params.params]
+    body = getitem.body
+    if len(params) != 2 or not isinstance(body, cst.IndentedBlock):
+        return False
+    owner, index = params[0].name.value, params[1].name.value
+    local: Set[str] = set()
+
+    def plain(expr: Optional[cst.BaseExpression]) -> bool:
+        if expr is None:
+            return True
+        if isinstance(expr, cst.Name):
+            return expr.value in (index, "None", "True", "False") or expr.value in local
+        if isinstance(expr, cst.Attribute):
+            return isinstance(expr.value, cst.Name) and expr.value.value == owner
+        if isinstance(expr, (cst.Integer, cst.Float, cst.SimpleString)):
+            return True
+        if isinstance(expr, (cst.Tuple, cst.List)):
+            return all(isinstance(e, cst.Element) and plain(e.value) for e in expr.elements)
+        if isinstance(expr, cst.Dict):
+            return all(isinstance(e, cst.DictElement) and plain(e.key) and plain(e.value) for e in expr.elements)
+        return False
+
+    statements = list(body.body)
+    if statements and is_docstring(statements[0]):
+        statements = statements[1:]
+    returned = False
+    for stmt in statements:
+        if returned or not isinstance(stmt, cst.SimpleStatementLine):
+            return False
+        for small in stmt.body:
+            if returned:
+                return False
+            if isinstance(small, cst.Return):
+                if small.value is None or not plain(small.value):
+                    return False
+                returned = True
+            elif isinstance(small, cst.Assign) and len(small.targets) == 1:
+                target = small.targets[0].target
+                if not plain(small.value):
+                    return False
+                if isinstance(target, cst.Name) and target.value not in (owner, index):
+                    local.add(target.value)
+                elif not (
+                    isinstance(target, cst.Subscript)
+                    and isinstance(target.value, cst.Name)
+                    and target.value.value in local
+                ):
+                    return False
+            else:
+                return False
+    return returned
+
+
+# -- loaders built in one module and iterated in another (the project index) ----------
+
+
+def returned_by(call: cst.Call, function: Optional[cst.FunctionDef], ctx: Context) -> Optional[str]:
+    """The name of the module-level function that returns the `DataLoader(...)`
+    ``call`` (``return DataLoader(...)``, or a name of the function bound only
+    to it and returned), as the project index knows it; None otherwise."""
+    module = ctx.module
+    if function is None or module is None or not any(function is s for s in module.body):
+        return None
+    semantic = ctx.semantic
+    location = Location((module, function), ())
+    for value in semantic.returns(function):
+        if value is call:
+            return function.name.value
+        if isinstance(value, cst.Name):
+            bindings = semantic.bindings(value.value, location)
+            if bindings and all(b.kind == "value" and b.value is call for b in bindings):
+                return function.name.value
+    return None
+
+
+def pinned_elsewhere(call: cst.Call, ctx: Context) -> Optional[str]:
+    """Where (the function's file) the loader that ``call`` returns is built
+    with `pin_memory=True`, as the project index found it: a function of
+    another module of the run whose callers here copy its batches."""
+    key = trait_key(cst.Module([]).code_for_node(call.func), PINNED_CALL)
+    fact = ctx.project.get("frequency", {}).get(key)
+    return fact[1] if fact else None
+
+
+# -- `DataLoader(ds, **kw)` where `kw` is a dict built in the same scope ----------------
+
+_MAYBE = object()  # a key whose value depends on a branch (a conditional update)
+# Keys that change what a batch holds: with one of them in the dict the rules
+# would judge the batches without seeing it, so the dict is not read.
+_HIDDEN_KEYS = frozenset({"collate_fn", "pin_memory_device", "dataset"})
+
+
+def kwargs_keyword(call: cst.Call, name: str, ctx: Context) -> Tuple[bool, Optional[cst.BaseExpression]]:
+    """For ``DataLoader(ds, **kw)`` being visited (``ctx.stack`` ends at it):
+    ``(True, value)`` when ``kw`` is a dict built in the same scope whose key
+    ``name`` is ``value`` on every path (None: never set), ``(False, None)``
+    when it cannot be known (see ``kwargs_dict``)."""
+    keys = kwargs_dict(call, ctx)
+    if keys is None or _HIDDEN_KEYS & keys.keys() or keys.get(name) is _MAYBE:
+        return False, None
+    if any(arg.keyword is not None and arg.keyword.value == name for arg in call.args):
+        return False, None
+    value = keys.get(name)
+    return True, value if isinstance(value, cst.BaseExpression) else None
+
+
+def kwargs_dict(call: cst.Call, ctx: Context) -> Optional[Dict[str, object]]:
+    """The keys of the dict ``kw`` in the call's only ``**kw`` (no ``*args``):
+    bound once in the scope, to ``dict(a=1, ...)`` or ``{"a": 1, ...}``, and
+    otherwise only updated (``kw.update(b=2)``, ``kw["b"] = 2``) or unpacked
+    (``**kw``).  An update in the same block between the binding and the call
+    replaces the value; one elsewhere (under an ``if``, after the call) makes
+    the key ``_MAYBE`` unless it sets the same value.  None when anything else
+    touches the name (it is passed on, popped, rebound, or used in a closure)."""
+    stars = [arg for arg in call.args if arg.star]
+    if len(stars) != 1 or stars[0].star != "**" or not isinstance(stars[0].value, cst.Name):
+        return None
+    name = stars[0].value.value
+    semantic = ctx.semantic
+    location = ctx.location()
+    bindings = semantic.bindings(name, location)
+    reaching = semantic.reaching(name, location)
+    if len(bindings) != 1 or bindings[0].kind != "value" or len(reaching) != 1 or reaching[0].value is not bindings[0].value:
+        return None
+    binding = bindings[0]
+    keys = _dict_display(binding.value)
+    statements = [step for step in binding.location.path if not step[2]]  # not within a line `a = 1; b = 2`
+    if keys is None or not statements:
+        return None
+    block_id, start = statements[-1][0], statements[-1][1]
+    end = next((step[1] for step in location.path if step[0] == block_id), None)
+    block = next((node for node in ctx.stack if id(node) == block_id), None)
+    if end is None or block is None:
+        return None
+    in_order = {id(s) for s in block.body[start + 1:end]}
+    maybe: List[Tuple[str, cst.BaseExpression]] = []
+    for statement, updates in _mentions_of(binding.location.scope, name, binding):
+        if updates is None:
+            return None
+        if id(statement) in in_order:
+            keys.update(updates)
+        else:
+            maybe.extend(updates.items())
+    code = cst.Module([]).code_for_node
+    for key, value in maybe:
+        current = keys.get(key)
+        if not isinstance(current, cst.CSTNode) or code(current) != code(value):
+            keys[key] = _MAYBE
+    return keys
+
+
+def _dict_display(value: Optional[cst.CSTNode]) -> Optional[Dict[str, object]]:
+    """``dict(a=1)`` / ``{"a": 1}`` -> ``{"a": <1>}``; None for anything else."""
+    if isinstance(value, cst.Call) and isinstance(value.func, cst.Name) and value.func.value == "dict":
+        if any(arg.keyword is None or arg.star for arg in value.args):
+            return None
+        return {arg.keyword.value: arg.value for arg in value.args}
+    if isinstance(value, cst.Dict):
+        keys: Dict[str, object] = {}
+        for element in value.elements:
+            key = string_value(element.key) if isinstance(element, cst.DictElement) else None
+            if key is None:
+                return None
+            keys[key] = element.value
+        return keys
+    return None
+
+
+def _mentions_of(scope: cst.CSTNode, name: str, binding):
+    """Every statement of ``scope`` that mentions ``name`` besides its binding
+    and ``**name`` unpackings: (the statement line, the keys it sets, or None
+    for a use that may do anything)."""
+    from torchlint.nodes import iter_children
+
+    todo: List[Tuple[cst.CSTNode, Tuple[cst.CSTNode, ...]]] = [(scope, ())]
+    while todo:
+        node, chain = todo.pop()
+        if isinstance(node, cst.Name) and node.value == name:
+            parent = chain[-1] if chain else None
+            line = next((n for n in reversed(chain) if isinstance(n, cst.SimpleStatementLine)), None)
+            if isinstance(parent, cst.Arg) and parent.star == "**":
+                continue
+            if isinstance(parent, cst.AssignTarget) and isinstance(chain[-2], cst.Assign) and chain[-2].value is binding.value:
+                continue
+            yield line, _update(chain, line)
+            continue
+        todo.extend((child, (*chain, node)) for child in iter_children(node))
+
+
+def _update(chain: Tuple[cst.CSTNode, ...], line: Optional[cst.CSTNode]) -> Optional[Dict[str, object]]:
+    """``kw.update(a=1)`` or ``kw["a"] = 1`` as a statement of its own: its keys."""
+    if line is None or len(line.body) != 1:
+        return None
+    statement = line.body[0]
+    if (
+        len(chain) >= 3
+        and isinstance(chain[-1], cst.Attribute)
+        and chain[-1].attr.value == "update"
+        and isinstance(statement, cst.Expr)
+        and statement.value is chain[-2]
+        and isinstance(chain[-2], cst.Call)
+        and all(arg.keyword is not None and not arg.star for arg in chain[-2].args)
+    ):
+        return {arg.keyword.value: arg.value for arg in chain[-2].args}
+    if (
+        isinstance(statement, cst.Assign)
+        and len(statement.targets) == 1
+        and isinstance(chain[-1], cst.Subscript)
+        and statement.targets[0].target is chain[-1]
+        and len(chain[-1].slice) == 1
+        and isinstance(chain[-1].slice[0].slice, cst.Index)
+    ):
+        key = string_value(chain[-1].slice[0].slice.value)
+        return {key: statement.value} if key is not None else None
+    return None

@@ -31,12 +31,24 @@ import libcst as cst
 
 from torchlint.nodes import iter_children, walk_nodes
 from torchlint.rules._frequency import FrequencyModel, qualified_name, runs_once_by_path
-from torchlint.rules._project_text import DDP, HOST_ARGS, module_parts, names_module, trait_key  # noqa: F401 - DDP, HOST_ARGS: for caller_trait's users
+from torchlint.rules._copies import batches_copied
+from torchlint.rules._project_text import (  # noqa: F401 - DDP, HOST_ARGS: for caller_trait's users
+    COPIED,
+    DDP,
+    HOST_ARGS,
+    PINNED,
+    PINNED_CALL,
+    module_parts,
+    names_module,
+    split_note,
+    trait_key,
+)
 from torchlint.semantic import Location, SemanticModel, location_of
 
 # (level, line, qualified name of the calling function, whether every argument
-# is visibly a host value: a number, `x.item()`, `float(...)`, a learning rate)
-Site = Tuple[int, int, Optional[str], bool]
+# is visibly a host value: a number, `x.item()`, `float(...)`, a learning rate,
+# the facts the call establishes for a noted loader: ("callee" | "caller", key))
+Site = Tuple[int, int, Optional[str], bool, Tuple[Tuple[str, str], ...]]
 
 
 class _Imports:
@@ -113,7 +125,7 @@ class Finder:
         self.semantic = SemanticModel(module)
         self.parents: Dict[int, cst.CSTNode] = {}
 
-    def sites(self, target: Sequence[str], qualname: str) -> List[Site]:
+    def sites(self, target: Sequence[str], qualname: str, note: Optional[str] = None) -> List[Site]:
         cls_name, _, method = qualname.rpartition(".")
         found: List[Site] = []
         for site in self.frequency.sites:
@@ -125,8 +137,24 @@ class Finder:
             if site.caller is not None:
                 info = self.frequency.functions.get(site.caller)
                 caller = qualified_name(info) if info is not None else None
-            found.append((level, self._line(call), caller, self._host_args(call)))
+            if note is not None:
+                found.append((level, self._line(call), caller, False, self._loader_facts(call, qualname, note)))
+            else:
+                found.append((level, self._line(call), caller, self._host_args(call), ()))
         return found
+
+    def _loader_facts(self, call: cst.Call, qualname: str, note: str) -> Tuple[Tuple[str, str], ...]:
+        """For a function noted as returning a loader: where this call's loader
+        is iterated and its batches copied to a device, the function's file
+        learns it (COPIED), and for a pinned loader this file learns that the
+        callee, as written here, returns one (PINNED_CALL)."""
+        stack = self._stack_of(call)
+        if stack is None or not batches_copied(call, stack, self.semantic):
+            return ()
+        facts = [("callee", trait_key(qualname, COPIED))]
+        if note == PINNED:
+            facts.append(("caller", trait_key(cst.Module([]).code_for_node(call.func), PINNED_CALL)))
+        return tuple(facts)
 
     def _host_args(self, call: cst.Call) -> bool:
         """Whether every argument of ``call`` is visibly a host value (so a
@@ -342,7 +370,8 @@ def finder(text: str, path: str, external: Optional[Dict[str, Tuple[int, str]]] 
 def call_sites(found: Finder, target_path: str, qualname: str) -> List[Site]:
     """The calls in ``found``'s file of ``qualname`` defined in the file
     ``target_path``: (how often each runs, its line, the calling function)."""
+    qualname, note = split_note(qualname)
     target = module_parts(target_path)
-    return found.sites(target, qualname) if target else []
+    return found.sites(target, qualname, note) if target else []
 
 

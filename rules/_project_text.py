@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import functools
 import re
-from typing import Dict, Sequence, Tuple
+from typing import Dict, Optional, Sequence, Tuple
 
 UNKNOWN_LEVEL = 0  # how often a call runs when its module does not say: rules/_frequency.py's UNKNOWN
 
@@ -66,11 +66,32 @@ def text_wraps_in_ddp(text: str) -> bool:
 
 HOST_ARGS = "host_args"  # every call of the function passes only host values
 DDP = "ddp"  # a caller module wraps a model in DistributedDataParallel
+# Loaders built in one module and iterated in another (TL202, TL204).  A rule
+# notes ``trait_key(function, LOADER)`` for a function that returns a
+# `DataLoader` without `pin_memory`, ``trait_key(function, PINNED)`` for one
+# that returns a `DataLoader(..., pin_memory=True)`; the index then asks each
+# caller whether it iterates the returned loader and copies the batches to a
+# device.  Where one does, the function's file gets ``trait_key(function,
+# COPIED)`` (where the copy is), and for a pinned loader the caller's file gets
+# ``trait_key(<the callee as written there>, PINNED_CALL)`` (the function's file).
+LOADER = "loader"
+PINNED = "pinned"
+COPIED = "copied"
+PINNED_CALL = "pinned_call"
+_NOTES = (LOADER, PINNED)
 
 
 def trait_key(qualname: str, trait: str) -> str:
     """The fact key under which the index records a trait of ``qualname``'s callers."""
     return f"{qualname}|{trait}"
+
+
+def split_note(name: str) -> Tuple[str, Optional[str]]:
+    """A noted name -> (the function's qualified name, the question asked
+    about its callers: LOADER, PINNED; None for a plain function, whose
+    callers tell how often it runs)."""
+    qualname, sep, trait = name.partition("|")
+    return (qualname, trait) if sep and trait in _NOTES else (name, None)
 
 
 def traits(text: str) -> Tuple[str, ...]:
@@ -86,7 +107,12 @@ def might_call(text: str, target_path: str, qualname: str) -> bool:
     """The cheap textual test before parsing: the file calls something by the
     function's (or method's) name and has an import line naming the target
     module (``from pkg.misc import ...``, ``import pkg.misc as m``,
-    ``from pkg import misc``, ``from . import misc``, ``from .misc import ...``)."""
+    ``from pkg import misc``, ``from . import misc``, ``from .misc import ...``).
+    For a loader's question (``split_note``) the file must also copy something
+    (``.cuda(`` or ``.to(``)."""
+    qualname, note = split_note(qualname)
+    if note is not None and ".cuda(" not in text and ".to(" not in text:
+        return False  # a loader's batches are copied nowhere in this file
     parts = module_parts(target_path)
     if not parts:
         return False

@@ -1,6 +1,6 @@
 from __future__ import annotations
 
-from typing import List, Optional, Set, Tuple
+from typing import List, Optional, Tuple
 
 import libcst as cst
 
@@ -11,7 +11,6 @@ from torchlint.rules._helpers import (
     argument,
     device_kind,
     device_type,
-    is_docstring,
     keyword,
     literal_bool,
     literal_number,
@@ -19,7 +18,20 @@ from torchlint.rules._helpers import (
     moves_to_device,
     positional,
 )
-from torchlint.rules._loaders import DATALOADERS, DEVICE, HOST, IN_MEMORY_DATASETS, SUBSETS, dataset_argument, placement
+from torchlint.rules._loaders import (
+    DATALOADERS,
+    DEVICE,
+    HOST,
+    IN_MEMORY_DATASETS,
+    SUBSETS,
+    dataset_argument,
+    itemless_dataset,
+    kwargs_keyword,
+    placement,
+    returned_by,
+)
+from torchlint.rules._project import COPIED, caller_trait
+from torchlint.rules._project_text import LOADER, trait_key
 from torchlint.rules._one_batch import loader_fetches_one_batch
 
 # Device types for which pinned host memory does not help (MPS shares memory
@@ -33,6 +45,30 @@ class DataLoaderPinMemory(Rule):
     Reports a `torch.utils.data.DataLoader(...)` whose `pin_memory` is absent
     or `False`, in a module that copies data to an accelerator (it calls
     `.cuda(...)` or `.to(<device>)`, or passes `device="cuda"`).
+
+    The loader is often built in one module and iterated in another: a
+    `build_loader()` of `data.py` that returns `DataLoader(ds, ...)`, called
+    by `train.py`, whose loop copies the batches. In a module that copies
+    nothing, a `DataLoader` that a module-level function returns (directly or
+    through a name bound only to it) is reported when the project index finds
+    a caller among the other files of the run that iterates the returned
+    loader (`for x, y in build_loader(...)`, through `enumerate`/`tqdm`, or a
+    name or `self.attr` bound only to such calls) and copies the loop's data to
+    an accelerator (`.cuda()`, `.to(device)`, `.to("cuda")`, with or without
+    `non_blocking`; not `.to(torch.float16)`, `"cpu"` or `"mps"`). The finding
+    names that call (`build_loader` returns it to `train.py:12`). A caller
+    that does not copy the batches, or a function of the same name in another
+    module, does not count. Only the files of the run are indexed: pre-commit,
+    which passes only the changed files, gives each file its single-module
+    answer (silent) until a full run.
+
+    `DataLoader(ds, **kw)` is judged by the dict when `kw` is built in the
+    same function or module (`dict(num_workers=4)` or `{"num_workers": 4}`)
+    and otherwise only updated with `kw.update(pin_memory=...)` or
+    `kw["pin_memory"] = ...` (an update in the same block, before the loader,
+    replaces the value; one under a branch must agree with it) or unpacked
+    (`**kw`). Such a finding has no fix: the dict may already hold the
+    keyword, and the call cannot take it twice.
 
     ## Why is this bad?
     A host-to-device copy from ordinary (pageable) memory is staged by the
@@ -118,9 +154,12 @@ class DataLoaderPinMemory(Rule):
       host (every worker's prefetched batches stay pinned) or because a
       custom batch type cannot be pinned.
 
-    A `DataLoader` given `**kwargs` or `*args` that may set `pin_memory`, or a
-    `pin_memory=` whose value is not a literal, is not reported. Neither is a
-    module that never moves data to an accelerator, or that only names `"mps"`.
+    A `DataLoader` given `*args` or any other `**kwargs` that may set
+    `pin_memory` (a dict passed to a function, built by one, updated with
+    another dict, or holding a `collate_fn`), or a `pin_memory=` whose value
+    is not a literal, is not reported. Neither is a module that never moves
+    data to an accelerator, or that only names `"mps"`, unless the project
+    index finds a caller that copies the batches (above).
 
     Also not reported, because pinning would not help or would break:
     - a loader that loads in the main process (`num_workers` absent or the
@@ -328,10 +367,11 @@ class DataLoaderPinMemory(Rule):
         self._off = context.is_test_file or "DataLoader" not in context.source
         if self._off:
             self.walks = False
-        # (call, its `pin_memory` argument if given, the function it is in);
+        # (call, its `pin_memory` argument if given, the function it is in,
+        # `num_workers` as a `**kw` dict of the scope gives it, if so);
         # names, classes and collate functions are looked up afterwards in the
         # module's shared `Placement` (rules/_loaders.py).
-        self._candidates: List[Tuple[cst.Call, Optional[cst.Arg], Optional[cst.FunctionDef]]] = []
+        self._candidates: List[tuple] = []
         self._moves = False
 
     def visit_Call(self, node: cst.Call) -> None:
@@ -339,13 +379,16 @@ class DataLoaderPinMemory(Rule):
             return
         if self.context.qualname(node.func) in DATALOADERS:
             known, arg = argument(node, "pin_memory", 7)
-            if not known:
-                return
-            if arg is not None and literal_bool(arg.value) is not False:
+            given = arg.value if arg is not None else None
+            kwargs = None
+            if not known:  # `**kw`: a dict built in this scope says (no fix: the keyword would be given twice)
+                known, given = kwargs_keyword(node, "pin_memory", self.context)
+                kwargs = kwargs_keyword(node, "num_workers", self.context)
+            if not known or given is not None and literal_bool(given) is not False:
                 return
             if loader_fetches_one_batch(node, self.context):
                 return  # `next(iter(loader))`: one batch, nothing to overlap
-            self._candidates.append((node, arg, self.context.enclosing_function()))
+            self._candidates.append((node, arg, self.context.enclosing_function(), kwargs))
             return
         if not self._moves and self._is_move(node):
             self._moves = True
@@ -368,7 +411,7 @@ class DataLoaderPinMemory(Rule):
                 args = positional(expr)
                 return len(args) == 1 and self._holds_no_data(args[0].value, function, where, depth + 1)
             classes = where.classes.get(name)
-            return bool(classes) and all(_itemless(klass) for klass in classes)
+            return bool(classes) and all(itemless_dataset(klass) for klass in classes)
         if isinstance(expr, cst.Name):
             values = where.values_of(expr.value, function)
             return bool(values) and all(
@@ -377,12 +420,18 @@ class DataLoaderPinMemory(Rule):
         return False
 
     def leave_Module(self, node: cst.Module) -> None:
-        if self._off or not self._moves or not self._candidates or "torch_xla" in self.context.source:
+        if self._off or not self._candidates or "torch_xla" in self.context.source:
             return
-        where = placement(self.context)
-        for call, arg, function in self._candidates:
-            known, workers = argument(call, "num_workers", 5)
-            if known and (workers is None or literal_number(workers.value) == 0):
+        for call, arg, function, kwargs in self._candidates:
+            # A module that copies nothing: a loader that a function returns may
+            # still be copied by its callers in other modules (the project index).
+            factory = None if self._moves else returned_by(call, function, self.context)
+            if not self._moves and factory is None:
+                continue
+            where = placement(self.context)  # built once per file, on first need
+            known, workers = kwargs or argument(call, "num_workers", 5)
+            workers = workers.value if isinstance(workers, cst.Arg) else workers
+            if known and (workers is None or literal_number(workers) == 0):
                 continue  # loads in the main process: TL203's finding; pinning buys nothing yet
             dataset = dataset_argument(call)
             if self._holds_no_data(dataset, function, where):
@@ -399,6 +448,12 @@ class DataLoaderPinMemory(Rule):
                 # chose (`--features-device cuda`): pinning helps only if they
                 # are on the host, and raises if they are not.
                 continue
+            copied = None
+            if factory is not None:
+                self.context.pending.add(trait_key(factory, LOADER))  # do callers copy its batches?
+                copied = caller_trait(self.context, factory, COPIED)
+                if copied is None:
+                    continue
             safe = (
                 arg is None
                 and items == HOST
@@ -407,8 +462,8 @@ class DataLoaderPinMemory(Rule):
             )
             self.report(
                 call,
-                self._MESSAGE,
-                fix=Fix(
+                self._MESSAGE if copied is None else f"{self._MESSAGE} (`{factory}` returns it to {copied}, which copies its batches)",
+                fix=None if kwargs else Fix(
                     Applicability.SAFE if safe else Applicability.UNSAFE,
                     "Pass `pin_memory=True`",
                     lambda call=call, arg=arg: calls.set_keyword(call, "pin_memory", "True", arg),
@@ -443,73 +498,6 @@ class DataLoaderPinMemory(Rule):
         dev = keyword(node, "device")
         value = dev.value if dev is not None else positional(node)[0].value
         return not _names_unpinnable(value, self.context)
-
-
-def _itemless(klass: cst.ClassDef) -> bool:
-    """A dataset class whose `__getitem__` returns no data (see below)."""
-    itemless = False
-    if isinstance(klass.body, cst.IndentedBlock):
-        for stmt in klass.body.body:
-            if isinstance(stmt, cst.FunctionDef) and stmt.name.value == "__getitem__":
-                itemless = _items_hold_no_data(stmt)
-    return itemless
-
-
-def _items_hold_no_data(getitem: cst.FunctionDef) -> bool:
-    """A `__getitem__(self, index)` that returns only the index and the
-    dataset's own attributes (``return {"prompt": self.prompt, "index": index}``,
-    also built up in a local dict): every item repeats the same values."""
-    params = [*getitem.params.posonly_params, *getitem.params.params]
-    body = getitem.body
-    if len(params) != 2 or not isinstance(body, cst.IndentedBlock):
-        return False
-    owner, index = params[0].name.value, params[1].name.value
-    local: Set[str] = set()
-
-    def plain(expr: Optional[cst.BaseExpression]) -> bool:
-        if expr is None:
-            return True
-        if isinstance(expr, cst.Name):
-            return expr.value in (index, "None", "True", "False") or expr.value in local
-        if isinstance(expr, cst.Attribute):
-            return isinstance(expr.value, cst.Name) and expr.value.value == owner
-        if isinstance(expr, (cst.Integer, cst.Float, cst.SimpleString)):
-            return True
-        if isinstance(expr, (cst.Tuple, cst.List)):
-            return all(isinstance(e, cst.Element) and plain(e.value) for e in expr.elements)
-        if isinstance(expr, cst.Dict):
-            return all(isinstance(e, cst.DictElement) and plain(e.key) and plain(e.value) for e in expr.elements)
-        return False
-
-    statements = list(body.body)
-    if statements and is_docstring(statements[0]):
-        statements = statements[1:]
-    returned = False
-    for stmt in statements:
-        if returned or not isinstance(stmt, cst.SimpleStatementLine):
-            return False
-        for small in stmt.body:
-            if returned:
-                return False
-            if isinstance(small, cst.Return):
-                if small.value is None or not plain(small.value):
-                    return False
-                returned = True
-            elif isinstance(small, cst.Assign) and len(small.targets) == 1:
-                target = small.targets[0].target
-                if not plain(small.value):
-                    return False
-                if isinstance(target, cst.Name) and target.value not in (owner, index):
-                    local.add(target.value)
-                elif not (
-                    isinstance(target, cst.Subscript)
-                    and isinstance(target.value, cst.Name)
-                    and target.value.value in local
-                ):
-                    return False
-            else:
-                return False
-    return returned
 
 
 def _names_unpinnable(expr: cst.BaseExpression, ctx) -> bool:

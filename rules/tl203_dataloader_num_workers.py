@@ -13,8 +13,13 @@ from torchlint.rules._loaders import (
     DEVICE,
     IN_MEMORY_DATASETS,
     ITERABLE_DATASETS,
+    FILE_DATASETS,
     SUBSETS,
     dataset_argument,
+    has_transform,
+    is_self,
+    parameter_names,
+    subset_source,
     indexes_memory_only,
     placement,
 )
@@ -25,6 +30,7 @@ from torchlint.rules._one_batch import loader_fetches_one_batch
 _ITERATOR_NAME = re.compile(r"(^|_)iter(ator)?($|_)", re.IGNORECASE)
 
 _MAX_DEPTH = 6
+_Value = Tuple[cst.BaseExpression, bool, Optional[cst.FunctionDef], Optional[cst.ClassDef]]
 
 
 class DataLoaderNumWorkers(Rule):
@@ -257,7 +263,7 @@ class DataLoaderNumWorkers(Rule):
         function = ctx.enclosing_function()
         klass = ctx.enclosing_class()
         if isinstance(target, cst.Attribute):
-            if klass is None or function is None or not _is_self(target.value):
+            if klass is None or function is None or not is_self(target.value):
                 return
             key: Tuple[object, str] = (("self", id(klass)), target.attr.value)
         elif isinstance(target, cst.Name):
@@ -314,13 +320,13 @@ class DataLoaderNumWorkers(Rule):
         if isinstance(expr, cst.Name):
             name = expr.value
             if function is not None:
-                if name in _parameters(function):
+                if name in parameter_names(function):
                     return None
                 local = self._values.get((id(function), name))
                 if local is not None:
                     return local
             return self._values.get((0, name))
-        if isinstance(expr, cst.Attribute) and klass is not None and _is_self(expr.value):
+        if isinstance(expr, cst.Attribute) and klass is not None and is_self(expr.value):
             return self._values.get((("self", id(klass)), expr.attr.value))
         return None
 
@@ -339,11 +345,11 @@ class DataLoaderNumWorkers(Rule):
         if isinstance(expr, cst.Call):
             qualified = ctx.qualname(expr.func)
             if qualified in SUBSETS:
-                return self._works_per_item(_first(expr), function, klass, depth + 1)
+                return self._works_per_item(subset_source(expr), function, klass, depth + 1)
             if qualified is not None:
                 if qualified in IN_MEMORY_DATASETS or qualified in ITERABLE_DATASETS:
                     return False
-                if qualified.startswith(_FILE_DATASETS):
+                if qualified.startswith(FILE_DATASETS):
                     return True
             elif isinstance(expr.func, cst.Name):
                 kinds = self._classes.get(expr.func.value)
@@ -351,7 +357,7 @@ class DataLoaderNumWorkers(Rule):
                     return True
                 if kinds and any(kind in ("memory", "iterable") for kind in kinds):
                     return False
-            return _has_transform(expr)
+            return has_transform(expr)
         if isinstance(expr, (cst.Name, cst.Attribute)):
             name = expr.value if isinstance(expr, cst.Name) else expr.attr.value
             if _ITERATOR_NAME.search(name):
@@ -364,48 +370,10 @@ class DataLoaderNumWorkers(Rule):
                 ok = (
                     isinstance(value, cst.Call)
                     and ctx.qualname(value.func) in SUBSETS
-                    and self._works_per_item(_first(value), where, owner, depth + 1)
+                    and self._works_per_item(subset_source(value), where, owner, depth + 1)
                 )
             else:
                 ok = self._works_per_item(value, where, owner, depth + 1)
             if not ok:
                 return False
         return True
-
-
-# Dataset families that read and decode files for every item.
-_FILE_DATASETS = ("torchvision.datasets.", "torchaudio.datasets.")
-_TRANSFORM_KEYWORDS = ("transform", "transforms", "target_transform")
-
-
-def _has_transform(call: cst.Call) -> bool:
-    """A dataset built with a per-item transform (`transform=...`, not `None`)."""
-    for arg in call.args:
-        if arg.keyword is not None and arg.keyword.value in _TRANSFORM_KEYWORDS:
-            return not (isinstance(arg.value, cst.Name) and arg.value.value == "None")
-    return False
-
-
-_Value = Tuple[cst.BaseExpression, bool, Optional[cst.FunctionDef], Optional[cst.ClassDef]]
-
-
-def _is_self(expr: cst.BaseExpression) -> bool:
-    return isinstance(expr, cst.Name) and expr.value == "self"
-
-
-def _parameters(function: cst.FunctionDef) -> Tuple[str, ...]:
-    params = function.params
-    names = [p.name.value for p in (*params.posonly_params, *params.params, *params.kwonly_params)]
-    for star in (params.star_arg, params.star_kwarg):
-        if isinstance(star, cst.Param):
-            names.append(star.name.value)
-    return tuple(names)
-
-
-def _first(call: cst.Call) -> Optional[cst.BaseExpression]:
-    """The first argument (`dataset`) of `random_split`/`Subset`."""
-    pos = positional(call)
-    if pos and not call.args[0].star:
-        return pos[0].value
-    arg = keyword(call, "dataset")
-    return arg.value if arg is not None else None

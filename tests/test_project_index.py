@@ -184,23 +184,29 @@ def test_a_large_run_asks_the_index_in_the_same_warm_workers(runner, workdir, mo
     assert dict(mapped)["_recheck"] == 2
 
 
-def test_the_main_process_asks_its_questions_without_libcst(workdir):
+def main_process_output(workdir, select: str) -> str:
+    """A pooled run (with 40 more files) of ``workdir``'s files in a fresh
+    process, whose last line says whether that process imported libcst."""
     import subprocess
     import sys
 
-    (workdir / "ops.py").write_text(OPS)
-    (workdir / "train.py").write_text(TRAIN)
     for i in range(40):
         (workdir / f"filler{i}.py").write_text(f"import torch\nx{i} = torch.zeros(2)\n")
     code = (
         "import sys\nfrom torchlint.cli import main\n"
-        "try:\n    main(['check', '--no-cache', '-j', '2', '--select', 'TL201', '--output-format', 'concise', '.'])\n"
+        f"try:\n    main(['check', '--no-cache', '-j', '2', '--select', '{select}', '--output-format', 'concise', '.'])\n"
         "except SystemExit:\n    pass\n"
         "print('libcst' in sys.modules)\n"
     )
-    out = subprocess.run([sys.executable, "-c", code], cwd=workdir, capture_output=True, text=True, timeout=120)
-    assert "ops.py:5:12: TL201" in out.stdout
-    assert out.stdout.strip().splitlines()[-1] == "False"
+    return subprocess.run([sys.executable, "-c", code], cwd=workdir, capture_output=True, text=True, timeout=120).stdout
+
+
+def test_the_main_process_asks_its_questions_without_libcst(workdir):
+    (workdir / "ops.py").write_text(OPS)
+    (workdir / "train.py").write_text(TRAIN)
+    output = main_process_output(workdir, "TL201")
+    assert "ops.py:5:12: TL201" in output
+    assert output.strip().splitlines()[-1] == "False"
 
 
 def test_the_textual_hooks_agree_with_the_frequency_model():

@@ -16,7 +16,11 @@ them, on demand, after every file has been checked once:
    whose own frequency is unknown is followed the same way (up to three hops).
    The rules may also ask what kind of module a caller is (``traits``: one
    that wraps a model in DDP), a fact about the function under
-   ``hooks.trait_key(name, trait)``.
+   ``hooks.trait_key(name, trait)``.  A noted name may itself carry a
+   question (``hooks.split_note``: what do the callers do with the loader the
+   function returns?); each call site then answers with facts for the
+   function's file or for the caller's own (``Site``'s last element), and no
+   frequency is derived for it.
 3. A file whose functions are called every step (or once) from elsewhere is
    checked again with those facts (``Context.project["frequency"]``), and its
    result replaces the first one.  Diagnostics name the call site that made the
@@ -58,7 +62,9 @@ def run_key(files: Sequence[Tuple[str, str]], pending: Dict[str, Sequence[str]])
     return hashlib.blake2b(blob, digest_size=16).hexdigest()
 
 
-Site = Tuple[int, int, Optional[str], bool]  # (level, line, calling function, passes only host values)
+# (level, line, calling function, passes only host values, facts the site
+# establishes for a noted question: ("callee" | "caller", fact key))
+Site = Tuple[int, int, Optional[str], bool, Tuple[Tuple[str, str], ...]]
 # A caller file, what other files established about it (its facts: they decide
 # how often its own functions run), and what to look for in it:
 # [(file of the function, qualified name)].
@@ -122,6 +128,7 @@ def derive(
     wanted: List[Tuple[str, str]] = [(p, q) for p, names in pending.items() for q in names]
     asked = set(wanted)
     candidates: Dict[Tuple[str, str], List[str]] = {}
+    given: set = set()  # caller files that a noted question gave facts
     for _ in range(MAX_HOPS):
         # Every question of this round, asked at once.
         queries: Dict[Tuple[str, str], List[Tuple[str, str]]] = {}
@@ -146,6 +153,20 @@ def derive(
         changed = False
         follow: List[Tuple[str, str]] = []
         for path, qualname in wanted:
+            if hooks.split_note(qualname)[1] is not None:
+                # A question about what callers do with the function's result
+                # (a loader: are its batches copied?): facts for the function's
+                # file (where the caller is) and for the caller's (where the
+                # function is).  No frequency, no hops.
+                for other in candidates[path, qualname]:
+                    for site in answers[other, digests[other]].get((path, qualname), []):
+                        for whose, key in site[4]:
+                            owner, where = (path, f"{other}:{site[1]}") if whose == "callee" else (other, path)
+                            if key not in facts.get(owner, {}):
+                                facts.setdefault(owner, {})[key] = (0, where)
+                                given.add(owner)
+                                changed = True
+                continue
             best: Optional[Tuple[int, str]] = facts.get(path, {}).get(qualname)
             host_only: Optional[str] = None  # a call site, while every call passes only host values
             tensor_maybe = False
@@ -157,7 +178,7 @@ def derive(
                         if key not in facts.get(path, {}):
                             facts.setdefault(path, {})[key] = (0, f"{other}:{found_sites[0][1]}")
                             changed = True
-                for level, line, caller, host_args in found_sites:
+                for level, line, caller, host_args, _ in found_sites:
                     if host_args:
                         host_only = host_only or f"{other}:{line}"
                     else:
@@ -180,7 +201,7 @@ def derive(
             wanted = wanted + follow
         elif not changed:
             break
-    return {path: found for path, found in facts.items() if path in pending and found}
+    return {path: found for path, found in facts.items() if (path in pending or path in given) and found}
 
 
 def _asker(text_of: Callable[[str], Optional[str]]) -> Callable[[List[Query]], Dict[str, Answers]]:
