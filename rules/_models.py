@@ -14,7 +14,11 @@ types:
   ``nn.Module`` (``torch.nn.*``, Lightning, a ``*Module``/``*Model``/``*Net``
   base of one's own);
 * ``MODEL_WORDS``: substrings of a callee that say it runs a model, for the
-  loose question "does this loop run a model".
+  loose question "does this loop run a model";
+* ``MODULE_COLLECTIONS``: words of an iterable of modules (``models``,
+  ``ensemble``, ``self.modules()``);
+* ``module_method_follows(stack, top_index)``: a method chain goes on with a
+  method only an ``nn.Module`` has (``m.cpu().state_dict()``).
 """
 
 from __future__ import annotations
@@ -24,7 +28,7 @@ import re
 import libcst as cst
 
 from torchlint.rule import Context
-from torchlint.rules._helpers import last_name
+from torchlint.rules._helpers import last_name, method_name
 
 # Names that denote an `nn.Module` (as a receiver of `.cpu()`, or in `del model`),
 # as the last word of a snake_case name: `model`, `ema_model`, `text_encoder`.
@@ -53,6 +57,16 @@ _FACTORY = re.compile(
 )
 # Substrings of a callee's name that say it runs a model.
 MODEL_WORDS = ("model", "net", "module", "encoder", "decoder", "generator", "discriminator", "policy")
+# Iterables of modules: `models`, `ensemble`, `self.modules()`, `net.children()`.
+MODULE_COLLECTIONS = ("model", "module", "children", "ensemble", "nets", "networks")
+# Methods only an `nn.Module` has: `x.cpu().parameters()` moved a module.
+_MODULE_METHODS = frozenset(
+    {
+        "parameters", "named_parameters", "buffers", "named_buffers", "state_dict",
+        "load_state_dict", "modules", "named_modules", "children", "named_children",
+        "eval", "train", "apply",
+    }
+)
 
 
 def names_a_module(expr: cst.BaseExpression) -> bool:
@@ -80,3 +94,13 @@ def module_like_base(expr: cst.BaseExpression, ctx: Context) -> bool:
         return True
     name = last_name(expr) or ""
     return bool(re.search(r"(Module|Model|Net|Network)$", name))
+
+
+def module_method_follows(stack, top_index: int) -> bool:
+    """Whether a call in the chain above the node being visited (up to the chain's
+    outermost call at ``stack[top_index]``) is a module-only method
+    (``m.cpu().parameters()``: ``m`` is a module)."""
+    for node in stack[top_index:-1]:
+        if isinstance(node, cst.Call) and method_name(node) in _MODULE_METHODS:
+            return True
+    return False
