@@ -13,18 +13,27 @@ types:
 * ``module_like_base(expr, ctx)``: a class base that makes the class an
   ``nn.Module`` (``torch.nn.*``, Lightning, a ``*Module``/``*Model``/``*Net``
   base of one's own);
+* ``is_model_call(ctx, key, evaluated, by_name, module_class)``: a call of a
+  dotted name runs a model (it was put in eval mode, or, judged by name,
+  ``self`` in a module class or a name that says it is a network);
+  ``FORWARD_METHODS``: the methods of a model that run its forward pass;
 * ``MODEL_WORDS``: substrings of a callee that say it runs a model, for the
-  loose question "does this loop run a model".
+  loose question "does this loop run a model";
+* ``MODULE_COLLECTIONS``: words of an iterable of modules (``models``,
+  ``ensemble``, ``self.modules()``);
+* ``module_method_follows(stack, top_index)``: a method chain goes on with a
+  method only an ``nn.Module`` has (``m.cpu().state_dict()``).
 """
 
 from __future__ import annotations
 
 import re
+from typing import Set
 
 import libcst as cst
 
 from torchlint.rule import Context
-from torchlint.rules._helpers import last_name
+from torchlint.rules._helpers import last_name, method_name
 
 # Names that denote an `nn.Module` (as a receiver of `.cpu()`, or in `del model`),
 # as the last word of a snake_case name: `model`, `ema_model`, `text_encoder`.
@@ -53,6 +62,20 @@ _FACTORY = re.compile(
 )
 # Substrings of a callee's name that say it runs a model.
 MODEL_WORDS = ("model", "net", "module", "encoder", "decoder", "generator", "discriminator", "policy")
+# Methods of a model that run its forward pass.
+# (Not `generate`: Hugging Face's and LitGPT's `generate` already run without
+# gradients, and hand-written ones are usually decorated where defined.)
+FORWARD_METHODS = frozenset({"forward", "__call__"})
+# Iterables of modules: `models`, `ensemble`, `self.modules()`, `net.children()`.
+MODULE_COLLECTIONS = ("model", "module", "children", "ensemble", "nets", "networks")
+# Methods only an `nn.Module` has: `x.cpu().parameters()` moved a module.
+_MODULE_METHODS = frozenset(
+    {
+        "parameters", "named_parameters", "buffers", "named_buffers", "state_dict",
+        "load_state_dict", "modules", "named_modules", "children", "named_children",
+        "eval", "train", "apply",
+    }
+)
 
 
 def names_a_module(expr: cst.BaseExpression) -> bool:
@@ -80,3 +103,31 @@ def module_like_base(expr: cst.BaseExpression, ctx: Context) -> bool:
         return True
     name = last_name(expr) or ""
     return bool(re.search(r"(Module|Model|Net|Network)$", name))
+
+
+def is_model_call(ctx: Context, key: str, evaluated: Set[str], by_name: bool, module_class: bool) -> bool:
+    """Whether a call of ``key`` (a dotted name: ``model``, ``self.net``) runs a
+    model: ``key`` is one of ``evaluated`` (put in eval mode); judged
+    ``by_name``, also ``self`` in a class with an ``nn.Module``-like base
+    (``module_class``) or a name that says it is a network
+    (:func:`names_a_model`) and is not imported (``from utils import model_fn``)."""
+    if key in evaluated:
+        return True
+    if not by_name:
+        return False
+    if key == "self":
+        return module_class
+    last = key.rsplit(".", 1)[-1]
+    if key.split(".", 1)[0] != "self" and ctx.imports.resolve(key.split(".", 1)[0]) is not None:
+        return False  # an imported callable (`from utils import model_fn`)
+    return names_a_model(last)
+
+
+def module_method_follows(stack, top_index: int) -> bool:
+    """Whether a call in the chain above the node being visited (up to the chain's
+    outermost call at ``stack[top_index]``) is a module-only method
+    (``m.cpu().parameters()``: ``m`` is a module)."""
+    for node in stack[top_index:-1]:
+        if isinstance(node, cst.Call) and method_name(node) in _MODULE_METHODS:
+            return True
+    return False

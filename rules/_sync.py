@@ -2,9 +2,18 @@
 statement a reported call makes up (which TL701 and TL702 hand to the
 ``codemods.statements.remove_statement``).
 
+Also what a host copy (``.cpu()``, ``.to("cpu")``) is for, which TL102 asks:
+copies that are the point (written, drawn, decoded, handed to an environment
+step or a parameter, serialised), copies of weights or in loops over modules,
+and the copies the device could spare (operands of host arithmetic, results
+gathered for ``torch.cat``).
+
 Everything here looks at the ancestry the walker already holds
-(``Context.stack``) or walks one loop body once (cached per loop); nothing
-walks a whole function or module.
+(``Context.stack``) or walks one loop body once (cached per loop); only the
+questions about a list a copy is gathered into walk the enclosing function
+(``feeds_host_sink`` with ``gathered=True``, and ``gathered_for_concatenation``,
+which caches its answer per function), and ``feeds_host_api`` reads the
+module's top-level imports (cached per module).
 """
 
 from __future__ import annotations
@@ -18,8 +27,8 @@ import libcst as cst
 
 from torchlint.rule import Context
 from torchlint.nodes import iter_children, target_names, walk_nodes
-from torchlint.rules._helpers import source_mentions
-from torchlint.rules._models import names_a_module
+from torchlint.rules._helpers import last_name, method_name, receiver, source_mentions
+from torchlint.rules._models import MODULE_COLLECTIONS, names_a_module
 from torchlint.rules._training import is_backward, is_optimizer_step
 
 _SCOPES = (cst.FunctionDef, cst.Lambda, cst.ClassDef)
@@ -742,13 +751,16 @@ def _is_sink(call: cst.Call) -> bool:
     name = func.attr.value if isinstance(func, cst.Attribute) else func.value if isinstance(func, cst.Name) else ""
     lowered = name.lower()
     if name == "step" and isinstance(func, cst.Attribute):
-        # An environment step (`envs.step(actions)`): simulators take host arrays.
-        owner = func.value
-        owner_name = owner.attr.value if isinstance(owner, cst.Attribute) else owner.value if isinstance(owner, cst.Name) else ""
-        return "env" in owner_name.lower()
+        return _is_env_step(func)
     if name == "write" and isinstance(func, cst.Attribute) and _is_console(func.value):
         return False  # `sys.stdout.write(...)` is a log line, like `print`
     return any(word in lowered for word in _SINK_WORDS)
+
+
+def _is_env_step(func: cst.Attribute) -> bool:
+    """``env.step``, ``self.envs.step``: an environment step, which takes host
+    arrays (a simulator), given ``func`` the attribute ``<owner>.step``."""
+    return "env" in (last_name(func.value) or "").lower()
 
 
 def _is_console(owner: cst.BaseExpression) -> bool:
@@ -1097,3 +1109,163 @@ def appended_to_offloaded_state(ctx: Context, top_index: int, loop: cst.CSTNode,
         and call.func.attr.value == "append"
         and offloads_state(loop, cache)
     )
+
+
+# -- what a host copy is for: weights, modules, host consumers ----------------------------
+
+# Loops over these copy weights, not per-step data.
+_WEIGHT_WORDS = ("param", "state_dict", "weight", "buffer", "grad", "ckpt", "checkpoint")
+# Joins of a list of tensors: results gathered for one of these can be joined on the device.
+CONCATENATIONS = frozenset(
+    {"torch.cat", "torch.concat", "torch.concatenate", "torch.stack", "torch.vstack", "torch.hstack"}
+)
+# Modules that run models with ONNX Runtime, TensorRT, Triton or OpenVINO.
+_RUNTIMES = re.compile(r"\b(?:onnxruntime|OnnxRuntimeModel|InferenceSession|tensorrt|tritonclient|openvino)\b")
+_RUNTIME_WORDS = ("onnxruntime", "OnnxRuntimeModel", "InferenceSession", "tensorrt", "tritonclient", "openvino")
+# Names in a test that switches between the device and the host (`args.use_cuda`, `use_gpu`).
+_DEVICE_SWITCH = re.compile(r"cuda|gpu", re.IGNORECASE)
+
+
+def feeds_model_runtime(source: str) -> bool:
+    """Whether a module runs models outside PyTorch (ONNX Runtime, TensorRT,
+    Triton, OpenVINO): it hands them host arrays."""
+    return source_mentions(source, _RUNTIMES, _RUNTIME_WORDS)
+
+
+def iterates_modules(ctx: Context, recv: cst.BaseExpression) -> bool:
+    """Whether ``recv`` is the variable of a loop over modules in the function
+    around the node being visited: ``for m in models: m.cpu()``,
+    ``[m.cpu() for m in self.modules()]``."""
+    if not isinstance(recv, cst.Name):
+        return False
+    for node in reversed(ctx.stack[:-1]):
+        if isinstance(node, _SCOPES):
+            return False
+        for loop in loop_clauses(node):
+            if recv.value in target_names(loop.target):
+                return mentions(loop.iter, MODULE_COLLECTIONS)
+    return False
+
+
+def copies_weights(ctx: Context) -> bool:
+    """Whether the node being visited is in a loop over parameters, buffers,
+    gradients or a state dict (its iterable or variables mention ``param``,
+    ``state_dict``, ``weight``, ``buffer``, ``grad``, ``ckpt`` or
+    ``checkpoint``), or in a :func:`one_off_function`: copying weights to the
+    host is the work itself (saving, comparing, sending them)."""
+    for node in reversed(ctx.stack[:-1]):
+        if isinstance(node, cst.FunctionDef):
+            return one_off_function(node.name.value)
+        if isinstance(node, (cst.Lambda, cst.ClassDef)):
+            return False
+        for clause in loop_clauses(node):
+            if mentions(clause.iter, _WEIGHT_WORDS) or mentions(clause.target, _WEIGHT_WORDS):
+                return True
+    return False
+
+
+def host_consumer(ctx: Context, top_index: int) -> bool:
+    """Whether the host copy whose chain ends at ``ctx.stack[top_index]`` is an
+    argument, in its statement, of a call that needs host data every time: an
+    environment step (``env.step(action.cpu().numpy())``) or a new parameter
+    (``nn.Parameter``, ``bnb.nn.Int8Params(w.to("cpu"))``: weights are built,
+    and quantized, from host memory)."""
+    stack = ctx.stack
+    for i in range(top_index - 1, -1, -1):
+        node = stack[i]
+        if isinstance(node, (cst.BaseSmallStatement, cst.BaseCompoundStatement)):
+            return False
+        if isinstance(node, cst.Call) and any(stack[i + 1] is arg for arg in node.args):
+            func = node.func
+            name = func.attr.value if isinstance(func, cst.Attribute) else func.value if isinstance(func, cst.Name) else ""
+            if "param" in name.lower():
+                return True
+            if name == "step" and isinstance(func, cst.Attribute) and _is_env_step(func):
+                return True
+    return False
+
+
+def serialised(ctx: Context, top_index: int) -> bool:
+    """Whether the chain's outermost call, ``ctx.stack[top_index]``, is
+    ``.tobytes()`` (``t.cpu().numpy().tobytes()``: bytes for pickling or storage)."""
+    top = ctx.stack[top_index]
+    return isinstance(top, cst.Call) and method_name(top) == "tobytes"
+
+
+def host_branch_of_device_switch(ctx: Context, loop: cst.CSTNode) -> bool:
+    """Whether the node being visited is, inside ``loop``, in the branch that a
+    device switch takes to keep data on the host: the ``else`` of ``if
+    args.use_cuda:`` or the body of ``if not use_gpu:`` (a feature bank too
+    large for the GPU)."""
+    stack = ctx.stack
+    for i in range(len(stack) - 2, -1, -1):
+        node = stack[i]
+        if node is loop:
+            return False
+        if not isinstance(node, cst.If):
+            continue
+        test, child = node.test, stack[i + 1]
+        negated = isinstance(test, cst.UnaryOperation) and isinstance(test.operator, cst.Not)
+        subject = test.expression if negated else test
+        names = [n.value for n in walk_nodes(subject) if isinstance(n, cst.Name)]
+        if not any(_DEVICE_SWITCH.search(name) for name in names) or isinstance(subject, cst.Call):
+            continue
+        if (negated and child is node.body) or (not negated and child is node.orelse):
+            return True
+    return False
+
+
+# -- host copies the device could spare ----------------------------------------------------
+
+
+def host_arithmetic(ctx: Context, top_index: int) -> bool:
+    """Whether the host copy whose chain ends at ``ctx.stack[top_index]`` is an
+    operand of a comparison or arithmetic (``(pred.cpu().numpy() ==
+    y.cpu().numpy()).sum()``): a metric computed on the host that the device
+    computes as well, without the copy."""
+    parent = ctx.stack[top_index - 1] if top_index else None
+    return isinstance(parent, (cst.Comparison, cst.ComparisonTarget, cst.BinaryOperation))
+
+
+def gathered_for_concatenation(ctx: Context, top_index: int, cache: Dict[int, set]) -> bool:
+    """Whether the host copy whose chain ends at ``ctx.stack[top_index]`` is
+    appended to a list (``preds.append(out.cpu())``) that the function (or
+    module) around it joins with ``torch.cat``/``torch.stack``: the results are
+    collected to be joined as tensors, which works as well on the device, with
+    one copy after the loop.  ``cache`` keeps, per scope, the sources of the
+    joined expressions."""
+    stack = ctx.stack
+    if top_index < 2:
+        return False
+    arg, call = stack[top_index - 1], stack[top_index - 2]
+    if not (isinstance(arg, cst.Arg) and isinstance(call, cst.Call) and method_name(call) in ("append", "extend")):
+        return False
+    owner = receiver(call)
+    scope = ctx.enclosing_function() or ctx.module
+    if owner is None or scope is None:
+        return False
+    joined = cache.get(id(scope))
+    if joined is None:
+        joined = set()
+        for node in walk_nodes(scope):
+            if isinstance(node, cst.Call) and node.args and ctx.qualname(node.func) in CONCATENATIONS:
+                joined.add(cst.Module([]).code_for_node(node.args[0].value))
+        cache[id(scope)] = joined
+    return cst.Module([]).code_for_node(owner) in joined
+
+
+def gathered_once(ctx: Context, loop: cst.CSTNode, recv: cst.BaseExpression) -> bool:
+    """Whether ``loop`` is a comprehension outside any loop statement whose
+    copy's receiver ``recv`` is one concatenated tensor per element
+    (``[torch.cat(parts).cpu() for parts in zip(*results)]``): the
+    copy-once-after-the-loop form applied to several result lists."""
+    if not isinstance(loop, (*_COMPREHENSIONS, cst.CompFor)):
+        return False
+    if not (isinstance(recv, cst.Call) and ctx.qualname(recv.func) in CONCATENATIONS):
+        return False
+    for node in reversed(ctx.stack[:-1]):
+        if isinstance(node, (cst.For, cst.While)):
+            return False
+        if isinstance(node, _SCOPES):
+            break
+    return True

@@ -1,7 +1,7 @@
 """What a training step looks like: backward calls, their loss, optimizer steps,
 grad-mode blocks.
 
-Shared by the rules that reason about training loops (TL301, TL303, TL602, the
+Shared by the rules that reason about training loops (TL301, TL302, TL303, TL602, the
 opt-in TL5xx).  The questions are answered from the syntax of one call (or, for
 a grad-mode block, from the ancestors of the visited node); only
 ``uses_grad_after`` walks a tree (a loop's body).
@@ -10,6 +10,13 @@ Gradients of parameters: ``is_grad`` (``p.grad``, ``p.grad.data``),
 ``is_parameter_iterable`` (``m.parameters()``, ``group["params"]``),
 ``grad_none_test`` (``p.grad is None``) and ``uses_grad_after`` (a loop that
 reads a gradient after zeroing it).
+
+Grad mode: ``grad_mode`` (one expression: ``torch.no_grad()``...),
+``with_grad_modes`` (a ``with`` statement), ``decorator_grad_mode`` (a
+function's decorators), ``grad_mode_statement`` (``torch.set_grad_enabled(False)``
+as a statement), ``needs_gradients`` (a call that needs them) and
+``called_without_gradients`` (every call site of a function, followed a few
+callers up, runs without gradients).
 
 DDP and gradient accumulation: ``DDP_CLASSES``, ``wraps_in_ddp`` (a helper
 named to wrap a model in DDP), ``SYNC_CONTROL`` (words that show gradient
@@ -28,7 +35,7 @@ Idioms recognised as "a backward call on ``loss``":
 from __future__ import annotations
 
 import re
-from typing import Optional, Tuple
+from typing import Any, Dict, List, Optional, Tuple
 
 import libcst as cst
 
@@ -176,6 +183,46 @@ def grad_mode(expr: cst.BaseExpression, ctx: Context) -> Optional[str]:
     return None
 
 
+def decorator_grad_mode(function: cst.FunctionDef, ctx: Context) -> Optional[str]:
+    """The grad mode the decorators of ``function`` choose: ``"off"`` when one
+    turns gradients off (``@torch.no_grad()``, ``@torch.inference_mode()``,
+    ``@torch.set_grad_enabled(...)``, ``@smart_inference_mode()``), ``"on"``
+    when they only turn them on (``@torch.enable_grad()``), else None."""
+    modes = {grad_mode(decorator.decorator, ctx) for decorator in function.decorators}
+    if GRAD_OFF in modes:
+        return GRAD_OFF
+    return GRAD_ON if GRAD_ON in modes else None
+
+
+def grad_mode_statement(call: cst.Call, ctx: Context) -> Optional[str]:
+    """For ``set_grad_enabled(...)`` called as a statement
+    (``torch.set_grad_enabled(False)``), the grad mode it sets for the rest of
+    its function (or module): ``"off"`` or ``"on"``; else None."""
+    q = ctx.qualname(call.func)
+    if q is None or q.rsplit(".", 1)[-1] != "set_grad_enabled" or not isinstance(ctx.parent, cst.Expr):
+        return None
+    return GRAD_OFF if grad_mode(call, ctx) == GRAD_OFF else GRAD_ON
+
+
+def called_without_gradients(
+    function: Any, call_sites: Dict[str, List[Tuple[bool, Any]]], seen: frozenset = frozenset()
+) -> bool:
+    """Whether every call site of ``function`` (an object with the function's
+    ``name`` and ``node``) in a module runs without gradients: under a
+    grad-disabling block or decorator there, or in a function all of whose own
+    call sites do (a few levels up).  ``call_sites`` maps a name to its call
+    sites, ``(without gradients?, calling function)``; a calling function's
+    ``node`` is None for module-level code."""
+    sites = call_sites.get(function.name)
+    if not sites or len(seen) > 4 or id(function) in seen:
+        return False
+    seen = seen | {id(function)}
+    return all(
+        covered or (caller.node is not None and called_without_gradients(caller, call_sites, seen))
+        for covered, caller in sites
+    )
+
+
 # Attributes whose mention says the code wants gradients (saliency maps,
 # adversarial examples, gradient penalties, test-time training...).
 _GRADIENT_ATTRIBUTES = frozenset(
@@ -203,6 +250,16 @@ def requests_grad(call: cst.Call) -> bool:
 def is_functional_transform(qualified: str) -> bool:
     """``torch.func.*`` (``grad``, ``vjp``, ``jacrev``...), ``functorch.grad``/``vmap``."""
     return qualified.startswith("torch.func.") or qualified in ("functorch.grad", "functorch.vmap")
+
+
+def needs_gradients(call: cst.Call, ctx: Context) -> bool:
+    """A call that needs gradients: given ``requires_grad=`` (anything but a
+    literal False), an optimizer step, or a ``torch.func``/``functorch``
+    transform."""
+    if requests_grad(call) or is_optimizer_step(call):
+        return True
+    q = ctx.qualname(call.func)
+    return q is not None and is_functional_transform(q)
 
 
 def with_grad_modes(node: cst.With, ctx: Context) -> Tuple[bool, bool]:

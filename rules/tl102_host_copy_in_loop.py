@@ -1,47 +1,42 @@
 from __future__ import annotations
 
-import re
 from typing import Dict, Optional, Set
 
 import libcst as cst
 
 from torchlint.model import FixAvailability
-from torchlint.nodes import walk_nodes
 from torchlint.rule import Invalid, Rule, Valid
-from torchlint.rules._helpers import (
-    device_kind,
-    has_star,
-    keyword,
-    literal_bool,
-    method_name,
-    positional,
-    receiver,
-    source_mentions,
-)
+from torchlint.rules._helpers import device_kind, has_star, keyword, literal_bool, method_name, positional, receiver
 from torchlint.rules._frequency import per_step_here
-from torchlint.rules._models import names_a_module
+from torchlint.rules._models import module_method_follows, names_a_module
 from torchlint.rules._sync import (
     LoopFacts,
-    loop_facts,
+    appended_to_offloaded_state,
     chain_top,
     converts_any_value,
+    copies_weights,
     expression_statement,
-    appended_to_offloaded_state,
     feeds_host_api,
+    feeds_host_sink,
+    feeds_model_runtime,
+    gathered_for_concatenation,
+    gathered_once,
+    host_arithmetic,
+    host_branch_of_device_switch,
+    host_consumer,
+    in_data_pipeline,
     in_timing_loop,
     in_training_code,
-    normalises_to_host,
-    reading_loops,
-    feeds_host_sink,
-    in_data_pipeline,
     is_constant_display,
     iterates_mapping,
+    iterates_modules,
     loop_clauses,
-    mentions,
-    one_off_function,
+    loop_facts,
+    normalises_to_host,
+    reading_loops,
     runs_once,
     runs_once_per_pass,
-    target_names,
+    serialised,
 )
 
 
@@ -316,7 +311,7 @@ class HostCopyInLoop(Rule):
         self._offloads: Dict[int, bool] = {}
         self._joined: Dict[int, Set[str]] = {}
         # A module that runs models outside PyTorch hands them host arrays.
-        self._feeds_runtime = source_mentions(context.source, _RUNTIMES, _RUNTIME_WORDS)
+        self._feeds_runtime = feeds_model_runtime(context.source)
 
     def visit_Call(self, node: cst.Call) -> None:
         ctx = self.context
@@ -335,7 +330,7 @@ class HostCopyInLoop(Rule):
             return  # the loop waits for the device anyway
         recv = receiver(node)
         assert recv is not None
-        if names_a_module(recv) or self._iterates_modules(recv):
+        if names_a_module(recv) or iterates_modules(ctx, recv):
             return
         if expression_statement(ctx) is not None and what != "`.numpy(force=True)`":
             return  # `model.cpu()` as a statement: moves a module in place
@@ -343,54 +338,29 @@ class HostCopyInLoop(Rule):
         if id(top) in self._reported:
             return
         if (method_name(top) not in ("item", "tolist") and not in_training_code(ctx, self._facts)
-                and not _host_arithmetic(ctx.stack, index) and not self._gathered_for_concatenation(ctx, index)):
+                and not host_arithmetic(ctx, index) and not gathered_for_concatenation(ctx, index, self._joined)):
             return  # evaluation or inference: host copies feed host code (metrics, files, drawing)
-        if _module_method_follows(ctx.stack, index):
+        if module_method_follows(ctx.stack, index):
             return  # `m.cpu().parameters()`: `m` is a module
-        if self._copies_weights(loop) or self._gathered_once(loop, recv):
+        if copies_weights(ctx) or gathered_once(ctx, loop, recv):
             return
-        if in_data_pipeline(ctx) or converts_any_value(ctx, loop, self._facts) or self._host_consumer(index):
+        if in_data_pipeline(ctx) or converts_any_value(ctx, loop, self._facts) or host_consumer(ctx, index):
             return
         if appended_to_offloaded_state(ctx, index, loop, self._offloads):
             return  # a sampler that keeps its trajectory on the host to bound device memory
         if feeds_host_sink(ctx, index, loop, gathered=True) or feeds_host_api(ctx):
             return  # copied to be written, drawn or decoded on the host: the copy is the point
-        if _serialised(ctx.stack, index):
+        if serialised(ctx, index):
             return  # `t.cpu().numpy().tobytes()`: bytes for pickling or storage
         if normalises_to_host(ctx, index):
             return  # `if cfg.NUM_GPUS: preds = preds.cpu()`: host code follows
-        if _host_branch_of_device_switch(ctx.stack, loop):
+        if host_branch_of_device_switch(ctx, loop):
             return  # `if args.use_cuda: ... else: x.cpu()`: the host is the user's choice
         frequency = per_step_here(ctx, reading_loops(ctx))
         if frequency is None:
             return  # a loop in code that runs once or once per epoch (or whose callers are not seen)
         self._reported.add(id(top))
         self.report(top, self._MESSAGE.format(what=what), frequency=frequency)
-
-    def _gathered_for_concatenation(self, ctx, top_index: int) -> bool:
-        """``preds.append(out.cpu())`` where the function later joins ``preds``
-        with ``torch.cat``/``torch.stack``: the results are collected to be
-        joined as tensors, which works as well on the device, with one copy
-        after the loop (the rule's example).  Outside training, only this
-        shape is reported: other host copies feed host code."""
-        stack = ctx.stack
-        if top_index < 2:
-            return False
-        arg, call = stack[top_index - 1], stack[top_index - 2]
-        if not (isinstance(arg, cst.Arg) and isinstance(call, cst.Call) and method_name(call) in ("append", "extend")):
-            return False
-        owner = receiver(call)
-        scope = ctx.enclosing_function() or ctx.module
-        if owner is None or scope is None:
-            return False
-        joined = self._joined.get(id(scope))
-        if joined is None:
-            joined = set()
-            for node in walk_nodes(scope):
-                if isinstance(node, cst.Call) and node.args and ctx.qualname(node.func) in _CONCATENATIONS:
-                    joined.add(cst.Module([]).code_for_node(node.args[0].value))
-            self._joined[id(scope)] = joined
-        return cst.Module([]).code_for_node(owner) in joined
 
     def _step_loop(self) -> Optional[cst.CSTNode]:
         """The innermost enclosing loop that is not a walk over a mapping's
@@ -402,66 +372,6 @@ class HostCopyInLoop(Rule):
             if not clauses or not all(iterates_mapping(c.iter) or is_constant_display(c.iter) for c in clauses):
                 return loop
         return None
-
-    def _host_consumer(self, top_index: int) -> bool:
-        """The copy is an argument of a call that needs host data every time:
-        an environment step (``env.step(action.cpu().numpy())``) or a new
-        parameter (``nn.Parameter``, ``bnb.nn.Int8Params(w.to("cpu"))``: weights
-        are built, and quantized, from host memory)."""
-        stack = self.context.stack
-        for i in range(top_index - 1, -1, -1):
-            node = stack[i]
-            if isinstance(node, (cst.BaseSmallStatement, cst.BaseCompoundStatement)):
-                return False
-            if isinstance(node, cst.Call) and any(stack[i + 1] is arg for arg in node.args):
-                func = node.func
-                name = func.attr.value if isinstance(func, cst.Attribute) else func.value if isinstance(func, cst.Name) else ""
-                if "param" in name.lower():
-                    return True
-                if name == "step" and isinstance(func, cst.Attribute) and "env" in (_last_name(func.value) or "").lower():
-                    return True
-        return False
-
-    def _iterates_modules(self, recv: cst.BaseExpression) -> bool:
-        """``for m in models: m.cpu()``, ``[m.cpu() for m in self.modules()]``."""
-        if not isinstance(recv, cst.Name):
-            return False
-        for node in reversed(self.context.stack[:-1]):
-            if isinstance(node, (cst.FunctionDef, cst.Lambda, cst.ClassDef)):
-                return False
-            for loop in loop_clauses(node):
-                if recv.value in target_names(loop.target):
-                    return mentions(loop.iter, _MODULE_COLLECTIONS)
-        return False
-
-    def _copies_weights(self, loop: cst.CSTNode) -> bool:
-        """A loop over parameters, buffers, gradients or a state dict, or any loop
-        in a function that builds a state dict or a checkpoint: copying weights
-        to the host is the work itself (saving, comparing, sending them)."""
-        for node in reversed(self.context.stack[:-1]):
-            if isinstance(node, cst.FunctionDef):
-                return one_off_function(node.name.value)
-            if isinstance(node, (cst.Lambda, cst.ClassDef)):
-                return False
-            for clause in loop_clauses(node):
-                if mentions(clause.iter, _WEIGHT_WORDS) or mentions(clause.target, _WEIGHT_WORDS):
-                    return True
-        return False
-
-    def _gathered_once(self, loop: cst.CSTNode, recv: cst.BaseExpression) -> bool:
-        """``[torch.cat(parts).cpu() for parts in zip(*results)]`` outside any
-        loop statement: each element is already one concatenated tensor, the
-        copy-once-after-the-loop form applied to several result lists."""
-        if not isinstance(loop, (cst.ListComp, cst.SetComp, cst.DictComp, cst.GeneratorExp, cst.CompFor)):
-            return False
-        if not (isinstance(recv, cst.Call) and self.context.qualname(recv.func) in _CONCATENATIONS):
-            return False
-        for node in reversed(self.context.stack[:-1]):
-            if isinstance(node, (cst.For, cst.While)):
-                return False
-            if isinstance(node, (cst.FunctionDef, cst.Lambda, cst.ClassDef)):
-                break
-        return True
 
     def _host_copy(self, node: cst.Call) -> Optional[str]:
         """What kind of host copy the call is, or None."""
@@ -487,79 +397,3 @@ class HostCopyInLoop(Rule):
                 return '`.to("cpu")`'
         return None
 
-
-# Methods only an `nn.Module` has: `x.cpu().parameters()` moved a module.
-_MODULE_METHODS = frozenset(
-    {
-        "parameters", "named_parameters", "buffers", "named_buffers", "state_dict",
-        "load_state_dict", "modules", "named_modules", "children", "named_children",
-        "eval", "train", "apply",
-    }
-)
-# Iterables of modules: `models`, `ensemble`, `self.modules()`, `net.children()`.
-_MODULE_COLLECTIONS = ("model", "module", "children", "ensemble", "nets", "networks")
-# Loops over these copy weights, not per-step data.
-_WEIGHT_WORDS = ("param", "state_dict", "weight", "buffer", "grad", "ckpt", "checkpoint")
-# Modules that run models with ONNX Runtime, TensorRT, Triton or OpenVINO.
-_RUNTIMES = re.compile(r"\b(?:onnxruntime|OnnxRuntimeModel|InferenceSession|tensorrt|tritonclient|openvino)\b")
-_RUNTIME_WORDS = ("onnxruntime", "OnnxRuntimeModel", "InferenceSession", "tensorrt", "tritonclient", "openvino")
-
-
-def _last_name(expr: cst.BaseExpression) -> Optional[str]:
-    if isinstance(expr, cst.Name):
-        return expr.value
-    if isinstance(expr, cst.Attribute):
-        return expr.attr.value
-    return None
-
-
-_CONCATENATIONS = frozenset(
-    {"torch.cat", "torch.concat", "torch.concatenate", "torch.stack", "torch.vstack", "torch.hstack"}
-)
-
-
-def _host_arithmetic(stack, top_index: int) -> bool:
-    """Whether the copy is an operand of a comparison or arithmetic
-    (``(pred.cpu().numpy() == y.cpu().numpy()).sum()``): a metric computed on
-    the host that the device computes as well, without the copy."""
-    parent = stack[top_index - 1] if top_index else None
-    return isinstance(parent, (cst.Comparison, cst.ComparisonTarget, cst.BinaryOperation))
-
-
-def _serialised(stack, top_index: int) -> bool:
-    """Whether the chain's outermost call is ``.tobytes()``."""
-    top = stack[top_index]
-    return isinstance(top, cst.Call) and method_name(top) == "tobytes"
-
-
-def _module_method_follows(stack, top_index: int) -> bool:
-    """Whether a call in the chain above the node being visited (up to the chain's
-    outermost call at ``stack[top_index]``) is a module-only method."""
-    for node in stack[top_index:-1]:
-        if isinstance(node, cst.Call) and method_name(node) in _MODULE_METHODS:
-            return True
-    return False
-
-
-_DEVICE_SWITCH = re.compile(r"cuda|gpu", re.IGNORECASE)
-
-
-def _host_branch_of_device_switch(stack, loop) -> bool:
-    """Whether the copy is in the branch that a device switch takes to keep
-    data on the host: the ``else`` of ``if args.use_cuda:`` or the body of
-    ``if not use_gpu:`` (a feature bank too large for the GPU)."""
-    for i in range(len(stack) - 2, -1, -1):
-        node = stack[i]
-        if node is loop:
-            return False
-        if not isinstance(node, cst.If):
-            continue
-        test, child = node.test, stack[i + 1]
-        negated = isinstance(test, cst.UnaryOperation) and isinstance(test.operator, cst.Not)
-        subject = test.expression if negated else test
-        names = [n.value for n in walk_nodes(subject) if isinstance(n, cst.Name)]
-        if not any(_DEVICE_SWITCH.search(name) for name in names) or isinstance(subject, cst.Call):
-            continue
-        if (negated and child is node.body) or (not negated and child is node.orelse):
-            return True
-    return False

@@ -10,15 +10,17 @@ from torchlint.model import Applicability, Fix, FixAvailability
 from torchlint.names import dotted_name
 from torchlint.rule import Benchmark, Invalid, Rule, Valid
 from torchlint.rules._helpers import chain_root, has_parameters, last_name, method_name
-from torchlint.rules._models import module_like_base, names_a_model
+from torchlint.rules._models import FORWARD_METHODS, is_model_call, module_like_base
 from torchlint.rules._training import (
     GRAD_OFF,
+    GRAD_ON,
+    called_without_gradients,
+    decorator_grad_mode,
     grad_mode,
-    is_functional_transform,
+    grad_mode_statement,
     is_gradient_attribute,
     is_lightning_eval_hook,
-    is_optimizer_step,
-    requests_grad,
+    needs_gradients,
     with_grad_modes,
 )
 
@@ -27,10 +29,6 @@ _EVAL_NAME = re.compile(r"^_*(eval|valid|test|predict|infer)", re.IGNORECASE)
 # Functions whose name says they train or compute a loss: a `.eval()` in them
 # freezes a submodule (a teacher, a mask generator) inside a training step.
 _TRAINING_NAME = re.compile(r"^(forward|__call__)$|train|loss", re.IGNORECASE)
-# Methods of a model that run its forward pass.
-# (Not `generate`: Hugging Face's and LitGPT's `generate` already run without
-# gradients, and hand-written ones are usually decorated where defined.)
-_FORWARD_METHODS = frozenset({"forward", "__call__"})
 
 
 class _Function:
@@ -348,11 +346,9 @@ class EvalWithoutNoGrad(Rule):
         frame.method = cls is not None
         frame.nested = self._frames[-1].node is not None
         frame.module_class = cls is not None and self._class_is_module.get(id(cls), False)
+        mode = decorator_grad_mode(node, ctx)  # `@torch.no_grad()`, `@torch.enable_grad()`...
+        frame.skip, frame.grad_off = mode is not None, mode == GRAD_OFF
         for decorator in node.decorators:
-            mode = grad_mode(decorator.decorator, ctx)
-            if mode is not None:
-                frame.skip = True
-                frame.grad_off = frame.grad_off or mode == GRAD_OFF
             expr = decorator.decorator
             q = ctx.qualname(expr.func if isinstance(expr, cst.Call) else expr)
             if q is not None and q.startswith("torch.jit."):
@@ -380,7 +376,7 @@ class EvalWithoutNoGrad(Rule):
         if named and not frame.evals and not frame.has_params and frame.name.lower().lstrip("_").startswith("test"):
             return  # `def test(): net = Net(); print(net(x).shape)`: a smoke test
         model_calls = [(covered, looped) for key, method, covered, looped in frame.calls
-                       if self._is_model_call(frame, key, method, named)]
+                       if is_model_call(self.context, key, frame.evals, named, frame.module_class)]
         if any(covered and looped for covered, looped in model_calls):
             # The loop over the data already runs without gradients: a call
             # outside it (a warm-up on a dummy input) runs once.
@@ -399,7 +395,7 @@ class EvalWithoutNoGrad(Rule):
             return
         for frame, why in self._candidates:
             sites = self._call_sites.get(frame.name, [])
-            if sites and self._all_covered(frame, set()):
+            if sites and called_without_gradients(frame, self._call_sites):
                 continue  # every caller in this module already disabled gradients
             if not frame.evals and frame.nested and not sites:
                 continue  # a closure handed to someone else (a callback): its caller decides
@@ -420,18 +416,6 @@ class EvalWithoutNoGrad(Rule):
                     lambda function=function, decorator=decorator: statements.add_decorator(function, decorator),
                 )
             self.report(function, self._MESSAGE.format(name=frame.name, why=why), fix=fix)
-
-    def _all_covered(self, frame: _Function, seen: set) -> bool:
-        """Every call site of ``frame``'s name in this module runs without
-        gradients: under no_grad there, or in a function all of whose own
-        call sites do (a few levels up)."""
-        sites = self._call_sites.get(frame.name)
-        if not sites or len(seen) > 4 or id(frame) in seen:
-            return False
-        seen = seen | {id(frame)}
-        return all(
-            covered or (caller.node is not None and self._all_covered(caller, seen)) for covered, caller in sites
-        )
 
     # -- grad mode blocks ---------------------------------------------------------
     def visit_With(self, node: cst.With) -> None:
@@ -466,28 +450,18 @@ class EvalWithoutNoGrad(Rule):
         if name == "eval" and not node.args:
             frame.evals.add(chain_root(func.value) or "")  # type: ignore[union-attr]
             return
-        if requests_grad(node):
+        if needs_gradients(node, ctx):  # `requires_grad=True`, an optimizer step, a `torch.func` transform
+            frame.needs_grad = True  # (the calls of a function that needs gradients are never looked at)
+        mode = grad_mode_statement(node, ctx)  # `torch.set_grad_enabled(False)` as a statement
+        if mode == GRAD_OFF and frame.node is None:
+            self._module_grad_off = True
+        elif mode == GRAD_OFF:
+            frame.skip = frame.grad_off = True
+        elif mode == GRAD_ON:
             frame.needs_grad = True
-        if name is not None and is_optimizer_step(node):
-            frame.needs_grad = True
-            return
-        q = ctx.qualname(func)
-        if q is not None:
-            if is_functional_transform(q):
-                frame.needs_grad = True
-            elif q.rsplit(".", 1)[-1] == "set_grad_enabled" and isinstance(ctx.parent, cst.Expr):
-                # `torch.set_grad_enabled(False)` as a statement
-                if grad_mode(node, ctx) == GRAD_OFF:
-                    if frame.node is None:
-                        self._module_grad_off = True
-                    else:
-                        frame.skip = frame.grad_off = True
-                else:
-                    frame.needs_grad = True
-            return
-        if frame.node is None:
-            return
-        if name in _FORWARD_METHODS:
+        if frame.node is None or ctx.qualname(func) is not None:
+            return  # module-level code, or an imported callable
+        if name in FORWARD_METHODS:
             key = dotted_name(func.value)  # type: ignore[union-attr]
             if key is not None:
                 frame.calls.append((key, name, covered, ctx.enclosing_loop() is not None))
@@ -495,19 +469,3 @@ class EvalWithoutNoGrad(Rule):
         key = dotted_name(func)
         if key is not None:
             frame.calls.append((key, None, covered, ctx.enclosing_loop() is not None))
-
-    # -- decisions ---------------------------------------------------------------------
-    def _is_model_call(self, frame: _Function, key: str, method: Optional[str], named: bool) -> bool:
-        """A call of something put in eval mode here; in a function named like
-        evaluation, also of `self` in a module class or a name that says it is
-        a network."""
-        if key in frame.evals:
-            return True
-        if not named:
-            return False
-        if key == "self":
-            return frame.module_class
-        last = key.rsplit(".", 1)[-1]
-        if key.split(".", 1)[0] != "self" and self.context.imports.resolve(key.split(".", 1)[0]) is not None:
-            return False  # an imported callable (`from utils import model_fn`)
-        return names_a_model(last)
