@@ -149,6 +149,8 @@ class HostValues:
                 return attribute
             return self._is_host(expr.value, at, depth + 1, seen)
         if isinstance(expr, cst.Subscript):
+            if _optimizer_setting(expr):
+                return True
             return self._is_host(expr.value, at, depth + 1, seen)
         if isinstance(expr, cst.BinaryOperation):
             return self._is_host(expr.left, at, depth + 1, seen) and self._is_host(
@@ -478,6 +480,19 @@ def _assigns(block: cst.BaseSuite, name: str) -> bool:
             ):
                 return True
     return False
+
+
+# An optimizer's settings in its `param_groups`: a Python number, or a tensor that
+# PyTorch's optimizers keep on the CPU (a tensor learning rate for a compiled step).
+_OPTIMIZER_SETTINGS = frozenset({"lr", "initial_lr", "weight_decay", "momentum", "eps", "betas"})
+
+
+def _optimizer_setting(expr: cst.Subscript) -> bool:
+    """``group["lr"]``, ``pg["weight_decay"]``, ``optimizer.param_groups[0]["lr"]``."""
+    if len(expr.slice) != 1 or not isinstance(expr.slice[0].slice, cst.Index):
+        return False
+    key = expr.slice[0].slice.value
+    return isinstance(key, cst.SimpleString) and key.value[1:-1] in _OPTIMIZER_SETTINGS
 
 
 def _names_tokenizer(func: cst.BaseExpression) -> bool:

@@ -59,7 +59,7 @@ from typing import Dict, List, Optional, Sequence, Tuple
 
 import libcst as cst
 
-from torchlint.rule import Context, contains_modulo, is_test_path
+from torchlint.rule import Context, contains_modulo, flag_names, is_test_path, periodic_flags
 from torchlint.rules._models import MODEL_WORDS
 from torchlint.rules._sync import target_names
 from torchlint.nodes import iter_children
@@ -138,6 +138,7 @@ class FrequencyModel:
         self.classes: Dict[str, List[cst.ClassDef]] = {}
         self.sites: List[_Site] = []
         self._outer_loops: Dict[int, bool] = {}
+        self._flags: Dict[cst.FunctionDef, frozenset] = {}  # periodic flags of each function
         self._collect(module)
         self._resolve()
         self._propagate()
@@ -152,6 +153,7 @@ class FrequencyModel:
             node, fn, cls, loops = todo.pop()
             kind = type(node)
             if kind is cst.FunctionDef:
+                self._flags[node] = periodic_flags(node)
                 info = _Function(node, cls, fn)
                 name = node.name.value
                 if _STEP_ROLES.match(name) and (name not in ("step",) or cls is not None):
@@ -172,9 +174,10 @@ class FrequencyModel:
                 self.sites.append(_Site(node, fn, cls if fn is None else self.functions[fn].cls, loops))
             if kind in _LOOPS and fn is not None:
                 self.functions[fn].has_loop = True
+            flags = self._flags.get(fn, frozenset()) if fn is not None else frozenset()
             for child in iter_children(node):
                 todo.append((child, fn, cls if kind is not cst.FunctionDef else None,
-                             _loops_for_child(node, child, loops)))
+                             _loops_for_child(node, child, loops, flags)))
 
     # -- resolving calls -------------------------------------------------------------
     def _resolve(self) -> None:
@@ -337,6 +340,8 @@ class FrequencyModel:
             if kind is cst.Lambda:
                 return Frequency(UNKNOWN)
             marker = _loop_marker(node, child)
+            if marker is None and kind is cst.If and child is node.body and ctx.is_periodic_test(node.test, i):
+                marker = _PERIODIC  # `if log_now:` where `log_now = step % every == 0`
             if marker is not None and id(marker) not in skip:
                 loops.append(marker)
         loops.reverse()
@@ -375,8 +380,13 @@ def qualified_name(info: "_Function") -> Optional[str]:
     return info.node.name.value
 
 
-def _loops_for_child(node: cst.CSTNode, child: cst.CSTNode, loops: Tuple[object, ...]) -> Tuple[object, ...]:
+def _loops_for_child(
+    node: cst.CSTNode, child: cst.CSTNode, loops: Tuple[object, ...], flags: frozenset = frozenset()
+) -> Tuple[object, ...]:
     marker = _loop_marker(node, child)
+    if marker is None and flags and type(node) is cst.If and child is node.body:
+        if any(name in flags for name in flag_names(node.test)):
+            marker = _PERIODIC  # `if log_now:` where `log_now = step % every == 0`
     return loops if marker is None else (*loops, marker)
 
 

@@ -634,6 +634,22 @@ def _tests_tensor(ctx: Context, test: cst.BaseExpression) -> bool:
     return False
 
 
+def _timed_iterable(expr: cst.BaseExpression) -> bool:
+    """``metric_logger.log_every(loader, 10, header)`` (also inside
+    ``enumerate(...)``): the MetricLogger of the torchvision references and
+    the DETR/DeiT/DINO/MAE family reads the clock around every iteration it
+    yields, to log the iteration and data times."""
+    while isinstance(expr, cst.Call):
+        func = expr.func
+        if isinstance(func, cst.Attribute) and func.attr.value == "log_every":
+            return True
+        if isinstance(func, cst.Name) and func.value == "enumerate" and expr.args:
+            expr = expr.args[0].value
+            continue
+        return False
+    return False
+
+
 def _ends_loop(block: cst.CSTNode) -> bool:
     """A block whose last statement is ``break`` or ``return``: the loop ends
     normally there (a ``raise`` or ``sys.exit`` is an error guard, such as a
@@ -668,6 +684,8 @@ def loop_facts(ctx: Context, loop: cst.CSTNode, cache: Dict[int, LoopFacts]) -> 
         facts = _scan(ctx, roots)
         if isinstance(loop, cst.While) and _tests_tensor(ctx, loop.test):
             facts.waits_on_data = True  # `while not done.all():`
+        if isinstance(loop, cst.For) and _timed_iterable(loop.iter):
+            facts.reads_clock = True
         cache[id(loop)] = facts
     return facts
 

@@ -63,7 +63,8 @@ class ItemInLoop(Rule):
     - a timing loop, which already waits for the device every iteration on
       purpose: its own body calls `torch.cuda.synchronize()` (or
       `torch.accelerator`/`xpu`/`mps` `synchronize()`) outside any condition
-      and reads a clock (`time.time()`, `perf_counter()`); one more wait
+      and reads a clock (`time.time()`, `perf_counter()`, or iterates
+      `metric_logger.log_every(...)`, which times each iteration); one more wait
       there costs nothing (a sync without a clock is TL103's finding, and
       the reads after it are reported: they become the wait once it goes);
     - a loop that waits for the device every iteration anyway, in its own

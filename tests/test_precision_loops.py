@@ -319,3 +319,93 @@ def test_the_same_loop_without_the_wait_or_with_it_conditional_is_reported():
                  "if shown < 3 and labels.any(): continue"):
         code = WAITS_ON_DATA.replace("positive = torch.nonzero(labels >= 1).squeeze(1)", test)
         assert found("import numpy as np\n" + code, "TL101") == [("TL101", 10)], test
+
+
+# -- loops timed by a MetricLogger, flags of flags, helpers named after a model ------
+
+
+LOG_EVERY = """
+import torch
+
+
+def train_one_epoch(student, data_loader, optimizer, metric_logger, header):
+    for it, (images, _) in enumerate(metric_logger.log_every(data_loader, 10, header)):
+        loss = student(images)
+        optimizer.zero_grad()
+        loss.backward()
+        optimizer.step()
+        torch.cuda.synchronize()
+        metric_logger.update(loss=loss.item())
+"""
+
+
+def test_a_loop_over_log_every_that_synchronizes_is_a_timing_loop():
+    # MetricLogger.log_every reads the clock around each iteration it yields:
+    # the synchronize makes those times true, and the read after it waits for nothing more.
+    assert found(LOG_EVERY, "TL101,TL103") == []
+    plain = LOG_EVERY.replace("enumerate(metric_logger.log_every(data_loader, 10, header))", "enumerate(data_loader)")
+    assert found(plain, "TL101,TL103") == [("TL103", 11), ("TL101", 12)]
+    # without the synchronize, the read is the loop's wait: reported
+    unsynced = LOG_EVERY.replace("        torch.cuda.synchronize()\n", "")
+    assert found(unsynced, "TL101") == [("TL101", 11)]
+
+
+def test_a_flag_made_of_a_periodic_test_and_another_flag_is_periodic():
+    code = """
+    import torch
+
+
+    def train_one_epoch(model, dataloader, optimizer, args):
+        for i, batch in enumerate(dataloader):
+            losses = model(batch)
+            losses["loss"].backward()
+            optimizer.step()
+            last_batch = i == len(dataloader) - 1
+            is_console_step = (i % args.log_every == 0) or last_batch
+            is_metric_step = (i % 10 == 0) or is_console_step
+            if is_metric_step:
+                for key, v in losses.items():
+                    print(key, v.item())
+    """
+    assert found(code, "TL101") == []
+    assert found(code.replace("if is_metric_step:", "if last_batch or True:"), "TL101") == [("TL101", 15)]
+
+
+def test_a_method_that_chooses_a_model_is_not_a_model_call():
+    code = """
+    import torch
+
+
+    class Predictor:
+        def predict(self, img, scale):
+            self.choose_model(scale)
+            output, _ = self.upsampler.enhance(img, outscale=scale)
+            return output
+    """
+    assert found(code, "TL302") == []
+    assert found(code.replace("self.choose_model(scale)", "self.model(img)"), "TL302") == [("TL302", 6)]
+
+
+def test_optimizer_settings_are_host_values_and_flagged_callers_are_periodic():
+    code = """
+    import torch
+
+
+    def get_learning_rate(optimizer):
+        lrs = [pg["lr"].item() if isinstance(pg["lr"], torch.Tensor) else pg["lr"] for pg in optimizer.param_groups]
+        return max(lrs)
+
+
+    def train_one_epoch(model, dataloader, optimizer, args):
+        for i, batch in enumerate(dataloader):
+            loss = model(batch)
+            loss.backward()
+            optimizer.step()
+            is_console_step = i % args.log_every == 0
+            if is_console_step:
+                print(get_learning_rate(optimizer), loss.item())
+    """
+    assert found(code, "TL101") == []
+    # a value that is not a setting, read by a caller that runs every step: reported
+    per_step = code.replace('pg["lr"]', 'pg["grad_norm"]').replace("if is_console_step:", "if True:")
+    assert ("TL101", 6) in found(per_step, "TL101")

@@ -40,16 +40,16 @@ def contains_modulo(node: cst.CSTNode) -> bool:
     )
 
 
-def _flag_names(test: cst.BaseExpression) -> List[str]:
+def flag_names(test: cst.BaseExpression) -> List[str]:
     """The bare names a test requires: ``flag``, ``flag and rank == 0``."""
     if isinstance(test, cst.Name):
         return [test.value]
     if isinstance(test, cst.BooleanOperation) and isinstance(test.operator, cst.And):
-        return _flag_names(test.left) + _flag_names(test.right)
+        return flag_names(test.left) + flag_names(test.right)
     return []
 
 
-def _periodic_flags(scope: cst.CSTNode) -> frozenset:
+def periodic_flags(scope: cst.CSTNode) -> frozenset:
     """Names that every assignment in ``scope`` (not in nested functions) gives
     an expression with ``%``: flags such as ``log_now = step % every == 0``."""
     modulo: Dict[str, bool] = {}
@@ -204,7 +204,7 @@ class Context:
         or in an ``and``."""
         if contains_modulo(test):
             return True
-        names = _flag_names(test)
+        names = flag_names(test)
         if not names:
             return False
         function = next((n for n in reversed(self.stack[:index]) if type(n) in _FUNCTION_BOUNDARIES), self.module)
@@ -213,8 +213,14 @@ class Context:
         flags = self.shared.setdefault("periodic_flags", {})
         periodic = flags.get(id(function))
         if periodic is None:
-            periodic = flags[id(function)] = _periodic_flags(function)
+            periodic = flags[id(function)] = periodic_flags(function)
         return any(name in periodic for name in names)
+
+    def is_periodic_test(self, test: cst.BaseExpression, index: int) -> bool:
+        """Whether ``test``, of an ``if`` at ``self.stack[index]``, holds once
+        every N iterations: ``i % n == 0``, or a flag its function assigns only
+        such tests (see :meth:`enclosing_loops`)."""
+        return self._periodic_test(test, index)
 
     def in_loop(self) -> bool:
         return self.enclosing_loop() is not None
