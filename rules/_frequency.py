@@ -129,7 +129,8 @@ class _Site:
 
 
 class FrequencyModel:
-    def __init__(self, module: cst.Module, external: Optional[Dict[str, Tuple[int, str]]] = None) -> None:
+    def __init__(self, module: cst.Module, external: Optional[Dict[str, Tuple[int, str]]] = None,
+                 flags: Optional[Dict[int, frozenset]] = None) -> None:
         # `external`: how often other modules of the project call this module's
         # functions, by qualified name ("f", "Class.method"): (level, "path:line").
         self.external = external or {}
@@ -138,7 +139,9 @@ class FrequencyModel:
         self.classes: Dict[str, List[cst.ClassDef]] = {}
         self.sites: List[_Site] = []
         self._outer_loops: Dict[int, bool] = {}
-        self._flags: Dict[cst.FunctionDef, frozenset] = {}  # periodic flags of each function
+        # Periodic flags of each function, by id, computed on demand (shared with
+        # the Context's periodic-guard test through `model_for`).
+        self._flags: Dict[int, frozenset] = {} if flags is None else flags
         self._collect(module)
         self._resolve()
         self._propagate()
@@ -153,7 +156,6 @@ class FrequencyModel:
             node, fn, cls, loops = todo.pop()
             kind = type(node)
             if kind is cst.FunctionDef:
-                self._flags[node] = periodic_flags(node)
                 info = _Function(node, cls, fn)
                 name = node.name.value
                 if _STEP_ROLES.match(name) and (name not in ("step",) or cls is not None):
@@ -174,10 +176,23 @@ class FrequencyModel:
                 self.sites.append(_Site(node, fn, cls if fn is None else self.functions[fn].cls, loops))
             if kind in _LOOPS and fn is not None:
                 self.functions[fn].has_loop = True
-            flags = self._flags.get(fn, frozenset()) if fn is not None else frozenset()
+            flagged = kind is cst.If and fn is not None and self._flag_guard(node, fn)
             for child in iter_children(node):
-                todo.append((child, fn, cls if kind is not cst.FunctionDef else None,
-                             _loops_for_child(node, child, loops, flags)))
+                child_loops = _loops_for_child(node, child, loops)
+                if flagged and child is node.body and child_loops is loops:
+                    child_loops = (*loops, _PERIODIC)  # `if log_now:` where `log_now = step % every == 0`
+                todo.append((child, fn, cls if kind is not cst.FunctionDef else None, child_loops))
+
+    def _flag_guard(self, node: cst.If, fn: cst.FunctionDef) -> bool:
+        """Whether ``node``'s test requires a flag that ``fn`` only ever assigns a
+        periodic test (computed for the function on the first such ``if``)."""
+        names = flag_names(node.test)
+        if not names:
+            return False
+        flags = self._flags.get(id(fn))
+        if flags is None:
+            flags = self._flags[id(fn)] = periodic_flags(fn)
+        return any(name in flags for name in names)
 
     # -- resolving calls -------------------------------------------------------------
     def _resolve(self) -> None:
@@ -380,13 +395,8 @@ def qualified_name(info: "_Function") -> Optional[str]:
     return info.node.name.value
 
 
-def _loops_for_child(
-    node: cst.CSTNode, child: cst.CSTNode, loops: Tuple[object, ...], flags: frozenset = frozenset()
-) -> Tuple[object, ...]:
+def _loops_for_child(node: cst.CSTNode, child: cst.CSTNode, loops: Tuple[object, ...]) -> Tuple[object, ...]:
     marker = _loop_marker(node, child)
-    if marker is None and flags and type(node) is cst.If and child is node.body:
-        if any(name in flags for name in flag_names(node.test)):
-            marker = _PERIODIC  # `if log_now:` where `log_now = step % every == 0`
     return loops if marker is None else (*loops, marker)
 
 
@@ -556,7 +566,9 @@ def model_for(ctx: Context) -> FrequencyModel:
     model = ctx.shared.get("frequency")
     if model is None:
         assert ctx.module is not None
-        model = ctx.shared["frequency"] = FrequencyModel(ctx.module, ctx.project.get("frequency"))
+        model = ctx.shared["frequency"] = FrequencyModel(
+            ctx.module, ctx.project.get("frequency"), ctx.shared.setdefault("periodic_flags", {})
+        )
     return model
 
 
