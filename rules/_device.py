@@ -395,6 +395,8 @@ class HostValues:
             if isinstance(func, cst.Attribute) and func.attr.value in ("items", "values", "keys"):
                 return False
             return self._is_host(expr, at, depth + 1, seen)
+        if _names_a_loader(expr) and self._yields_host_batches(expr, at):
+            return True  # a DataLoader collates its batches in host memory
         if isinstance(expr, cst.Name) and at is not None and ctx.qualname(expr) is None:
             bindings = self.semantic.reaching(expr.value, at)
             if not bindings:
@@ -405,6 +407,28 @@ class HostValues:
             seen = seen | {key}
             return all(self._binding_is_host(b, depth, seen, iterable=True) for b in bindings)
         return self._is_host(expr, at, depth + 1, seen)
+
+    def _yields_host_batches(self, expr: cst.BaseExpression, at) -> bool:
+        """A loader named so (``val_loader``, ``self.train_loader``) that is a
+        parameter, an attribute, or bound only to ``DataLoader(...)``: its
+        batches are host tensors (a loader that moves them, such as a CUDA
+        prefetcher, is named or built otherwise; in a module that calls
+        ``accelerator.prepare(...)`` or ``fabric.setup_dataloaders(...)``,
+        only a ``DataLoader(...)`` built there counts)."""
+        # Accelerate's and Fabric's prepared loaders move their batches to the
+        # device: in a module that prepares one, only a DataLoader built here counts.
+        prepared = ".prepare(" in self.context.source or "setup_dataloaders" in self.context.source
+        if not isinstance(expr, cst.Name):
+            return not prepared
+        if at is None:
+            return False
+        bindings = self.semantic.reaching(expr.value, at)
+        return bool(bindings) and all(
+            (b.kind == "param" and not prepared)
+            or (b.kind == "value" and isinstance(b.value, cst.Call)
+                and self.context.qualname(b.value.func) == "torch.utils.data.DataLoader")
+            for b in bindings
+        )
 
     def _name_is_host(self, name: str, at, depth: int, seen: Set[tuple]) -> bool:
         if at is None:
@@ -446,6 +470,17 @@ class HostValues:
             return _is_host_module(q)
         return isinstance(annotation, cst.Name) and annotation.value in ("int", "float", "bool", "str", "list", "dict", "List", "Dict")
 
+
+
+_LOADER_NAME = re.compile(r"(?:^|_)(?:data)?loader$", re.IGNORECASE)
+_MOVING_LOADER = re.compile(r"prefetch|device|cuda|gpu", re.IGNORECASE)
+
+
+def _names_a_loader(expr: cst.BaseExpression) -> bool:
+    """``loader``, ``val_loader``, ``self.train_dataloader``; not a prefetcher
+    or a device loader (``cuda_loader``, ``DeviceLoader``)."""
+    name = expr.value if isinstance(expr, cst.Name) else expr.attr.value if isinstance(expr, cst.Attribute) else ""
+    return bool(_LOADER_NAME.search(name)) and not _MOVING_LOADER.search(name)
 
 
 def _inside(comprehension: cst.CSTNode, at: Optional[Location]) -> Optional[Location]:

@@ -44,6 +44,13 @@ class DataParallel(Rule):
     `from torch.nn import DataParallel as DP`), and of its functional form
     `torch.nn.parallel.data_parallel(module, inputs)`.
 
+    The functional form is not reported in a function that neither trains
+    (runs a backward or an optimizer step) nor is a module's `forward`: there
+    it is one forward over the GPUs for sampling or evaluation
+    (`G_z = data_parallel(G, (z, y))` to draw a sample sheet), which DDP, a
+    training wrapper, does not replace. In `forward` (the DCGAN generator's
+    `data_parallel(self.main, noise, ...)`) it runs every training step.
+
     Only calls are reported: `isinstance(model, nn.DataParallel)`,
     `type(m) is DataParallel`, unwrapping `model.module`, annotations and
     subclass definitions (`class MyDP(nn.DataParallel)`) name the class without
@@ -270,8 +277,13 @@ class DataParallel(Rule):
         if self._evaluates and not self._trains:
             return  # inference only: DDP is for training, and nothing here trains
         for call, kind, function in self._found:
-            if function is not None and self._functions.get(id(function), [False, False]) == [True, False]:
+            flags = self._functions.get(id(function), [False, False])
+            if function is not None and flags == [True, False]:
                 continue  # this function only evaluates: inference, though the module trains elsewhere
+            if kind == "data_parallel" and function is not None and not flags[1] and function.name.value not in (
+                "forward", "__call__"
+            ):
+                continue  # a functional forward outside training: sampling or evaluation
             self.report(call, self._MESSAGES[kind])
 
     def _function_flags(self) -> List[bool]:

@@ -409,3 +409,49 @@ def test_optimizer_settings_are_host_values_and_flagged_callers_are_periodic():
     # a value that is not a setting, read by a caller that runs every step: reported
     per_step = code.replace('pg["lr"]', 'pg["grad_norm"]').replace("if is_console_step:", "if True:")
     assert ("TL101", 6) in found(per_step, "TL101")
+
+
+def test_batch_parts_a_loader_yields_stay_on_the_host_until_moved():
+    code = """
+    import torch
+
+
+    def validate(val_loader, decoder, device):
+        references = []
+        with torch.no_grad():
+            for i, (imgs, caps, allcaps) in enumerate(val_loader):
+                imgs = imgs.to(device)
+                scores = decoder(imgs)
+                for j in range(allcaps.shape[0]):
+                    references.append(allcaps[j].tolist())
+                total = scores.sum().item()
+                first = imgs[0].sum().item()
+    """
+    # allcaps is never moved: the loader collated it in host memory
+    assert found(code, "TL101") == [("TL101", 13), ("TL101", 14)]
+    # a loader that moves its batches (a CUDA prefetcher) yields device tensors
+    prefetched = code.replace("enumerate(val_loader)", "enumerate(cuda_prefetcher)").replace(
+        "def validate(val_loader,", "def validate(cuda_prefetcher,")
+    assert ("TL101", 12) in found(prefetched, "TL101")
+
+
+def test_a_module_that_prepares_its_loaders_moves_their_batches():
+    code = """
+    import torch
+
+
+    def train(accelerator, model, optimizer, train_loader):
+        for batch in train_loader:
+            loss = model(**batch).loss
+            accelerator.backward(loss)
+            optimizer.step()
+            tokens = batch["attention_mask"].sum().item()
+
+
+    def main(accelerator, model, optimizer, loader):
+        model, optimizer, loader = accelerator.prepare(model, optimizer, loader)
+        train(accelerator, model, optimizer, loader)
+    """
+    assert ("TL101", 10) in found(code, "TL101")
+    plain = code.replace("model, optimizer, loader = accelerator.prepare(model, optimizer, loader)", "pass")
+    assert ("TL101", 10) not in found(plain, "TL101")

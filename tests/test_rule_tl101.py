@@ -128,7 +128,7 @@ def test_name_with_a_tensor_binding_is_reported() -> None:
             print(y.sum().item())
             z = torch.zeros(3, device=device)
             print(z.tolist())
-            v = x.max(dim=1).values.tolist()
+            v = z.max(dim=0).values.tolist()
     """
     assert positions(code) == [(8, 15), (10, 15), (11, 13)]
 

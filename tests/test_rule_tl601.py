@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import textwrap
+
 import pytest
 
 from tests.helpers import codes, lint
@@ -177,3 +179,22 @@ def test_a_copy_that_mirrors_how_its_input_was_wrapped_is_silent():
         return model
     """
     assert [d.line for d in _lint(code)] == [15]
+
+
+def test_functional_form_outside_training_is_a_sampling_forward():
+    code = """
+    import torch
+    from torch import nn
+
+    def sample_sheet(G, z, y):
+        return nn.parallel.data_parallel(G, (z, G.shared(y))).data.cpu()
+
+    def train(G, D, z, y, optimizer):
+        loss = nn.parallel.data_parallel(D, (G(z), y)).mean()
+        loss.backward()
+        optimizer.step()
+    """
+    assert [d.line for d in _lint(textwrap.dedent(code))] == [9]
+    # a module's forward runs every training step
+    forward = code.replace("def sample_sheet(G, z, y):", "def forward(G, z, y):")
+    assert [d.line for d in _lint(textwrap.dedent(forward))] == [6, 9]
