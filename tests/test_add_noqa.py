@@ -17,7 +17,7 @@ def train(loader, device):
         noise = torch.zeros(3).to(device)
         mask = torch.ones(3).to(device)  # a remark
         other = torch.ones(3).to(device)  # noqa: E501
-        total = batch.sum().item()
+        total = noise.sum().item()
 """
 
 EXPECTED = """\
@@ -29,7 +29,7 @@ def train(loader, device):
         noise = torch.zeros(3).to(device)  # noqa: TL201
         mask = torch.ones(3).to(device)  # a remark  # noqa: TL201
         other = torch.ones(3).to(device)  # noqa: E501, TL201
-        total = batch.sum().item()  # noqa: TL101
+        total = noise.sum().item()  # noqa: TL101
 """
 
 

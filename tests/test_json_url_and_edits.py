@@ -24,7 +24,7 @@ def train(dataset, device):
     total = 0.0
     for batch in loader:
         noise = torch.zeros(3).to(device)
-        total += batch.sum().item()
+        total += noise.sum().item()
         x = batch.to(device)
 """
 
@@ -134,7 +134,7 @@ def test_fix_json_gives_the_edits_of_the_fixes_left(runner, workdir):
     assert "torch.zeros(3, device=device)" in fixed  # the safe fix was applied
     left = {item["code"]: item for item in items if item["fix"] is not None}
     assert sorted(left) == ["TL101", "TL202"]  # unsafe here (the dataset is unknown)
-    assert "total += batch.sum().detach()" in _apply(fixed, left["TL101"]["fix"]["edits"])
+    assert "total += noise.sum().detach()" in _apply(fixed, left["TL101"]["fix"]["edits"])
     assert "pin_memory=True" in _apply(fixed, left["TL202"]["fix"]["edits"])
 
 
