@@ -34,6 +34,7 @@ from torchlint.rules._helpers import (
     method_name,
     positional,
 )
+from torchlint.rules._loaders import is_dataloader
 from torchlint.rules._models import names_a_module
 from torchlint.rules._sync import isinstance_tensor_subject
 from torchlint.semantic import Binding, Location, SemanticModel
@@ -89,6 +90,8 @@ class HostValues:
             re.search(r"with\s+\w+(\.\w+)*\.device\(", source)
         )
         self._converted_by_scope: Dict[int, Set[str]] = {}
+        # Accelerate's and Fabric's prepared loaders move their batches to the device.
+        self.prepares_loaders = ".prepare(" in source or "setup_dataloaders" in source
 
     # -- the questions ---------------------------------------------------------------
     def is_host(self, expr: cst.BaseExpression, at: Location) -> bool:
@@ -415,9 +418,7 @@ class HostValues:
         prefetcher, is named or built otherwise; in a module that calls
         ``accelerator.prepare(...)`` or ``fabric.setup_dataloaders(...)``,
         only a ``DataLoader(...)`` built there counts)."""
-        # Accelerate's and Fabric's prepared loaders move their batches to the
-        # device: in a module that prepares one, only a DataLoader built here counts.
-        prepared = ".prepare(" in self.context.source or "setup_dataloaders" in self.context.source
+        prepared = self.prepares_loaders  # then only a DataLoader built here counts
         if not isinstance(expr, cst.Name):
             return not prepared
         if at is None:
@@ -425,8 +426,7 @@ class HostValues:
         bindings = self.semantic.reaching(expr.value, at)
         return bool(bindings) and all(
             (b.kind == "param" and not prepared)
-            or (b.kind == "value" and isinstance(b.value, cst.Call)
-                and self.context.qualname(b.value.func) == "torch.utils.data.DataLoader")
+            or (b.kind == "value" and isinstance(b.value, cst.Call) and is_dataloader(b.value, self.context))
             for b in bindings
         )
 

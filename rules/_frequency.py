@@ -59,7 +59,7 @@ from typing import Dict, List, Optional, Sequence, Tuple
 
 import libcst as cst
 
-from torchlint.rule import Context, contains_modulo, flag_names, is_test_path, periodic_flags
+from torchlint.rule import Context, contains_modulo, is_test_path, tests_periodic_flag
 from torchlint.rules._models import MODEL_WORDS
 from torchlint.rules._sync import target_names
 from torchlint.nodes import iter_children
@@ -176,23 +176,12 @@ class FrequencyModel:
                 self.sites.append(_Site(node, fn, cls if fn is None else self.functions[fn].cls, loops))
             if kind in _LOOPS and fn is not None:
                 self.functions[fn].has_loop = True
-            flagged = kind is cst.If and fn is not None and self._flag_guard(node, fn)
+            flagged = kind is cst.If and fn is not None and tests_periodic_flag(node.test, fn, self._flags)
             for child in iter_children(node):
                 child_loops = _loops_for_child(node, child, loops)
                 if flagged and child is node.body and child_loops is loops:
                     child_loops = (*loops, _PERIODIC)  # `if log_now:` where `log_now = step % every == 0`
                 todo.append((child, fn, cls if kind is not cst.FunctionDef else None, child_loops))
-
-    def _flag_guard(self, node: cst.If, fn: cst.FunctionDef) -> bool:
-        """Whether ``node``'s test requires a flag that ``fn`` only ever assigns a
-        periodic test (computed for the function on the first such ``if``)."""
-        names = flag_names(node.test)
-        if not names:
-            return False
-        flags = self._flags.get(id(fn))
-        if flags is None:
-            flags = self._flags[id(fn)] = periodic_flags(fn)
-        return any(name in flags for name in names)
 
     # -- resolving calls -------------------------------------------------------------
     def _resolve(self) -> None:

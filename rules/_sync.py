@@ -575,8 +575,6 @@ def _scan(ctx: Context, roots: List[cst.CSTNode]) -> LoopFacts:
                 facts.prompts_user = True
         elif isinstance(node, cst.If) and direct and _ends_loop(node.body) and _reads_value(node.test):
             facts.exits_on_value = True
-        if isinstance(node, (cst.If, cst.While, cst.Assert)) and direct and always and _tests_tensor(ctx, node.test):
-            facts.waits_on_data = True
         elif isinstance(node, cst.Del):
             target = node.target
             targets = [e.value for e in target.elements] if isinstance(target, (cst.Tuple, cst.List)) else [target]
@@ -585,6 +583,8 @@ def _scan(ctx: Context, roots: List[cst.CSTNode]) -> LoopFacts:
         elif isinstance(node, cst.Try) or isinstance(node, getattr(cst, "TryStar", cst.Try)):
             if any(_is_oom_handler(ctx, h) for h in node.handlers):
                 facts.retries_on_oom = True
+        if isinstance(node, (cst.If, cst.While, cst.Assert)) and direct and always and _tests_tensor(ctx, node.test):
+            facts.waits_on_data = True  # `if (x > 0).any():`, `assert torch.isfinite(loss).all()`
         inner = direct and not isinstance(node, _LOOPS)
         plain = always and inner and not isinstance(node, _CONDITIONS)
         todo.extend((child, inner, plain) for child in iter_children(node))
@@ -606,8 +606,9 @@ _TRUTH_READS = frozenset({"any", "all", "equal", "allclose", "isfinite", "isnan"
 
 
 def _waits_on_data(call: cst.Call, name: str, qualname: Optional[str]) -> bool:
-    if name in _DATA_DEPENDENT and (qualname is None or qualname.startswith("torch.")):
-        return qualname is not None or isinstance(call.func, cst.Attribute)
+    """``torch.nonzero(m)``, ``m.nonzero()`` (a method of unknown owner), ``torch.where(m)``."""
+    if name in _DATA_DEPENDENT:
+        return qualname.startswith("torch.") if qualname is not None else isinstance(call.func, cst.Attribute)
     return qualname == "torch.where" and len(call.args) == 1
 
 

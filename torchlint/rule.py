@@ -40,16 +40,16 @@ def contains_modulo(node: cst.CSTNode) -> bool:
     )
 
 
-def flag_names(test: cst.BaseExpression) -> List[str]:
+def _flag_names(test: cst.BaseExpression) -> List[str]:
     """The bare names a test requires: ``flag``, ``flag and rank == 0``."""
     if isinstance(test, cst.Name):
         return [test.value]
     if isinstance(test, cst.BooleanOperation) and isinstance(test.operator, cst.And):
-        return flag_names(test.left) + flag_names(test.right)
+        return _flag_names(test.left) + _flag_names(test.right)
     return []
 
 
-def periodic_flags(scope: cst.CSTNode) -> frozenset:
+def _periodic_flags(scope: cst.CSTNode) -> frozenset:
     """Names that every assignment in ``scope`` (not in nested functions) gives
     an expression with ``%``: flags such as ``log_now = step % every == 0``."""
     modulo: Dict[str, bool] = {}
@@ -68,6 +68,20 @@ def periodic_flags(scope: cst.CSTNode) -> frozenset:
                 modulo[name] = False
         todo.extend(iter_children(node))
     return frozenset(name for name, all_modulo in modulo.items() if all_modulo)
+
+
+def tests_periodic_flag(test: cst.BaseExpression, scope: cst.CSTNode, cache: Dict[int, frozenset]) -> bool:
+    """Whether ``test`` requires a flag (``if log_now:``, ``if log_now and rank
+    == 0:``) that ``scope`` (not its nested functions) only ever assigns an
+    expression with ``%`` (``log_now = step % every == 0``).  ``cache`` keeps
+    each scope's flags, by id: the Context and the frequency model share it."""
+    names = _flag_names(test)
+    if not names:
+        return False
+    periodic = cache.get(id(scope))
+    if periodic is None:
+        periodic = cache[id(scope)] = _periodic_flags(scope)
+    return any(name in periodic for name in names)
 
 
 _TEST_FILE = re.compile(r"^(test_.*\.pyi?|.*_test\.pyi?|conftest\.py)$")
@@ -186,7 +200,7 @@ class Context:
                 if child is node.body or child is node.test:
                     yield node
             elif kind is cst.If:
-                if periodic_guard and child is node.body and self._periodic_test(node.test, i):
+                if periodic_guard and child is node.body and self.is_periodic_test(node.test, i):
                     return
             elif kind in _COMPREHENSIONS:
                 if child is not node.for_in:
@@ -198,29 +212,17 @@ class Context:
                 if child is node.iter or child is node.inner_for_in or any(child is c for c in node.ifs):
                     yield node
 
-    def _periodic_test(self, test: cst.BaseExpression, index: int) -> bool:
-        """``i % n == 0``, or a flag the enclosing function only ever assigns
-        such a test (``do_log = step % every == 0`` ... ``if do_log:``), alone
-        or in an ``and``."""
+    def is_periodic_test(self, test: cst.BaseExpression, index: int) -> bool:
+        """Whether ``test``, of an ``if`` at ``self.stack[index]``, holds once
+        every N iterations: ``i % n == 0``, or a flag the enclosing function
+        only ever assigns such a test (``do_log = step % every == 0`` ...
+        ``if do_log:``), alone or in an ``and``."""
         if contains_modulo(test):
             return True
-        names = flag_names(test)
-        if not names:
-            return False
         function = next((n for n in reversed(self.stack[:index]) if type(n) in _FUNCTION_BOUNDARIES), self.module)
         if function is None:
             return False
-        flags = self.shared.setdefault("periodic_flags", {})
-        periodic = flags.get(id(function))
-        if periodic is None:
-            periodic = flags[id(function)] = periodic_flags(function)
-        return any(name in periodic for name in names)
-
-    def is_periodic_test(self, test: cst.BaseExpression, index: int) -> bool:
-        """Whether ``test``, of an ``if`` at ``self.stack[index]``, holds once
-        every N iterations: ``i % n == 0``, or a flag its function assigns only
-        such tests (see :meth:`enclosing_loops`)."""
-        return self._periodic_test(test, index)
+        return tests_periodic_flag(test, function, self.shared.setdefault("periodic_flags", {}))
 
     def in_loop(self) -> bool:
         return self.enclosing_loop() is not None
