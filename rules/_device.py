@@ -11,7 +11,8 @@ A value is on the host when it is, or is computed only from: Python literals
 and builtins (``len``, ``range``, ``int``...), NumPy/pandas/SciPy/``math``
 values, ``torch.from_numpy``, ``torch.tensor(data)``/factories without a device
 (unless the program changes the default device), ``.cpu()``/``.numpy()``/
-``.tolist()``/``.item()`` results, ``.to("cpu")``, tokenizer outputs, a
+``.tolist()``/``.item()`` results, ``.to("cpu")``, tokenizer outputs, what
+an environment step given host actions returns (``envs.step(np_actions)``), a
 parameter annotated as a host type or converted under
 ``isinstance(x, torch.Tensor)``, and methods, indexes and arithmetic of such
 values.  Anything else (a parameter, a model's output, a value moved with
@@ -36,7 +37,7 @@ from torchlint.rules._helpers import (
 )
 from torchlint.rules._loaders import is_dataloader
 from torchlint.rules._models import names_a_module
-from torchlint.rules._sync import isinstance_tensor_subject
+from torchlint.rules._sync import is_env_step_call, isinstance_tensor_subject
 from torchlint.semantic import Binding, Location, SemanticModel
 
 # How far the host-value analysis follows expressions and bindings.
@@ -220,6 +221,11 @@ class HostValues:
         name = method_name(call)
         if name in _HOST_METHODS:
             return True
+        if is_env_step_call(call) and call.args and all(self._is_host(a.value, at, depth + 1, seen) for a in call.args):
+            # `s, r, d, info = envs.step(np_actions)`: an environment that takes
+            # host actions (Gym, envpool) answers with NumPy arrays (one that
+            # takes device actions, such as Isaac Gym, may answer on the device)
+            return True
         returned = self._method_result_is_host(call, at, depth, seen)
         if returned is not None:
             return returned
@@ -397,6 +403,9 @@ class HostValues:
                 return bool(args) and all(self._iterable_is_host(a.value, at, depth + 1, seen) for a in args)
             if isinstance(func, cst.Attribute) and func.attr.value in ("items", "values", "keys"):
                 return False
+            if (isinstance(func, cst.Attribute) and not args and _names_a_loader(func.value)
+                    and not _MOVING_LOADER.search(func.attr.value) and self._yields_host_batches(func.value, at)):
+                return True  # `for data in data_loader.load_data():` the loader's own batches
             return self._is_host(expr, at, depth + 1, seen)
         if _names_a_loader(expr) and self._yields_host_batches(expr, at):
             return True  # a DataLoader collates its batches in host memory

@@ -21,7 +21,10 @@ visited run?" for the rules that need it, from the module alone:
   periodic guard (``if step % 100 == 0:``) runs every N steps, which counts
   as per epoch, and so does the rest of a loop body after
   ``if <progress counter below a threshold>: continue`` (``if cur_nimg <
-  tick_end: continue``: the code after it runs once per tick).
+  tick_end: continue``: the code after it runs once per tick).  Code under a
+  test that holds only for values that are not finite (``if
+  torch.isnan(K).any():``, ``if not torch.isfinite(loss):``) is a recovery
+  path that runs rarely, and counts the same.
 * **Functions** run as often as their most frequent caller in the module: a
   call in a step loop makes a function per step, and so does a call from a
   per-step function.  Some functions run per step by their role, whoever
@@ -398,7 +401,7 @@ def _loop_marker(node: cst.CSTNode, child: cst.CSTNode) -> Optional[object]:
         return node if child is node.body or child is node.test else None
     if kind in (cst.ListComp, cst.SetComp, cst.GeneratorExp, cst.DictComp):
         return node if child is not node.for_in else None
-    if kind is cst.If and child is node.body and contains_modulo(node.test):
+    if kind is cst.If and child is node.body and (contains_modulo(node.test) or _non_finite_test(node.test)):
         return _PERIODIC
     if kind is cst.IndentedBlock:
         for statement in node.body:
@@ -407,6 +410,37 @@ def _loop_marker(node: cst.CSTNode, child: cst.CSTNode) -> Optional[object]:
             if _periodic_continue(statement):
                 return _PERIODIC  # after `if cur_nimg < tick_end: continue`: once per tick
     return None
+
+
+_NON_FINITE = frozenset({"isnan", "isinf", "isposinf", "isneginf"})
+
+
+def _non_finite_test(test: cst.BaseExpression) -> bool:
+    """A test that holds only when a value is not finite (``torch.isnan(K).any()``,
+    ``math.isinf(loss)``, ``not torch.isfinite(x).all()``), alone or in an ``or``
+    of such tests or an ``and`` with one: its body is a recovery path (replace
+    a diverged matrix, skip a step) that runs rarely, not every step."""
+    if type(test) is cst.BooleanOperation:
+        if type(test.operator) is cst.Or:
+            return _non_finite_test(test.left) and _non_finite_test(test.right)
+        return _non_finite_test(test.left) or _non_finite_test(test.right)
+    negated = False
+    if type(test) is cst.UnaryOperation and type(test.operator) is cst.Not:
+        negated, test = True, test.expression
+    # `.any()`/`.all()` of the element-wise test, or `torch.any(...)`
+    if type(test) is cst.Call and not test.args and type(test.func) is cst.Attribute and test.func.attr.value in ("any", "all"):
+        test = test.func.value
+    elif type(test) is cst.Call and len(test.args) == 1 and _called_name(test) in ("any", "all"):
+        test = test.args[0].value
+    if type(test) is not cst.Call:
+        return False
+    name = _called_name(test)
+    return name == "isfinite" if negated else name in _NON_FINITE
+
+
+def _called_name(call: cst.Call) -> str:
+    func = call.func
+    return func.attr.value if type(func) is cst.Attribute else func.value if type(func) is cst.Name else ""
 
 
 _PROGRESS_WORDS = ("step", "tick", "nimg", "iter", "count", "seen", "accum")

@@ -22,7 +22,9 @@ types:
 * ``MODULE_COLLECTIONS``: words of an iterable of modules (``models``,
   ``ensemble``, ``self.modules()``);
 * ``module_method_follows(stack, top_index)``: a method chain goes on with a
-  method only an ``nn.Module`` has (``m.cpu().state_dict()``).
+  method only an ``nn.Module`` has (``m.cpu().state_dict()``);
+* ``runs_on_dummy_inputs(call, ctx)``: a call whose inputs are all made up on
+  the spot (``model(torch.randn(2, 3, 32, 32))``): a probe of output shapes.
 """
 
 from __future__ import annotations
@@ -33,7 +35,8 @@ from typing import Set
 import libcst as cst
 
 from torchlint.rule import Context
-from torchlint.rules._helpers import last_name, method_name
+from torchlint.rules._factories import RANDOM_FACTORIES
+from torchlint.rules._helpers import last_name, method_name, positional
 
 # Names that denote an `nn.Module` (as a receiver of `.cpu()`, or in `del model`),
 # as the last word of a snake_case name: `model`, `ema_model`, `text_encoder`.
@@ -132,3 +135,28 @@ def module_method_follows(stack, top_index: int) -> bool:
         if isinstance(node, cst.Call) and method_name(node) in _MODULE_METHODS:
             return True
     return False
+
+
+# Factories that make up a dummy input (not `torch.tensor(data)`, which wraps real data).
+_DUMMY_FACTORIES = RANDOM_FACTORIES | {"zeros", "ones", "empty", "full", "zeros_like", "ones_like", "empty_like"}
+
+
+def runs_on_dummy_inputs(call: cst.Call, ctx: Context) -> bool:
+    """Whether every positional argument of ``call`` is a tensor made up on the
+    spot: a factory call (``torch.randn(...)``, ``torch.zeros(...)``) or a name
+    bound only to one (at the node being visited)."""
+    args = positional(call)
+    if not args:
+        return False
+    for arg in args:
+        values = [arg.value]
+        if isinstance(arg.value, cst.Name):
+            bindings = ctx.semantic.bindings(arg.value.value, ctx.location())
+            if not bindings or any(b.kind != "value" for b in bindings):
+                return False
+            values = [b.value for b in bindings]
+        for value in values:
+            q = ctx.qualname(value.func) if isinstance(value, cst.Call) else None
+            if q is None or not q.startswith("torch.") or q[len("torch."):] not in _DUMMY_FACTORIES:
+                return False
+    return True

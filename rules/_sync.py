@@ -509,6 +509,15 @@ class LoopFacts:
     ``if``/``while``/``assert`` test on a tensor (``if (x > 0).any():``,
     ``assert torch.isfinite(loss).all()``).  None of these is a finding of
     the sync rules; one more read of a value there adds no new wait."""
+    round_trips: bool = False
+    """Hands a host copy of device values to host code every iteration and
+    needs its answer: an environment step in its own body and not under a
+    condition (``envs.step(action.cpu().numpy())``, or ``actions =
+    ....cpu().numpy()`` earlier in the body), or a call given a host copy
+    whose result the body turns back into a tensor (``out, _ =
+    host_model.forecast(inputs=x.cpu().numpy().tolist())`` ...
+    ``torch.Tensor(out)``).  The host waits for the device there every
+    iteration by design, in this loop and in the loops inside it."""
 
 
 def _is_oom_handler(ctx: Context, handler: cst.CSTNode) -> bool:
@@ -536,12 +545,15 @@ def _generates(func: cst.BaseExpression) -> bool:
 
 def _scan(ctx: Context, roots: List[cst.CSTNode]) -> LoopFacts:
     facts = LoopFacts()
+    trips = _RoundTrips()
     # (node, in the loop's own body (not an inner loop), and not under a condition)
     todo: List[Tuple[cst.CSTNode, bool, bool]] = [(root, True, True) for root in roots]
     while todo:
         node, direct, always = todo.pop()
         if isinstance(node, _SCOPES):
             continue  # a function defined in the loop does not run there
+        if direct:
+            trips.see(node, always)
         if isinstance(node, cst.Call):
             func = node.func
             q = ctx.qualname(func)
@@ -588,7 +600,81 @@ def _scan(ctx: Context, roots: List[cst.CSTNode]) -> LoopFacts:
         inner = direct and not isinstance(node, _LOOPS)
         plain = always and inner and not isinstance(node, _CONDITIONS)
         todo.extend((child, inner, plain) for child in iter_children(node))
+    facts.round_trips = trips.found()
     return facts
+
+
+_TO_TENSOR = frozenset({"Tensor", "tensor", "as_tensor", "from_numpy", "FloatTensor", "LongTensor"})
+
+
+class _RoundTrips:
+    """Collects, over one loop body, what ``LoopFacts.round_trips`` needs: the
+    names bound to host copies (``a = x.cpu().numpy()``), the calls given one,
+    with the names their results are bound to, and the names turned into tensors."""
+
+    def __init__(self) -> None:
+        self.copies: set = set()  # names bound to a host copy
+        self.steps: List[cst.Call] = []  # environment steps, not under a condition
+        self.calls: List[Tuple[cst.Call, List[str]]] = []  # (call, names bound to its result)
+        self.tensors: set = set()  # names given to `torch.Tensor(...)`/`torch.tensor(...)`
+
+    def see(self, node: cst.CSTNode, always: bool) -> None:
+        if isinstance(node, cst.Assign) and len(node.targets) == 1:
+            names = target_names(node.targets[0].target)
+            value = node.value
+            if _copies_to_host(value):
+                self.copies.update(names)
+            elif isinstance(value, cst.Call) and not is_env_step_call(value):
+                self.calls.append((value, names))
+        elif isinstance(node, cst.Call):
+            if always and is_env_step_call(node):
+                self.steps.append(node)
+            elif last_name(node.func) in _TO_TENSOR and node.args and isinstance(node.args[0].value, cst.Name):
+                self.tensors.add(node.args[0].value.value)
+
+    def _given_copy(self, call: cst.Call) -> bool:
+        return any(
+            _copies_to_host(arg.value) or (isinstance(arg.value, cst.Name) and arg.value.value in self.copies)
+            for arg in call.args
+        )
+
+    def found(self) -> bool:
+        if any(self._given_copy(step) for step in self.steps):
+            return True
+        return any(self.tensors.intersection(names) and self._given_copy(call) for call, names in self.calls)
+
+
+def is_env_step_call(call: cst.Call) -> bool:
+    """``env.step(action)``, ``self.envs.step(actions)``."""
+    return isinstance(call.func, cst.Attribute) and call.func.attr.value == "step" and _is_env_step(call.func)
+
+
+def _copies_to_host(expr: cst.BaseExpression) -> bool:
+    """A chain that copies a tensor to host memory: ``x.cpu()...``,
+    ``x.detach().cpu().numpy()``, ``x.to("cpu")``, ``x.tolist()``."""
+    node = expr
+    while isinstance(node, cst.Call) and isinstance(node.func, cst.Attribute):
+        if node.func.attr.value == "tolist" or _moves_to_host(node):
+            return True
+        node = node.func.value
+    if isinstance(node, cst.Subscript):  # `x.cpu().numpy()[0]`
+        return _copies_to_host(node.value)
+    return False
+
+
+def waits_every_iteration(ctx: Context, loop: cst.CSTNode, cache: Dict[int, LoopFacts]) -> bool:
+    """Whether ``loop`` waits for the device every iteration by design: an
+    operation on device values that the host must see (``LoopFacts.waits_on_data``),
+    or a host round trip (``LoopFacts.round_trips``) in it or in a loop around it
+    in the same function (a rollout loop stepping an environment on the policy's
+    actions, with an update loop inside it).  One more read of a value there
+    adds no new wait."""
+    if loop_facts(ctx, loop, cache).waits_on_data:
+        return True
+    for outer in ctx.enclosing_loops(periodic_guard=False):
+        if loop_facts(ctx, outer, cache).round_trips:
+            return True
+    return False
 
 
 _READS = frozenset({"item", "tolist", "cpu", "numpy", "any", "all", "equal"})
@@ -1202,6 +1288,46 @@ def host_consumer(ctx: Context, top_index: int) -> bool:
             if name == "step" and isinstance(func, cst.Attribute) and _is_env_step(func):
                 return True
     return False
+
+
+def stored_in_host_buffer(ctx: Context, top_index: int, loop: cst.CSTNode, is_host) -> bool:
+    """Whether the host copy whose chain ends at ``ctx.stack[top_index]`` is
+    written into a tensor or array allocated in host memory, directly
+    (``buf[i] = x.cpu()``) or through a name the loop body writes there later
+    (``logits = out.cpu()`` ... ``aux_pi[:, idx] = f(logits)``), where ``buf``
+    is bound only to an allocation that ``is_host(expr, location)`` places on
+    the host (``torch.zeros(shape)`` without a device, ``np.empty(shape)``):
+    the program keeps those results in host memory on purpose (a rollout or
+    feature buffer sized for the whole run)."""
+    stack = ctx.stack
+    statement = next(
+        (stack[i] for i in range(top_index - 1, -1, -1) if isinstance(stack[i], cst.BaseSmallStatement)), None
+    )
+    if not isinstance(statement, cst.Assign) or len(statement.targets) != 1:
+        return False
+    target = statement.targets[0].target
+    if isinstance(target, cst.Subscript):
+        return _host_buffer(ctx, target, is_host)
+    names = target_names(target)
+    if not names:
+        return False
+    body = loop.body if isinstance(loop, (cst.For, cst.While)) else loop
+    return any(
+        isinstance(node, cst.Assign) and len(node.targets) == 1 and isinstance(node.targets[0].target, cst.Subscript)
+        and mentions_name(node.value, names) and _host_buffer(ctx, node.targets[0].target, is_host)
+        for node in walk_nodes(body)
+    )
+
+
+def _host_buffer(ctx: Context, target: cst.Subscript, is_host) -> bool:
+    owner = target.value
+    if not isinstance(owner, cst.Name):
+        return False
+    location = ctx.location()
+    bindings = ctx.semantic.bindings(owner.value, location)
+    return bool(bindings) and all(
+        b.kind == "value" and isinstance(b.value, cst.Call) and is_host(b.value, b.location) for b in bindings
+    )
 
 
 def serialised(ctx: Context, top_index: int) -> bool:

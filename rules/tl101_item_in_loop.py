@@ -15,6 +15,7 @@ from torchlint.rules._project import HOST_ARGS, caller_trait
 from torchlint.rules._sync import (
     LoopFacts,
     loop_facts,
+    waits_every_iteration,
     converts_any_value,
     enclosing_function_is_one_off,
     feeds_host_api,
@@ -52,7 +53,11 @@ class ItemInLoop(Rule):
     arrays only (`xyxy2xywh(torch.tensor(box))`; not a function named after a
     device or a move, nor a model), an attribute that every `self.attr = ...` of
     the class keeps on the host, a parameter converted first
-    (`if isinstance(x, torch.Tensor): x = x.cpu().numpy()`), and literals.
+    (`if isinstance(x, torch.Tensor): x = x.cpu().numpy()`), what an
+    environment step given host actions returns (`s, r, d, info =
+    envs.step(np_actions)`: Gym and envpool answer with NumPy arrays; an
+    environment given device actions, such as Isaac Gym, may answer on the
+    device), and literals.
 
     Not reported either, because the wait is not paid once per step:
     - a call that runs at most once per loop or a fixed number of times: in a
@@ -74,6 +79,15 @@ class ItemInLoop(Rule):
       `assert torch.isfinite(loss).all()`; the right operand of `and`/`or`
       may not run and does not count): one more read there adds little,
       and removing it would not remove the loop's wait;
+    - a loop that hands a host copy of device values to host code every
+      iteration and needs the answer (`LoopFacts.round_trips`): an
+      environment step on the policy's actions (`envs.step(a.cpu().numpy())`,
+      or `actions = ....cpu().numpy()` stepped later in the body), or a call
+      given a host copy whose result the body turns back into a tensor (a
+      host model: `out = m.forecast(x.cpu().numpy())` ... `torch.Tensor(out)`);
+      this holds in the loops inside it too (an update loop inside the
+      rollout loop of an off-policy agent), not in a loop beside it (PPO's
+      update epochs after the rollout);
     - a value read to stop the run on a non-finite loss (`if not
       math.isfinite(loss.item()): sys.exit(1)`, or `loss_value = loss.item()`
       tested so later in the loop): the guard needs the host value every
@@ -404,8 +418,8 @@ class ItemInLoop(Rule):
             return  # a timing loop: it waits for the device every iteration anyway, to time it
         if facts.exits_on_value:
             return  # the loop waits for a device value every iteration anyway, to decide to stop
-        if facts.waits_on_data:
-            return  # `idx = mask.nonzero()`, `if (x > 0).any():`: it waits every iteration anyway
+        if waits_every_iteration(ctx, loop, self._facts):
+            return  # `idx = mask.nonzero()`, `envs.step(a.cpu().numpy())`: it waits every iteration anyway
         if feeds_finite_guard(ctx, loop):
             return  # read to stop the run on a non-finite loss: needed every step, by design
         recv = receiver(node)

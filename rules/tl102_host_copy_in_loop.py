@@ -7,6 +7,7 @@ import libcst as cst
 from torchlint.model import FixAvailability
 from torchlint.rule import Invalid, Rule, Valid
 from torchlint.rules._helpers import device_kind, has_star, keyword, literal_bool, method_name, positional, receiver
+from torchlint.rules._device import host_values
 from torchlint.rules._frequency import per_step_here
 from torchlint.rules._models import module_method_follows, names_a_module
 from torchlint.rules._sync import (
@@ -37,6 +38,8 @@ from torchlint.rules._sync import (
     runs_once,
     runs_once_per_pass,
     serialised,
+    stored_in_host_buffer,
+    waits_every_iteration,
 )
 
 
@@ -151,6 +154,20 @@ class HostCopyInLoop(Rule):
       or control flow depends on device values (`idx = mask.nonzero()`,
       `torch.unique(labels)`, `if (x > 0).any():`,
       `assert torch.isfinite(loss).all()`): one more wait there adds little;
+    - a loop that hands a host copy of device values to host code every
+      iteration and needs the answer: an environment step on the policy's
+      actions, or a call given a host copy whose result the body turns back
+      into a tensor (`out, _ = host_model.forecast(inputs=x.cpu().numpy().tolist())`
+      ... `torch.Tensor(out).to(device)`: a model that runs on the host);
+      also in the loops inside such a loop (a per-episode report inside the
+      rollout loop);
+    - a copy of a value already in host memory (a part of a loader's batch
+      that was never moved, a NumPy value; see TL101 for the full list): it
+      copies nothing and waits for nothing;
+    - a copy written into a tensor or array allocated in host memory
+      (`aux_pi = torch.zeros(shape)` ... `aux_pi[:, idx] = logits.cpu()`, or
+      through a name the body writes there): the program keeps those results
+      on the host on purpose, to bound device memory;
     - a timing loop, which already waits for the device every iteration on
       purpose: its own body calls `torch.cuda.synchronize()` (or
       `torch.accelerator`/`xpu`/`mps` `synchronize()`) outside any condition
@@ -327,12 +344,14 @@ class HostCopyInLoop(Rule):
         facts = loop_facts(ctx, loop, self._facts)
         if in_timing_loop(ctx, loop, self._facts):
             return  # a timing loop: it waits for the device every iteration anyway, to time it
-        if facts.exits_on_value or facts.waits_on_data:
+        if facts.exits_on_value or waits_every_iteration(ctx, loop, self._facts):
             return  # the loop waits for the device anyway
         recv = receiver(node)
         assert recv is not None
         if names_a_module(recv) or iterates_modules(ctx, recv):
             return
+        if host_values(ctx).is_host(recv, ctx.location()):
+            return  # already in host memory (a batch part the loader yields): nothing to copy or wait for
         if expression_statement(ctx) is not None and what != "`.numpy(force=True)`":
             return  # `model.cpu()` as a statement: moves a module in place
         top, index = chain_top(ctx)
@@ -351,6 +370,8 @@ class HostCopyInLoop(Rule):
             return  # a sampler that keeps its trajectory on the host to bound device memory
         if feeds_host_sink(ctx, index, loop, gathered=True) or feeds_host_api(ctx):
             return  # copied to be written, drawn or decoded on the host: the copy is the point
+        if stored_in_host_buffer(ctx, index, loop, host_values(ctx).is_host):
+            return  # `aux_pi[:, idx] = logits.cpu()`: results kept in a host buffer on purpose
         if serialised(ctx, index):
             return  # `t.cpu().numpy().tobytes()`: bytes for pickling or storage
         if normalises_to_host(ctx, index):

@@ -9,8 +9,8 @@ from torchlint.codemods import statements
 from torchlint.model import Applicability, Fix, FixAvailability
 from torchlint.names import dotted_name
 from torchlint.rule import Benchmark, Invalid, Rule, Valid
-from torchlint.rules._helpers import chain_root, has_parameters, last_name, method_name
-from torchlint.rules._models import FORWARD_METHODS, is_model_call, module_like_base
+from torchlint.rules._helpers import chain_root, has_parameters, last_name, method_name, positional
+from torchlint.rules._models import FORWARD_METHODS, is_model_call, module_like_base, runs_on_dummy_inputs
 from torchlint.rules._training import (
     GRAD_OFF,
     GRAD_ON,
@@ -117,7 +117,11 @@ class EvalWithoutNoGrad(Rule):
     - a function whose loop over the data already calls the model without
       gradients, where the only calls with gradients on are outside any loop
       (a warm-up on a dummy input before swapping in a TensorRT engine): they
-      run once per evaluation.
+      run once per evaluation;
+    - a call outside any loop whose inputs are all tensors made up on the spot
+      (`torch.randn(2, 3, 32, 32)`, or a name bound only to such a factory
+      call): a probe of the model's output shapes at setup, once, on a tiny
+      batch.
 
     ## Why is this bad?
     Outside `no_grad`/`inference_mode`, every operation on a tensor that
@@ -461,11 +465,15 @@ class EvalWithoutNoGrad(Rule):
             frame.needs_grad = True
         if frame.node is None or ctx.qualname(func) is not None:
             return  # module-level code, or an imported callable
+        looped = ctx.enclosing_loop() is not None
+        # A call on dummy inputs outside any loop (`model(torch.randn(2, 3, 32, 32))`
+        # to read feature shapes) runs once, on a tiny batch: it costs nothing.
+        covered = covered or (not looped and runs_on_dummy_inputs(node, ctx))
         if name in FORWARD_METHODS:
             key = dotted_name(func.value)  # type: ignore[union-attr]
             if key is not None:
-                frame.calls.append((key, name, covered, ctx.enclosing_loop() is not None))
+                frame.calls.append((key, name, covered, looped))
             return
         key = dotted_name(func)
         if key is not None:
-            frame.calls.append((key, None, covered, ctx.enclosing_loop() is not None))
+            frame.calls.append((key, None, covered, looped))

@@ -169,7 +169,9 @@ def test_the_same_copies_under_a_test_that_is_not_about_the_device_are_reported(
     # (in a loop that trains: an evaluation loop's copies feed host code anyway)
     code = DEVICE_NORMALISED.replace("if cfg.NUM_GPUS:", "if cfg.verbose:").replace(
         'boxes = meta["boxes"]', 'boxes = meta["boxes"]\n            optimizer.step()')
-    assert found(code, "TL102") == [("TL102", 13), ("TL102", 14), ("TL102", 17)]
+    # (`boxes` and `inputs` are parts of the loader's batch, never moved: host
+    # values, whose `.cpu()` copies nothing)
+    assert found(code, "TL102") == [("TL102", 13)]
     # a copy into another name is not the value brought to the host for what follows
     other = DEVICE_NORMALISED.replace("preds = preds.cpu()", "host_preds = preds.cpu()").replace(
         'boxes = meta["boxes"]', 'boxes = meta["boxes"]\n            optimizer.step()')

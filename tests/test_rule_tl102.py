@@ -111,7 +111,7 @@ def test_outside_a_loop_and_periodic_guard() -> None:
     code = """
     import torch
     def training_step(self, x):
-        y = x.cpu()
+        y = x * 2
         for i in range(x.cpu().shape[0]):
             self.optimizer.step()
             if i % 10 == 0:
@@ -226,6 +226,7 @@ def test_test_files_are_skipped() -> None:
     import torch
     def test_round_trip(model, loader, expected):
         for x, y in loader:
+            y = y.to(device)
             optimizer.step()
             same = torch.allclose(model(x).cpu(), y)
             reference = sklearn_metric(y.cpu().numpy(), model(x).cpu().numpy())
@@ -437,6 +438,7 @@ def test_evaluation_metrics_on_host_copies_are_reported_host_functions_are_not()
         def evaluate(model, loader):
             correct = 0
             for images, labels in loader:
+                labels = labels.to(images.device)
                 predictions = model(images).argmax(dim=1)
                 correct += int((predictions.cpu().numpy() == labels.cpu().numpy()).sum())
                 classes = np.unique(predictions.cpu().numpy())
@@ -444,4 +446,4 @@ def test_evaluation_metrics_on_host_copies_are_reported_host_functions_are_not()
             return correct
     """
     # the comparison could run on the device; NumPy's unique and the image helpers need the host
-    assert positions(code) == [(10, 25), (10, 54)]
+    assert positions(code) == [(11, 25), (11, 54)]
