@@ -509,6 +509,11 @@ class LoopFacts:
     ``if``/``while``/``assert`` test on a tensor (``if (x > 0).any():``,
     ``assert torch.isfinite(loss).all()``).  None of these is a finding of
     the sync rules; one more read of a value there adds no new wait."""
+    writes_output: bool = False
+    """Writes or saves something in its own body and not under a condition
+    (``writer.write_frame(output)``, ``cv2.imwrite(path, img)``,
+    ``save_image(x, path)``; not a console write): each iteration's results
+    reach host memory before the next one starts."""
     round_trips: bool = False
     """Hands a host copy of device values to host code every iteration and
     needs its answer: an environment step in its own body and not under a
@@ -581,6 +586,8 @@ def _scan(ctx: Context, roots: List[cst.CSTNode]) -> LoopFacts:
                 facts.waits_on_data = True
             elif always and direct and q in DEVICE_SYNCS:
                 facts.synchronizes = True
+            elif always and direct and _writes(func, name):
+                facts.writes_output = True
             elif always and _generates(func):
                 facts.generates = True
             elif isinstance(func, cst.Name) and func.value == "input" and q is None:
@@ -860,6 +867,15 @@ def _is_sink(call: cst.Call) -> bool:
     if name == "write" and isinstance(func, cst.Attribute) and _is_console(func.value):
         return False  # `sys.stdout.write(...)` is a log line, like `print`
     return any(word in lowered for word in _SINK_WORDS)
+
+
+def _writes(func: cst.BaseExpression, name: str) -> bool:
+    """``writer.write_frame(...)``, ``imwrite(...)``, ``save_image(...)``,
+    ``np.save(...)``; not ``sys.stdout.write(...)`` (a log line)."""
+    lowered = name.lower()
+    if "write" not in lowered and "save" not in lowered:
+        return False
+    return not (isinstance(func, cst.Attribute) and _is_console(func.value))
 
 
 def _is_env_step(func: cst.Attribute) -> bool:

@@ -8,7 +8,14 @@ import libcst as cst
 from torchlint.model import FixAvailability
 from torchlint.rule import Invalid, Rule, Valid
 from torchlint.rules._helpers import method_name, receiver, source_mentions
-from torchlint.rules._sync import DEVICE_SYNCS as _DEVICE_SYNCS, LoopFacts, loop_facts, runs_once, runs_once_per_pass
+from torchlint.rules._sync import (
+    DEVICE_SYNCS as _DEVICE_SYNCS,
+    LoopFacts,
+    loop_facts,
+    runs_once,
+    runs_once_per_pass,
+    waits_every_iteration,
+)
 
 # Reading a clock, and reading allocator statistics (see `__init__`).
 _CLOCK_TEXT = re.compile(r"\b(?:perf_counter|monotonic|process_time|default_timer|elapsed_time)\b|\btime\.time\(")
@@ -60,6 +67,14 @@ class SynchronizeInLoop(Rule):
       `sys.exit(...)`, under `if i == 0:` on the loop counter, under a cap
       (`if shown < 3:` incrementing `shown`), or under a counter reset
       (`if seen == k:` ... `seen = 0`);
+    - a loop that waits for the device every iteration anyway: it writes or
+      saves each iteration's results unconditionally
+      (`writer.write_frame(output)`, `cv2.imwrite(path, img)`: they are in
+      host memory by then), waits on a data-dependent operation
+      (`mask.nonzero()`, `if (x > 0).any():`), or hands device results to host
+      code and needs the answer (`envs.step(action.cpu().numpy())`; see
+      TL101): the synchronization is then redundant but free, and removing it
+      gains nothing;
     - `event.synchronize()` on a CUDA event, which waits only for the work
       recorded before that event;
     - test files (`test_*.py`, `*_test.py`, `conftest.py`, under `tests/`).
@@ -200,8 +215,11 @@ class SynchronizeInLoop(Rule):
         loop = ctx.enclosing_loop()
         if loop is None or runs_once(ctx, loop) or runs_once_per_pass(ctx, loop, self._facts):
             return
-        if loop_facts(ctx, loop, self._facts).reads_clock:
+        facts = loop_facts(ctx, loop, self._facts)
+        if facts.reads_clock:
             return  # a timing loop: the measurement needs the wait
+        if facts.writes_output or waits_every_iteration(ctx, loop, self._facts):
+            return  # every iteration waits for the device anyway: this wait is free, and removing it gains nothing
         self.report(node, self._MESSAGE.format(what=what))
 
     def _synchronization(self, node: cst.Call) -> Optional[str]:

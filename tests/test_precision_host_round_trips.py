@@ -244,3 +244,49 @@ def test_a_forward_on_real_data_is_still_an_inference():
         "feat_t, _ = model_t(data, is_feat=True)", "for _ in range(opt.n):\n        feat_t, _ = model_t(data, is_feat=True)"
     )
     assert found(looped, "TL302") == [("TL302", 5)]
+
+
+# -- TL103 in a loop that waits every iteration anyway ---------------------------------------------
+
+VIDEO = """
+import torch
+
+
+def inference_video(args, reader, writer, upsampler, device):
+    while True:
+        img = reader.get_frame()
+        if img is None:
+            break
+        try:
+            output, _ = upsampler.enhance(img, outscale=args.outscale)
+        except RuntimeError as error:
+            print('Error', error)
+        else:
+            writer.write_frame(output)
+        torch.cuda.synchronize(device)
+"""
+
+
+def test_a_sync_in_a_loop_that_writes_its_results_every_iteration_is_free():
+    assert found(VIDEO, "TL103") == []
+
+
+def test_a_sync_in_a_loop_that_writes_only_sometimes_is_reported():
+    code = VIDEO.replace("        else:\n            writer.write_frame(output)\n", "        if args.save:\n            writer.write_frame(output)\n")
+    assert found(code, "TL103") == [("TL103", 16)]
+
+
+def test_a_sync_in_a_rollout_loop_is_free():
+    code = """
+    import torch
+
+
+    def rollout(envs, agent, obs, args):
+        for step in range(args.num_steps):
+            action = agent(obs)
+            obs, reward, done, info = envs.step(action.cpu().numpy())
+            obs = torch.Tensor(obs).cuda()
+            torch.cuda.synchronize()
+    """
+    assert found(code, "TL103") == []
+    assert found(code.replace("action.cpu().numpy()", "action"), "TL103") == [("TL103", 10)]
