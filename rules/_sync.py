@@ -389,6 +389,27 @@ def enclosing_function_is_one_off(ctx: Context) -> bool:
     return False
 
 
+_PICKLE = frozenset({"pickle.dumps", "pickle.loads", "pickle.dump", "pickle.load"})
+
+
+def exchanges_pickled_objects(ctx: Context) -> bool:
+    """Whether the innermost function around the node being visited pickles or
+    unpickles Python objects (``pickle.dumps(data)`` ... ``pickle.loads(buf)``):
+    an ``all_gather`` of arbitrary objects through byte tensors, whose reads
+    of sizes and bytes are the protocol itself (the host needs them to
+    unpickle).  Cached per function in ``ctx.shared``."""
+    function = ctx.enclosing_function()
+    if function is None:
+        return False
+    cache = ctx.shared.setdefault("pickles", {})
+    found = cache.get(id(function))
+    if found is None:
+        found = cache[id(function)] = any(
+            isinstance(n, cst.Call) and ctx.qualname(n.func) in _PICKLE for n in walk_nodes(function.body)
+        )
+    return found
+
+
 # -- loops over a few named values ---------------------------------------------------------
 
 _COMPREHENSIONS = (cst.ListComp, cst.SetComp, cst.DictComp, cst.GeneratorExp)
@@ -514,6 +535,12 @@ class LoopFacts:
     (``writer.write_frame(output)``, ``cv2.imwrite(path, img)``,
     ``save_image(x, path)``; not a console write): each iteration's results
     reach host memory before the next one starts."""
+    guards_finite: bool = False
+    """Stops the run on a non-finite value read from the device, in its own
+    body and not under a condition (``loss_value = loss.item()`` ... ``if not
+    math.isfinite(loss_value): sys.exit(1)``, ``total += loss.item()`` ...
+    ``assert not np.isnan(total)``): it waits for the device every iteration
+    by design, so other reads there add no new wait."""
     round_trips: bool = False
     """Hands a host copy of device values to host code every iteration and
     needs its answer: an environment step in its own body and not under a
@@ -551,6 +578,8 @@ def _generates(func: cst.BaseExpression) -> bool:
 def _scan(ctx: Context, roots: List[cst.CSTNode]) -> LoopFacts:
     facts = LoopFacts()
     trips = _RoundTrips()
+    guards: List[cst.CSTNode] = []  # `if`/`assert` statements of the body, not under a condition
+    reads: set = set()  # names the body assigns a read of a device value (`v = loss.item()`)
     # (node, in the loop's own body (not an inner loop), and not under a condition)
     todo: List[Tuple[cst.CSTNode, bool, bool]] = [(root, True, True) for root in roots]
     while todo:
@@ -559,6 +588,11 @@ def _scan(ctx: Context, roots: List[cst.CSTNode]) -> LoopFacts:
             continue  # a function defined in the loop does not run there
         if direct:
             trips.see(node, always)
+            if always and isinstance(node, (cst.If, cst.Assert)):
+                guards.append(node)
+            elif isinstance(node, (cst.Assign, cst.AugAssign)) and _reads_item(node.value):
+                targets = node.targets if isinstance(node, cst.Assign) else [node]
+                reads.update(n for t in targets for n in target_names(t.target))
         if isinstance(node, cst.Call):
             func = node.func
             q = ctx.qualname(func)
@@ -608,7 +642,18 @@ def _scan(ctx: Context, roots: List[cst.CSTNode]) -> LoopFacts:
         plain = always and inner and not isinstance(node, _CONDITIONS)
         todo.extend((child, inner, plain) for child in iter_children(node))
     facts.round_trips = trips.found()
+    facts.guards_finite = any(
+        _finite_guard(g, sorted(reads)) or (_finite_guard(g) and _reads_item(g.test)) for g in guards
+    )
     return facts
+
+
+def _reads_item(expr: cst.CSTNode) -> bool:
+    """Whether ``expr`` reads a tensor's value with ``.item()`` or ``.tolist()``."""
+    return any(
+        isinstance(n, cst.Call) and isinstance(n.func, cst.Attribute) and n.func.attr.value in ("item", "tolist")
+        for n in walk_nodes(expr)
+    )
 
 
 _TO_TENSOR = frozenset({"Tensor", "tensor", "as_tensor", "from_numpy", "FloatTensor", "LongTensor"})
@@ -672,14 +717,21 @@ def _copies_to_host(expr: cst.BaseExpression) -> bool:
 def waits_every_iteration(ctx: Context, loop: cst.CSTNode, cache: Dict[int, LoopFacts]) -> bool:
     """Whether ``loop`` waits for the device every iteration by design: an
     operation on device values that the host must see (``LoopFacts.waits_on_data``),
+    a stop on a non-finite value read every iteration (``LoopFacts.guards_finite``),
     or a host round trip (``LoopFacts.round_trips``) in it or in a loop around it
-    in the same function (a rollout loop stepping an environment on the policy's
-    actions, with an update loop inside it).  One more read of a value there
-    adds no new wait."""
-    if loop_facts(ctx, loop, cache).waits_on_data:
+    in the same function (a rollout loop stepping an environment on the
+    policy's actions, with an update loop inside it); for a comprehension, any
+    of these in a loop around it.  One more read of a value there adds no new
+    wait."""
+    facts = loop_facts(ctx, loop, cache)
+    if facts.waits_on_data or facts.guards_finite:
         return True
+    comprehension = isinstance(loop, _COMPREHENSIONS)
     for outer in ctx.enclosing_loops(periodic_guard=False):
-        if loop_facts(ctx, outer, cache).round_trips:
+        around = loop_facts(ctx, outer, cache)
+        if around.round_trips or (comprehension and (around.waits_on_data or around.guards_finite)):
+            # (a comprehension queues no work of its own between its reads: in a
+            # loop that waits every iteration, only its first read may wait)
             return True
     return False
 
@@ -808,11 +860,16 @@ _FINITE_CHECKS = frozenset({"isfinite", "isnan", "isinf"})
 
 def _finite_guard(node: cst.CSTNode, names: Optional[List[str]] = None) -> bool:
     """An ``if`` that stops the run on a non-finite value (``if not
-    math.isfinite(loss_value): sys.exit(1)``), testing one of ``names`` (any
-    value when None)."""
-    if not isinstance(node, cst.If) or not _ends_with_exit(node.body):
+    math.isfinite(loss_value): sys.exit(1)``), or an ``assert`` on one
+    (``assert not np.isnan(total_loss)``), testing one of ``names`` (any value
+    when None)."""
+    if isinstance(node, cst.Assert):
+        test = node.test
+    elif isinstance(node, cst.If) and _ends_with_exit(node.body):
+        test = node.test
+    else:
         return False
-    for n in walk_nodes(node.test):
+    for n in walk_nodes(test):
         if isinstance(n, cst.Call):
             func = n.func
             name = func.attr.value if isinstance(func, cst.Attribute) else func.value if isinstance(func, cst.Name) else ""
@@ -828,20 +885,24 @@ def feeds_finite_guard(ctx: Context, loop: cst.CSTNode) -> bool:
     on a non-finite loss: read in the guard's test (``if not
     math.isfinite(loss.item()):``), or assigned to a name that such a guard in
     the loop tests (``loss_value = loss.item()`` ... ``if not
-    math.isfinite(loss_value): sys.exit(1)``). The run needs the host value
-    every step for that decision, by design."""
+    math.isfinite(loss_value): sys.exit(1)``, or ``total += loss.item()`` ...
+    ``assert not np.isnan(total)``). The run needs the host value every step
+    for that decision, by design."""
     stack = ctx.stack
     for i in range(len(stack) - 2, -1, -1):
         ancestor = stack[i]
         if ancestor is loop:
             break
-        if isinstance(ancestor, cst.If) and stack[i + 1] is ancestor.test:
+        if isinstance(ancestor, (cst.If, cst.Assert)) and stack[i + 1] is ancestor.test:
             return _finite_guard(ancestor)
         if isinstance(ancestor, (cst.SimpleStatementLine, cst.SimpleStatementSuite)):
             statement = stack[i + 1]
-            if not (isinstance(statement, cst.Assign) and len(statement.targets) == 1):
+            if isinstance(statement, cst.Assign) and len(statement.targets) == 1:
+                target = statement.targets[0].target
+            elif isinstance(statement, cst.AugAssign):
+                target = statement.target  # `total_loss += loss.item()` ... `assert not np.isnan(total_loss)`
+            else:
                 return False
-            target = statement.targets[0].target
             if not isinstance(target, cst.Name):
                 return False
             return any(_finite_guard(n, [target.value]) for n in walk_nodes(loop))
@@ -955,19 +1016,45 @@ def feeds_host_sink(ctx: Context, top_index: int, loop: cst.CSTNode, gathered: b
     if not names:
         return False
     body = loop.body if isinstance(loop, (cst.For, cst.While)) else loop
+    sinks: List[cst.Call] = []
+    assigns: List[Tuple[cst.BaseExpression, List[str]]] = []
     todo: List[cst.CSTNode] = [body]
     while todo:
         node = todo.pop()
         if isinstance(node, _SCOPES):
             continue
         if isinstance(node, cst.Call) and _is_sink(node):
-            for arg in node.args:
-                if mentions_name(arg.value, names):
-                    return True
-            if isinstance(node.func, cst.Attribute) and mentions_name(node.func.value, names):
-                return True
+            sinks.append(node)
+        elif isinstance(node, cst.Assign):
+            assigns.append((node.value, [n for t in node.targets for n in target_names(t.target)]))
         todo.extend(iter_children(node))
-    return False
+    # A name that looks the value up in a host table counts too (`word_id =
+    # ....item()`, `word = vocab[word_id]`, then `f.write(word)`: a sampled token
+    # written out); not any value computed from it (a running sum, a checkpoint).
+    derived = set(names)
+    grown = True
+    while grown:
+        grown = False
+        for value, targets in assigns:
+            if not derived.issuperset(targets) and _looks_up(value, list(derived)):
+                derived.update(targets)
+                grown = True
+    found = list(derived)
+    return any(
+        any(mentions_name(arg.value, found) for arg in call.args)
+        or (isinstance(call.func, cst.Attribute) and mentions_name(call.func.value, found))
+        for call in sinks
+    )
+
+
+def _looks_up(expr: cst.CSTNode, names: List[str]) -> bool:
+    """Whether ``expr`` indexes something with one of ``names`` (``vocab[i]``,
+    ``itos[int(i)]``)."""
+    return any(
+        isinstance(node, cst.Subscript)
+        and any(isinstance(e.slice, cst.Index) and mentions_name(e.slice.value, names) for e in node.slice)
+        for node in walk_nodes(expr)
+    )
 
 
 def _saved_after(ctx: Context, names: List[str]) -> bool:

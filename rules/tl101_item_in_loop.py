@@ -18,6 +18,7 @@ from torchlint.rules._sync import (
     waits_every_iteration,
     converts_any_value,
     enclosing_function_is_one_off,
+    exchanges_pickled_objects,
     feeds_host_api,
     in_timing_loop,
     reading_loops,
@@ -90,8 +91,13 @@ class ItemInLoop(Rule):
       update epochs after the rollout);
     - a value read to stop the run on a non-finite loss (`if not
       math.isfinite(loss.item()): sys.exit(1)`, or `loss_value = loss.item()`
-      tested so later in the loop): the guard needs the host value every
-      step by design;
+      tested so later in the loop, or `total += loss.item()` then `assert not
+      np.isnan(total)`): the guard needs the host value every step by design,
+      so other reads in that loop (and in a comprehension inside it) add no
+      new wait either, when the guard is not under a condition;
+    - reads in a function that pickles or unpickles objects (`pickle.dumps`
+      ... `pickle.loads`: an `all_gather` of arbitrary Python objects through
+      byte tensors): the host needs the sizes and bytes to unpickle;
     - a loop whose iteration is a whole pass of work: over epochs
       (`for epoch in ...`, unless the loop itself calls `.backward()`:
       full-batch training, where each "epoch" is one step), over a streaming
@@ -117,7 +123,9 @@ class ItemInLoop(Rule):
       its arrays are not torch tensors;
     - a value read to be written, drawn or decoded on the host (handed to a
       call named like `save`, `write`, `plot`, `imshow`, `fromarray`, `decode`,
-      directly or through a name), or to an environment's `step`; a console
+      directly or through a name, also a name that looks the value up in a
+      table: `word = vocab[word_id]` then `f.write(word)`, a sampled token
+      written out), or to an environment's `step`; a console
       write (`sys.stdout.write(...)`, `tqdm.write(...)`) is a log line like
       `print` and does not count;
     - conversions in a module built around an evaluation API taking host
@@ -426,6 +434,8 @@ class ItemInLoop(Rule):
         assert recv is not None
         if in_data_pipeline(ctx) or enclosing_function_is_one_off(ctx) or self._reads_checkpoint(recv):
             return
+        if exchanges_pickled_objects(ctx):
+            return  # `all_gather` of pickled objects: the host needs the sizes to unpickle
         if host_values(ctx).is_host(recv, ctx.location()) or not computes_with_torch(ctx):
             return  # already on the host, or not a torch tensor: nothing waits for the device
         if feeds_host_sink(ctx, len(ctx.stack) - 1, loop) or feeds_host_api(ctx):

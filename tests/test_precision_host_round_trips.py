@@ -290,3 +290,92 @@ def test_a_sync_in_a_rollout_loop_is_free():
     """
     assert found(code, "TL103") == []
     assert found(code.replace("action.cpu().numpy()", "action"), "TL103") == [("TL103", 10)]
+
+
+# -- TL101: reads the program needs every step --------------------------------------------------
+
+GUARDED = """
+import numpy as np
+import torch
+
+
+def train(model, loader, optimizer):
+    total_loss = 0
+    for data, target in loader:
+        losses = model(data.cuda(), target.cuda())
+        loss_val = losses[0]
+        total_loss += loss_val.item()
+        loss_values = [v.item() for v in losses]
+        assert not np.isnan(total_loss)
+        loss_val.backward()
+        optimizer.step()
+"""
+
+
+def test_a_running_total_asserted_finite_every_step_is_needed_and_other_reads_are_free():
+    assert found(GUARDED, "TL101") == []
+
+
+def test_without_the_guard_every_read_is_reported():
+    code = GUARDED.replace("        assert not np.isnan(total_loss)\n", "")
+    assert found(code, "TL101") == [("TL101", 11), ("TL101", 12)]
+
+
+def test_a_guard_under_a_condition_does_not_make_the_loop_wait():
+    code = GUARDED.replace("        assert not np.isnan(total_loss)\n", "        if debug:\n            assert not np.isnan(total_loss)\n")
+    assert found(code, "TL101") == [("TL101", 12)]
+
+
+SAMPLER = """
+import torch
+
+
+def sample(model, corpus, state, num_samples, f):
+    input = torch.randint(0, 100, (1, 1)).cuda()
+    for i in range(num_samples):
+        output, state = model(input, state)
+        word_id = torch.multinomial(output.exp(), num_samples=1).item()
+        input.fill_(word_id)
+        word = corpus.dictionary.idx2word[word_id]
+        word = '\\n' if word == '<eos>' else word + ' '
+        f.write(word)
+"""
+
+
+def test_a_sampled_token_looked_up_and_written_out_is_the_point():
+    assert found(SAMPLER, "TL101") == []
+
+
+def test_a_value_only_summed_before_a_write_is_still_reported():
+    code = SAMPLER.replace("word = corpus.dictionary.idx2word[word_id]", "word = total + word_id")
+    assert found(code, "TL101") == [("TL101", 9)]
+
+
+ALL_GATHER = """
+import pickle
+import torch
+import torch.distributed as dist
+
+
+def all_gather(data, world_size):
+    buffer = pickle.dumps(data)
+    tensor = torch.ByteTensor(torch.ByteStorage.from_buffer(buffer)).to("cuda")
+    local_size = torch.IntTensor([tensor.numel()]).to("cuda")
+    size_list = [torch.IntTensor([1]).to("cuda") for _ in range(world_size)]
+    dist.all_gather(size_list, local_size)
+    size_list = [int(size.item()) for size in size_list]
+    return size_list
+
+
+def train(loader, model):
+    for x in loader:
+        loss = model(x)
+        loss.backward()
+        logs = all_gather({"loss": loss.detach()}, 2)
+"""
+
+
+def test_reads_in_an_all_gather_of_pickled_objects_are_the_protocol():
+    assert found(ALL_GATHER, "TL101") == []
+    plain = ALL_GATHER.replace("    buffer = pickle.dumps(data)\n", "    buffer = bytes(data)\n")
+    assert found(plain, "TL101") == [("TL101", 13)]
