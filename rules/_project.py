@@ -35,9 +35,12 @@ from torchlint.rules._copies import batches_copied
 from torchlint.rules._project_text import (  # noqa: F401 - DDP, HOST_ARGS: for caller_trait's users
     COPIED,
     DDP,
+    GRADS,
     HOST_ARGS,
+    NO_GRAD,
     PINNED,
     PINNED_CALL,
+    WITH_GRAD,
     module_parts,
     names_module,
     split_note,
@@ -137,7 +140,10 @@ class Finder:
             if site.caller is not None:
                 info = self.frequency.functions.get(site.caller)
                 caller = qualified_name(info) if info is not None else None
-            if note is not None:
+            if note == GRADS:
+                trait = NO_GRAD if self._without_gradients(call) else WITH_GRAD
+                found.append((level, self._line(call), caller, False, (("callee", trait_key(qualname, trait)),)))
+            elif note is not None:
                 found.append((level, self._line(call), caller, False, self._loader_facts(call, qualname, note)))
             else:
                 found.append((level, self._line(call), caller, self._host_args(call), ()))
@@ -155,6 +161,41 @@ class Finder:
         if note == PINNED:
             facts.append(("caller", trait_key(cst.Module([]).code_for_node(call.func), PINNED_CALL)))
         return tuple(facts)
+
+    def _without_gradients(self, call: cst.Call) -> bool:
+        """Whether ``call`` runs with gradients off: the innermost grad mode
+        around it (a ``with`` item or a decorator of an enclosing function:
+        ``torch.no_grad()``, ``torch.inference_mode()``,
+        ``torch.set_grad_enabled(False)``, or ``torch.enable_grad()`` turning
+        them back on) disables them."""
+        stack = self._stack_of(call)
+        for node in reversed(stack or []):
+            modes: List[Optional[bool]] = []
+            if isinstance(node, cst.With):
+                modes = [self._grad_enabled(item.item) for item in node.items]
+            elif isinstance(node, cst.FunctionDef):
+                modes = [self._grad_enabled(d.decorator) for d in node.decorators]
+            chosen = [m for m in modes if m is not None]
+            if chosen:
+                return chosen[-1] is False
+        return False
+
+    def _grad_enabled(self, expr: cst.BaseExpression) -> Optional[bool]:
+        """False for a context or decorator that turns gradients off, True for
+        one that turns them on, None for anything else."""
+        func = expr.func if isinstance(expr, cst.Call) else expr
+        dotted = self.imports.resolve(func)
+        if dotted is None:
+            return None
+        last = dotted.rsplit(".", 1)[-1]
+        if not dotted.startswith("torch.") or last not in _GRAD_MODES:
+            return None
+        if last == "set_grad_enabled":
+            args = expr.args if isinstance(expr, cst.Call) else ()
+            if not args or not isinstance(args[0].value, cst.Name) or args[0].value.value not in ("True", "False"):
+                return None
+            return args[0].value.value == "True"
+        return _GRAD_MODES[last]
 
     def _host_args(self, call: cst.Call) -> bool:
         """Whether every argument of ``call`` is visibly a host value (so a
@@ -317,6 +358,10 @@ class Finder:
         return span[0][0] if span is not None else 1
 
 
+# Grad-mode contexts and decorators -> whether they leave gradients on.
+_GRAD_MODES = {"no_grad": False, "inference_mode": False, "enable_grad": True, "set_grad_enabled": None}
+
+
 def _tail(func: cst.BaseExpression) -> str:
     return func.attr.value if isinstance(func, cst.Attribute) else func.value if isinstance(func, cst.Name) else ""
 
@@ -352,6 +397,21 @@ def caller_trait(ctx, qualname: str, trait: str) -> Optional[str]:
     project index found it for this file; None when it found none."""
     fact = ctx.project.get("frequency", {}).get(trait_key(qualname, trait))
     return fact[1] if fact else None
+
+
+def called_elsewhere_without_gradients(ctx, qualname: Optional[str]) -> bool:
+    """Whether every call of ``qualname`` that the project index found in
+    other modules runs without gradients (and it found at least one).  When
+    the index has said nothing about it yet, the function is noted for it
+    (``ctx.pending``) and the answer is no."""
+    if qualname is None:
+        return False
+    without = caller_trait(ctx, qualname, NO_GRAD)
+    with_grad = caller_trait(ctx, qualname, WITH_GRAD)
+    if without is None and with_grad is None:
+        ctx.pending.add(trait_key(qualname, GRADS))
+        return False
+    return with_grad is None
 
 
 def finder(text: str, path: str, external: Optional[Dict[str, Tuple[int, str]]] = None) -> Optional[Finder]:

@@ -78,7 +78,15 @@ LOADER = "loader"
 PINNED = "pinned"
 COPIED = "copied"
 PINNED_CALL = "pinned_call"
-_NOTES = (LOADER, PINNED)
+# Evaluation functions called from another module (TL302): a rule notes
+# ``trait_key(function, GRADS)``; each call site then gives the function's file
+# ``trait_key(function, NO_GRAD)`` when it runs without gradients (under
+# ``with torch.no_grad():`` or in a function decorated so), else
+# ``trait_key(function, WITH_GRAD)``.
+GRADS = "grads"
+NO_GRAD = "no_grad"
+WITH_GRAD = "with_grad"
+_NOTES = (LOADER, PINNED, GRADS)
 
 
 def trait_key(qualname: str, trait: str) -> str:
@@ -88,7 +96,7 @@ def trait_key(qualname: str, trait: str) -> str:
 
 def split_note(name: str) -> Tuple[str, Optional[str]]:
     """A noted name -> (the function's qualified name, the question asked
-    about its callers: LOADER, PINNED; None for a plain function, whose
+    about its callers: LOADER, PINNED, GRADS; None for a plain function, whose
     callers tell how often it runs)."""
     qualname, sep, trait = name.partition("|")
     return (qualname, trait) if sep and trait in _NOTES else (name, None)
@@ -111,7 +119,7 @@ def might_call(text: str, target_path: str, qualname: str) -> bool:
     For a loader's question (``split_note``) the file must also copy something
     (``.cuda(`` or ``.to(``)."""
     qualname, note = split_note(qualname)
-    if note is not None and ".cuda(" not in text and ".to(" not in text:
+    if note in (LOADER, PINNED) and ".cuda(" not in text and ".to(" not in text:
         return False  # a loader's batches are copied nowhere in this file
     parts = module_parts(target_path)
     if not parts:

@@ -35,7 +35,7 @@ Idioms recognised as "a backward call on ``loss``":
 from __future__ import annotations
 
 import re
-from typing import Any, Dict, List, Optional, Tuple
+from typing import Any, Callable, Dict, List, Optional, Tuple
 
 import libcst as cst
 
@@ -205,20 +205,24 @@ def grad_mode_statement(call: cst.Call, ctx: Context) -> Optional[str]:
 
 
 def called_without_gradients(
-    function: Any, call_sites: Dict[str, List[Tuple[bool, Any]]], seen: frozenset = frozenset()
+    function: Any, call_sites: Dict[str, List[Tuple[bool, Any]]], seen: frozenset = frozenset(),
+    elsewhere: Optional[Callable[[Any], bool]] = None,
 ) -> bool:
     """Whether every call site of ``function`` (an object with the function's
     ``name`` and ``node``) in a module runs without gradients: under a
     grad-disabling block or decorator there, or in a function all of whose own
     call sites do (a few levels up).  ``call_sites`` maps a name to its call
     sites, ``(without gradients?, calling function)``; a calling function's
-    ``node`` is None for module-level code."""
+    ``node`` is None for module-level code.  A function the module never calls
+    is asked to ``elsewhere`` (its callers in other modules), when given."""
     sites = call_sites.get(function.name)
-    if not sites or len(seen) > 4 or id(function) in seen:
+    if len(seen) > 4 or id(function) in seen:
         return False
+    if not sites:
+        return elsewhere is not None and elsewhere(function)
     seen = seen | {id(function)}
     return all(
-        covered or (caller.node is not None and called_without_gradients(caller, call_sites, seen))
+        covered or (caller.node is not None and called_without_gradients(caller, call_sites, seen, elsewhere))
         for covered, caller in sites
     )
 

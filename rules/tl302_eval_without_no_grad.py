@@ -9,8 +9,9 @@ from torchlint.codemods import statements
 from torchlint.model import Applicability, Fix, FixAvailability
 from torchlint.names import dotted_name
 from torchlint.rule import Benchmark, Invalid, Rule, Valid
-from torchlint.rules._helpers import chain_root, has_parameters, last_name, method_name, positional
+from torchlint.rules._helpers import chain_root, has_parameters, last_name, method_name
 from torchlint.rules._models import FORWARD_METHODS, is_model_call, module_like_base, runs_on_dummy_inputs
+from torchlint.rules._project import called_elsewhere_without_gradients
 from torchlint.rules._training import (
     GRAD_OFF,
     GRAD_ON,
@@ -34,7 +35,7 @@ _TRAINING_NAME = re.compile(r"^(forward|__call__)$|train|loss", re.IGNORECASE)
 class _Function:
     __slots__ = (
         "node", "name", "module_class", "method", "skip", "grad_off", "depth", "evals", "calls",
-        "needs_grad", "torch_alias", "asserts", "nested", "has_params",
+        "needs_grad", "torch_alias", "asserts", "nested", "has_params", "qualname",
     )
 
     def __init__(self, node: Optional[cst.FunctionDef]) -> None:
@@ -52,6 +53,7 @@ class _Function:
         self.asserts = False
         self.nested = False  # defined inside another function
         self.has_params = node is not None and has_parameters(node.params)
+        self.qualname: Optional[str] = None  # how other modules name it (`f`, `Class.m`); None when nested
         # how the decorator spells torch: (`torch`, True) or (`no_grad`, False)
         self.torch_alias: Optional[Tuple[str, bool]] = None
 
@@ -94,9 +96,14 @@ class EvalWithoutNoGrad(Rule):
       calls `torch.set_grad_enabled(False)` at the top level;
     - functions whose every call site in the same module runs without
       gradients: under `no_grad` there, or inside a function whose own call
-      sites all do (followed a few levels up). Call sites in other modules
-      cannot be seen, so a function called nowhere in its module is judged on
-      its body alone. A function known only by its name (no `.eval()`) that is
+      sites all do (followed a few levels up). A function called nowhere in
+      its module (or only from such functions) is asked of the other modules
+      of the run through the project index: silent when every call found
+      there runs under `with torch.no_grad():`/`torch.inference_mode()` (the
+      innermost grad mode around the call) or in a function decorated so,
+      and reported when one runs with gradients on or none is found (with
+      pre-commit, which passes only the changed files, the callers may not be
+      in the run; see docs/precision.md). A function known only by its name (no `.eval()`) that is
       called, with gradients on, from a training function (one that
       backpropagates or steps, or is named `forward`/`*train*`/`*loss*`) is
       not reported either: its result may feed a loss (`predict_noise` in a
@@ -350,6 +357,8 @@ class EvalWithoutNoGrad(Rule):
         frame.method = cls is not None
         frame.nested = self._frames[-1].node is not None
         frame.module_class = cls is not None and self._class_is_module.get(id(cls), False)
+        if not frame.nested and (cls is None or len(stack) == 4):  # a module-level function or class's method
+            frame.qualname = f"{cls.name.value}.{frame.name}" if cls is not None else frame.name
         mode = decorator_grad_mode(node, ctx)  # `@torch.no_grad()`, `@torch.enable_grad()`...
         frame.skip, frame.grad_off = mode is not None, mode == GRAD_OFF
         for decorator in node.decorators:
@@ -399,8 +408,9 @@ class EvalWithoutNoGrad(Rule):
             return
         for frame, why in self._candidates:
             sites = self._call_sites.get(frame.name, [])
-            if sites and called_without_gradients(frame, self._call_sites):
-                continue  # every caller in this module already disabled gradients
+            elsewhere = lambda f: called_elsewhere_without_gradients(self.context, f.qualname)  # noqa: E731
+            if called_without_gradients(frame, self._call_sites, elsewhere=elsewhere):
+                continue  # every caller (in this module, or through the project index) disabled gradients
             if not frame.evals and frame.nested and not sites:
                 continue  # a closure handed to someone else (a callback): its caller decides
             if not frame.evals and any(

@@ -602,3 +602,17 @@ def test_latency_benchmark_runs():
     assert re.search(r"^parse +\d+\.\d ms", result.stdout, re.M)
     assert re.search(r"^analysis +\d+\.\d ms", result.stdout, re.M)
     assert re.search(r"^ratio analysis / parse: \d+\.\d\dx$", result.stdout, re.M)
+
+
+def test_an_evaluation_function_called_without_gradients_in_another_file(client, tmp_path):
+    from tests.test_eval_across_modules import EVAL, TRAIN
+
+    (tmp_path / "evaluation.py").write_text(EVAL)
+    (tmp_path / "train.py").write_text(TRAIN)
+    path = tmp_path / "evaluation.py"
+    assert [d["code"] for d in _open(client, path, EVAL)] == []
+    # The caller drops its `no_grad` block on disk: both functions are reported.
+    (tmp_path / "train.py").write_text(TRAIN.replace("with torch.no_grad():", "if True:"))
+    client.notify("workspace/didChangeWatchedFiles", {"changes": [
+        {"uri": (tmp_path / "train.py").as_uri(), "type": 2}]})
+    assert [d["code"] for d in client.diagnostics_of(path.as_uri())["diagnostics"]] == ["TL302", "TL302"]
