@@ -1,6 +1,7 @@
 from __future__ import annotations
 
 import re
+from pathlib import PurePath
 from typing import Dict, List, Optional, Tuple
 
 import libcst as cst
@@ -67,9 +68,12 @@ class DataParallel(Rule):
     warning that recommends DDP); the program already has the better path,
     and the choice is the user's at launch, not the code's.
 
-    Nor is `DataParallel` in an inference module: one that puts a model in
-    eval mode (`.eval()`) and never in train mode (`.train()`) nor runs a
-    backward pass (an offline FID or feature-extraction script). DDP is a
+    Nor is `DataParallel` in an inference module: one that never puts a
+    model in train mode (`.train()`) nor runs a backward pass, and either puts
+    one in eval mode (`.eval()`: an offline FID or feature-extraction script)
+    or is a script named for evaluation or inference (`tools/test.py`,
+    `eval_*.py`, `inference.py`, `predict.py`, `demo.py`, `sample.py`, whose
+    evaluation loop may live in another module). DDP is a
     training wrapper (it synchronises gradients); splitting inference over
     GPUs without `DataParallel` means one process per GPU and a rewrite,
     which a script that runs once per evaluation does not repay.
@@ -190,8 +194,28 @@ class DataParallel(Rule):
                 model = smart_DDP(model)
             """
         ),
+        # An evaluation script whose loop lives in another module.
+        Valid(
+            """
+            import torch.nn as nn
+            from core.function import testval
+            model = nn.DataParallel(build_model(cfg), device_ids=gpus).cuda()
+            testval(cfg, test_dataset, testloader, model)
+            """,
+            path="tools/test.py",
+        ),
     ]
     INVALID = [
+        # The same wrap in a script not named for evaluation: it may train elsewhere.
+        Invalid(
+            """
+            import torch.nn as nn
+            from core.function import train
+            model = nn.DataParallel(build_model(cfg), device_ids=gpus).cuda()
+            train(cfg, train_loader, model)
+            """,
+            path="tools/train.py",
+        ),
         Invalid(
             """
             import torch
@@ -274,7 +298,7 @@ class DataParallel(Rule):
     def leave_Module(self, node: cst.Module) -> None:
         if self._offers_ddp:
             return  # DataParallel is the fallback of a program that also runs with DDP
-        if self._evaluates and not self._trains:
+        if not self._trains and (self._evaluates or _INFERENCE_SCRIPT.match(PurePath(self.context.path).name)):
             return  # inference only: DDP is for training, and nothing here trains
         for call, kind, function in self._found:
             flags = self._functions.get(id(function), [False, False])
@@ -303,6 +327,12 @@ class DataParallel(Rule):
                             and len(n.args) == 2 and "DataParallel" in _names(n.args[1].value)):
                         return True
         return False
+
+
+# A script named for evaluation or inference (`tools/test.py`, `eval_coco.py`,
+# `inference.py`, `predict.py`, `demo.py`, `sample.py`); test files proper are
+# not checked at all.
+_INFERENCE_SCRIPT = re.compile(r"^(test|eval|evaluate|evaluation|infer|inference|predict|demo|sample)(_\w+)?\.py$")
 
 
 def _names(expr: cst.BaseExpression) -> List[str]:
