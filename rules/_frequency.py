@@ -44,7 +44,9 @@ visited run?" for the rules that need it, from the module alone:
 
 A function that nothing in the module calls and whose role is unknown (a
 helper another module may call) has an *unknown* frequency: rules that need
-per-step code stay silent there (precision first).  Calls are resolved by
+per-step code stay silent there (precision first), and note it, with the
+functions of unknown frequency that call it in the module, for the project
+index.  Calls are resolved by
 name: ``f()`` to a function ``f`` of the module or of an enclosing function,
 ``self.m()``/``cls.m()``/``super().m()`` to a method ``m`` of the module's
 classes, ``C()`` to ``C.__init__``.
@@ -142,6 +144,7 @@ class FrequencyModel:
         self.classes: Dict[str, List[cst.ClassDef]] = {}
         self.sites: List[_Site] = []
         self._outer_loops: Dict[int, bool] = {}
+        self._callers: Optional[Dict[cst.FunctionDef, List[cst.FunctionDef]]] = None  # on demand
         # Periodic flags of each function, by id, computed on demand (shared with
         # the Context's periodic-guard test through `model_for`).
         self._flags: Dict[int, frozenset] = {} if flags is None else flags
@@ -371,6 +374,31 @@ class FrequencyModel:
         call in the module made it run more or less often)."""
         info = self.functions.get(fn)
         return info is not None and info.role == ONCE and info.level == ONCE and info.via is None
+
+    def unknown_callers(self, fn: cst.FunctionDef) -> List[cst.FunctionDef]:
+        """The functions of unknown frequency that call ``fn`` in this module,
+        directly or through others of unknown frequency (a few levels up): who
+        calls *them* elsewhere decides how often ``fn`` runs (``debug_image``
+        in ``utils.py``, called from the trainer every N steps, calls
+        ``translate_using_latent`` of the same module)."""
+        if self._callers is None:
+            self._callers = {}
+            for site in self.sites:
+                for callee in site.callees:
+                    if site.caller is not None and site.caller is not callee:
+                        self._callers.setdefault(callee, []).append(site.caller)
+        found: List[cst.FunctionDef] = []
+        todo = [(fn, 0)]
+        seen = {fn}
+        while todo:
+            current, depth = todo.pop()
+            for caller in self._callers.get(current, ()):
+                if caller in seen or self.functions[caller].level != UNKNOWN or depth >= 3:
+                    continue
+                seen.add(caller)
+                found.append(caller)
+                todo.append((caller, depth + 1))
+        return found
 
     def qualified_name(self, fn: Optional[cst.FunctionDef]) -> Optional[str]:
         info = self.functions.get(fn) if fn is not None else None
@@ -650,15 +678,22 @@ def per_step_here(ctx: Context, skip: frozenset = frozenset()) -> Optional[Frequ
     if frequency.per_step:
         if fn is not None and model_for(ctx).functions[fn].level == UNKNOWN and frequency.via_text is None:
             # Per step only because a loop of a function nobody in the module
-            # calls counts as a step loop: its callers elsewhere may run it once.
-            name = model_for(ctx).qualified_name(fn)
-            if name is not None:
-                ctx.pending.add(name)
+            # calls (or only functions nobody calls) counts as a step loop: its
+            # callers elsewhere may run it once.
+            _note(ctx, fn)
         return frequency
     if fn is not None and (frequency.level == UNKNOWN or model_for(ctx).only_by_role(fn)):
         # Unknown, or "once" only because of its name (`make_mask`, `log_*`):
         # a caller in another module may run it every step.
-        name = model_for(ctx).qualified_name(fn)
+        _note(ctx, fn)
+    return None
+
+
+def _note(ctx: Context, fn: cst.FunctionDef) -> None:
+    """Note ``fn``, and the functions of unknown frequency that call it in the
+    module, for the project index (``ctx.pending``)."""
+    model = model_for(ctx)
+    for function in (fn, *model.unknown_callers(fn)):
+        name = model.qualified_name(function)
         if name is not None:
             ctx.pending.add(name)
-    return None

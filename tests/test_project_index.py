@@ -329,3 +329,37 @@ def test_a_logger_whose_callers_pass_only_host_values(runner, workdir, call, rep
     (workdir / "train.py").write_text(loop)
     found = [line for line in _concise(runner, ".") if line.startswith("metrics.py")]
     assert found == (["metrics.py:11:25: TL101"] if reported else [])
+
+
+AUGMENT = """\
+import torch
+
+
+class Transform:
+    def __init__(self, sigma):
+        self.sigma = sigma
+
+    def transform(self, x):
+        return self.jitter(x)
+
+    def jitter(self, x):
+        return x + torch.randn(x.shape).to(x.device) * self.sigma
+"""
+
+
+@pytest.mark.parametrize(
+    "caller, expected",
+    [
+        # `jitter` runs as often as `transform`, which only another module calls
+        ("    def forward(self, x):\n        return self.net(self.aug.transform(x))\n", ["augment.py:12:20: TL201"]),
+        ("    def setup(self, x):\n        self.x0 = self.aug.transform(x)\n", []),
+    ],
+    ids=["every-step", "once"],
+)
+def test_a_helper_of_a_function_that_only_another_module_calls(runner, workdir, caller, expected):
+    (workdir / "augment.py").write_text(AUGMENT)
+    (workdir / "model.py").write_text(
+        "import torch\nfrom augment import Transform\n\n\nclass Model(torch.nn.Module):\n"
+        "    def __init__(self):\n        super().__init__()\n        self.aug = Transform(0.1)\n\n" + caller
+    )
+    assert _concise(runner, ".") == expected
