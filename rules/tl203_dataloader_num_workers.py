@@ -18,6 +18,7 @@ from torchlint.rules._loaders import (
     attribute_bindings,
     dataset_argument,
     has_transform,
+    kwargs_keyword,
     subset_source,
     indexes_memory_only,
     placement,
@@ -36,8 +37,11 @@ class DataLoaderNumWorkers(Rule):
     """
     ## What it does
     Reports a `torch.utils.data.DataLoader(...)` whose `num_workers` is absent
-    or the literal `0` (given by keyword or as the 6th positional argument),
-    when its dataset visibly does work for every item:
+    or the literal `0` (given by keyword, as the 6th positional argument, or
+    through a `**kwargs` dict built in the same scope: `kw = dict(batch_size=64)`
+    or `{"batch_size": 64}`, with its `kw.update(...)`/`kw["key"] = ...`
+    read as TL202 and TL204 read them), when its dataset visibly does work
+    for every item:
     - a `torchvision.datasets`/`torchaudio.datasets` dataset (they read and
       decode files), e.g. `ImageFolder(root, transform=tf)`;
     - any dataset built with a per-item `transform=`/`transforms=`/
@@ -117,7 +121,9 @@ class DataLoaderNumWorkers(Rule):
       it saves; a loader that is also iterated, passed on, or read with
       `next(it)` in a loop is still reported;
     - a `num_workers` given as a variable or expression (`num_workers=args.workers`),
-      or a call with `*args`/`**kwargs` that may set it;
+      or a call with `*args`, or a `**kwargs` the rule cannot read (a
+      parameter, a dict from a call, one updated under a condition or passed
+      elsewhere, one holding a `collate_fn`), any of which may set it;
     - test files (`test_*.py`, `*_test.py`, `conftest.py`, `tests/`): tests load
       tiny datasets and keep `num_workers=0` on purpose (fast start-up,
       determinism, no subprocesses in the test runner);
@@ -189,6 +195,14 @@ class DataLoaderNumWorkers(Rule):
         Invalid(
             """
             from torch.utils.data import DataLoader
+            from torchvision.datasets import MNIST
+            loader_args = dict(batch_size=64, shuffle=True)
+            loader = DataLoader(MNIST('data', transform=tf), **loader_args)
+            """,
+        ),
+        Invalid(
+            """
+            from torch.utils.data import DataLoader
             loader = DataLoader(Images(paths, transform=tf), 32, True, None, None, 0)
             """,
         ),
@@ -205,8 +219,8 @@ class DataLoaderNumWorkers(Rule):
         self._active = not context.is_test_file and "DataLoader" in context.source
         if not self._active:
             self.walks = False
-        # (call, where it is, `num_workers` given as 0)
-        self._candidates: List[Tuple[cst.Call, Location, bool]] = []
+        # (call, where it is, how `num_workers` is given: "keyword", "dict" or None)
+        self._candidates: List[Tuple[cst.Call, Location, Optional[str]]] = []
         self._kinds: Dict[int, Optional[str]] = {}  # id(class) -> "memory" / "iterable" / "work" / None
 
     # -- collecting ------------------------------------------------------------
@@ -217,13 +231,18 @@ class DataLoaderNumWorkers(Rule):
         if ctx.qualname(node.func) not in DATALOADERS:
             return
         known, arg = argument(node, "num_workers", 5)
-        if not known:
-            return
-        if arg is not None and literal_number(arg.value) != 0:
+        location = ctx.location()
+        given = "keyword" if arg is not None else None
+        workers = arg.value if arg is not None else None
+        if not known and any(a.star == "**" for a in node.args):
+            # `**kw`: a dict built in this scope says (see `kwargs_dict`)
+            known, workers = kwargs_keyword(node, "num_workers", location, ctx)
+            given = "dict" if workers is not None else None
+        if not known or workers is not None and literal_number(workers) != 0:
             return
         if self._one_batch(node) or loader_fetches_one_batch(node, ctx):
             return
-        self._candidates.append((node, ctx.location(), arg is not None))
+        self._candidates.append((node, location, given))
 
     def _one_batch(self, node: cst.Call) -> bool:
         """`next(iter(DataLoader(...)))`: one batch, where starting workers costs
@@ -248,14 +267,18 @@ class DataLoaderNumWorkers(Rule):
         if not self._candidates:
             return
         where = placement(self.context)
-        for call, location, explicit in self._candidates:
+        for call, location, given in self._candidates:
             if not self._works_per_item(dataset_argument(call), location, 0):
                 continue
             # Items or batches put on a device (the same question TL202 asks):
             # worker processes cannot make CUDA tensors.
             if DEVICE in where.loader(call, location):
                 continue
-            what = "`DataLoader(num_workers=0)`" if explicit else "`DataLoader` without `num_workers`"
+            what = {
+                "keyword": "`DataLoader(num_workers=0)`",
+                "dict": "`DataLoader(**kwargs)` whose dict sets `num_workers=0`",
+                None: "`DataLoader` without `num_workers`",
+            }[given]
             self.report(call, f"{what} loads every batch in the main process, {self._ADVICE}")
 
     def _class_kind(self, klass: cst.ClassDef) -> Optional[str]:
