@@ -5,8 +5,9 @@ their bodies do with the loop's data in source order (copies with `.to(...)`
 `non_blocking=True` and where it goes.
 
 ``CopyLoops`` is a mixin for a rule: its visitor methods record the loops and
-the module's bindings (``LoaderIndex``, rules/_loaders.py); the rule decides
-in ``leave_Module`` with ``_copies`` and ``_destination``.
+the events of their bodies; the rule decides in ``leave_Module`` with
+``_copies`` and ``_destination``, asking the semantic model (through
+``PinnedLoaders``, rules/_loaders.py) what the loops iterate.
 """
 
 from __future__ import annotations
@@ -29,7 +30,7 @@ from torchlint.rules._helpers import (
     receiver,
     string_value,
 )
-from torchlint.rules._loaders import LoaderIndex, is_dataloader
+from torchlint.rules._loaders import PinnedLoaders, is_dataloader
 from torchlint.rules._project_text import PINNED, PINNED_CALL, trait_key
 from torchlint.semantic import Location, location_of
 
@@ -73,52 +74,45 @@ class _Loop:
     """A `for` over something that may be a pinned loader, with what happens
     in its body, in source order."""
 
-    __slots__ = ("node", "loader", "target", "scope", "events")
+    __slots__ = ("node", "loader", "target", "location", "events")
 
-    def __init__(self, node: cst.For, loader: cst.BaseExpression, target: cst.BaseExpression, scope) -> None:
+    def __init__(self, node: cst.For, loader: cst.BaseExpression, target: cst.BaseExpression, location: Location) -> None:
         self.node = node
         self.loader = loader
         self.target = target
-        self.scope = scope
+        self.location = location
         self.events: List[_Event] = []
 
 
 
 class CopyLoops:
     """Visitor methods that record, for a rule, the loops over possible
-    loaders and the events of their bodies (``self._loops``), and the
-    module's bindings (``self._index``).  The rule sets ``self._active``."""
+    loaders and the events of their bodies (``self._loops``).  The rule sets
+    ``self._active``."""
 
     def __init__(self, context) -> None:
         super().__init__(context)
-        self._index = LoaderIndex(context)
         self._frames: List[List[_Loop]] = [[]]
         self._loops: List[_Loop] = []
         self._active = True
 
-    def _note_pinned_factories(self, module: cst.Module) -> None:
+    def _note_pinned_factories(self, module: cst.Module, pinned: PinnedLoaders) -> None:
         """Ask the project index about the module-level functions that return a
         `DataLoader(..., pin_memory=True)` of this module: their callers in
         other modules may copy its batches."""
         for statement in module.body:
-            if isinstance(statement, cst.FunctionDef) and id(statement) in self._index.returns:
-                loaders = self._index._factory(statement, None, 0)
-                if loaders and all(is_dataloader(loader, self.context) for loader in loaders):
+            if isinstance(statement, cst.FunctionDef):
+                loaders = pinned.factory(statement, (module,))
+                if loaders and all(is_dataloader(loader, self.context) for loader, _ in loaders):
                     self.context.pending.add(trait_key(statement.name.value, PINNED))
 
     # -- scopes ------------------------------------------------------------------
-    def visit_Module(self, node: cst.Module) -> None:
-        if self._active:
-            self._index.enter_module(node)
-
     def _enter(self, node) -> None:
         if self._active:
-            self._index.enter(node)
             self._frames.append([])
 
     def _leave(self, node) -> None:
         if self._active:
-            self._index.leave()
             self._frames.pop()
 
     visit_FunctionDef = _enter
@@ -128,12 +122,7 @@ class CopyLoops:
     leave_ClassDef = _leave
     leave_Lambda = _leave
 
-    # -- bindings ----------------------------------------------------------------
-    def visit_Assign(self, node: cst.Assign) -> None:
-        if self._active:
-            for target in node.targets:
-                self._index.assign(target.target, node.value)
-
+    # -- events ------------------------------------------------------------------
     def leave_Assign(self, node: cst.Assign) -> None:
         if self._active and self._frames[-1]:
             targets = [t.target for t in node.targets]
@@ -142,87 +131,32 @@ class CopyLoops:
                 if isinstance(target, cst.Subscript) and not _string_key(target):
                     self._event(("mutate", target.value))
 
-    def visit_AnnAssign(self, node: cst.AnnAssign) -> None:
-        if self._active and node.value is not None:
-            self._index.assign(node.target, node.value)
-
     def leave_AnnAssign(self, node: cst.AnnAssign) -> None:
         if self._active and self._frames[-1] and node.value is not None:
             self._event(("assign", [node.target], node.value))
 
     def visit_AugAssign(self, node: cst.AugAssign) -> None:
-        if self._active:
-            self._index.assign(node.target, None)
-            if self._frames[-1]:
-                self._event(("mutate", node.target))
-
-    def visit_NamedExpr(self, node: cst.NamedExpr) -> None:
-        if self._active:
-            self._index.assign(node.target, None)
+        if self._active and self._frames[-1]:
+            self._event(("mutate", node.target))
 
     def leave_NamedExpr(self, node: cst.NamedExpr) -> None:
         if self._active and self._frames[-1]:
             self._event(("kill", node.target))
 
     def visit_WithItem(self, node: cst.WithItem) -> None:
-        if self._active and node.asname is not None:
-            self._index.assign(node.asname.name, None)
-            if self._frames[-1]:
-                self._event(("kill", node.asname.name))
-
-    def visit_ExceptHandler(self, node: cst.ExceptHandler) -> None:
-        if self._active and node.name is not None:
-            self._index.assign(node.name.name, None)
-
-    def visit_Del(self, node: cst.Del) -> None:
-        if self._active:
-            self._index.assign(node.target, None)
-
-    def visit_Import(self, node: cst.Import) -> None:
-        if self._active:
-            for alias in node.names:
-                if alias.asname is not None:
-                    self._index.assign(alias.asname.name, None)
-                else:
-                    head = alias.name
-                    while isinstance(head, cst.Attribute):
-                        head = head.value
-                    self._index.assign(head, None)
-
-    def visit_ImportFrom(self, node: cst.ImportFrom) -> None:
-        if self._active and not isinstance(node.names, cst.ImportStar):
-            for alias in node.names:
-                self._index.assign(alias.asname.name if alias.asname is not None else alias.name, None)
-
-    def visit_Global(self, node: cst.Global) -> None:
-        if self._active:
-            for item in node.names:
-                self._index.declare_global(item.name.value)
-
-    def visit_Nonlocal(self, node: cst.Nonlocal) -> None:
-        if self._active:
-            for item in node.names:
-                self._index.declare_global(item.name.value)
-
-    def visit_Return(self, node: cst.Return) -> None:
-        if self._active:
-            self._index.add_return(node.value)
-
-    def visit_Yield(self, node: cst.Yield) -> None:
-        if self._active:
-            self._index.add_yield()
+        if self._active and node.asname is not None and self._frames[-1]:
+            self._event(("kill", node.asname.name))
 
     # -- loops and copies --------------------------------------------------------
     def visit_For(self, node: cst.For) -> None:
         if not self._active:
             return
-        self._index.assign(node.target, None)
         frame = self._frames[-1]
         if frame:
             self._event(("for", node.target, node.iter))
         unwrapped = self._unwrap(node.iter, node.target)
         if unwrapped is not None:
-            loop = _Loop(node, unwrapped[0], unwrapped[1], self._index.scope)
+            loop = _Loop(node, unwrapped[0], unwrapped[1], self.context.location())
             frame.append(loop)
             self._loops.append(loop)
 
@@ -235,7 +169,6 @@ class CopyLoops:
     def visit_Call(self, node: cst.Call) -> None:
         if not self._active:
             return
-        self._index.add_call(node)
         if not self._frames[-1]:
             return
         name = method_name(node)
@@ -347,7 +280,7 @@ class CopyLoops:
 
     # -- deciding ------------------------------------------------------------------
 
-    def _destination(self, call: cst.Call, scope, host_batches: bool) -> bool:
+    def _destination(self, call: cst.Call, location: Location, host_batches: bool) -> bool:
         """Whether `non_blocking=True` is safe for where this copy goes: a
         CUDA device (`.cuda()`, `"cuda:0"`), or a name assigned only CUDA or
         CPU devices in this module (`torch.device("cuda" if ... else "cpu")`).
@@ -361,12 +294,12 @@ class CopyLoops:
         _, device = argument(call, "device", 0)
         if device is None:
             return False
-        kinds = self._device_kinds(device.value, scope, 0)
+        kinds = self._device_kinds(device.value, location, 0)
         if kinds is None:
             return False
         return "cpu" not in kinds or host_batches
 
-    def _device_kinds(self, expr: cst.BaseExpression, scope, depth: int) -> Optional[set]:
+    def _device_kinds(self, expr: cst.BaseExpression, location: Location, depth: int) -> Optional[set]:
         """The device types ``expr`` may be, when only "cuda" and "cpu"."""
         if depth > 6:
             return None
@@ -381,23 +314,23 @@ class CopyLoops:
         if kind is not None:
             return {kind} if kind in ("cuda", "cpu") else None
         if isinstance(expr, cst.IfExp):
-            body = self._device_kinds(expr.body, scope, depth + 1)
-            orelse = self._device_kinds(expr.orelse, scope, depth + 1)
+            body = self._device_kinds(expr.body, location, depth + 1)
+            orelse = self._device_kinds(expr.orelse, location, depth + 1)
             return body | orelse if body is not None and orelse is not None else None
         if isinstance(expr, cst.Call) and self.context.qualname(expr.func) == "torch.device":
             pos = positional(expr)
             if pos and not expr.args[0].star:
-                return self._device_kinds(pos[0].value, scope, depth + 1)
+                return self._device_kinds(pos[0].value, location, depth + 1)
             return None
         if isinstance(expr, cst.Name):
-            bindings = self._index.lookup(expr.value, scope)
+            bindings = self.context.semantic.bindings(expr.value, location)
             if not bindings:
                 return None
             kinds: set = set()
             for binding in bindings:
-                if binding.kind != "assign" or binding.index is not None:
+                if binding.kind != "value":
                     return None
-                found = self._device_kinds(binding.value, binding.scope, depth + 1)
+                found = self._device_kinds(binding.value, binding.location, depth + 1)
                 if found is None:
                     return None
                 kinds |= found

@@ -21,16 +21,16 @@ from torchlint.rules._helpers import (
     string_value,
 )
 from torchlint.rules._project_text import PINNED_CALL, trait_key
-from torchlint.semantic import Location
+from torchlint.semantic import Binding, Location
 
 DATALOADERS = frozenset({"torch.utils.data.DataLoader", "torch.utils.data.dataloader.DataLoader"})
 
 __all__ = [
     "DATALOADERS", "IN_MEMORY_DATASETS", "ITERABLE_DATASETS", "SUBSETS", "dataset_argument",
-    "LoaderIndex", "indexes_memory_only", "is_dataloader", "pins_memory",
+    "PinnedLoaders", "method_class", "attribute_bindings", "indexes_memory_only", "is_dataloader", "pins_memory",
     "HOST", "DEVICE", "UNKNOWN", "Placement", "placement",
     "returned_by", "pinned_elsewhere", "kwargs_dict", "kwargs_keyword",
-    "FILE_DATASETS", "has_transform", "is_self", "parameter_names", "subset_source", "itemless_dataset",
+    "FILE_DATASETS", "has_transform", "subset_source", "itemless_dataset",
 ]
 
 # Datasets whose items are slices of tensors that already sit in memory.
@@ -207,215 +207,100 @@ def _names_only(target: cst.BaseExpression) -> bool:
 
 # -- which expressions are pinned DataLoaders (TL204) ---------------------------
 
-_Scope = cst.CSTNode  # a Module, FunctionDef, ClassDef or Lambda
 _MAX_DEPTH = 8
 
-
-class _Binding:
-    """One binding of a name: ``kind`` is ``assign`` (``value``, ``index`` for
-    one element of an unpacked value), ``param`` (``function``, ``param``),
-    ``def``/``class`` (``value`` is the definition) or ``other``."""
-
-    __slots__ = ("kind", "value", "index", "scope", "param")
-
-    def __init__(self, kind: str, value=None, index: Optional[int] = None, scope=None, param=None) -> None:
-        self.kind = kind
-        self.value = value
-        self.index = index
-        self.scope = scope
-        self.param = param
+# A `DataLoader(...)` call (or a call of a function of another module that
+# returns one) and where it is.
+Loaders = List[Tuple[cst.Call, Location]]
 
 
-class LoaderIndex:
-    """Bindings, definitions, returns and calls of one module, collected during
-    the walk, to answer afterwards: is this expression a `DataLoader` built with
-    `pin_memory=True` in this module?
+def method_class(name: str, location: Location, semantic) -> Optional[cst.ClassDef]:
+    """The class whose instance ``name`` is at ``location``: the name is bound
+    only as the first parameter of a method of that class (``self`` in a
+    method, also read from a function or comprehension nested in it)."""
+    bindings = semantic.bindings(name, location)
+    if len(bindings) != 1 or bindings[0].kind != "param":
+        return None
+    scopes = bindings[0].location.scopes
+    method, owner = scopes[-1], scopes[-2] if len(scopes) >= 2 else None
+    if not isinstance(method, cst.FunctionDef) or not isinstance(owner, cst.ClassDef):
+        return None
+    params = (*method.params.posonly_params, *method.params.params)
+    return owner if params and params[0].name.value == name else None
 
-    It follows a name assigned in the same scope (or an enclosing one), an
-    element of a tuple, `self.attr` assigned in a method of the same class, a
-    function or method of this module that returns such a loader, and a
-    parameter of a module-level function (or of a module-level class's
-    `__init__`) whose every call in this module passes one.  Anything else
-    (a name bound several ways, imports, `global`) is unknown.
+
+def attribute_bindings(expr: cst.BaseExpression, location: Location, semantic) -> Optional[List[Binding]]:
+    """The bindings of ``self.attr`` read at ``location`` (every ``self.attr =
+    ...`` in the methods of the class), None for any other expression."""
+    if not isinstance(expr, cst.Attribute) or not isinstance(expr.value, cst.Name):
+        return None
+    owner = method_class(expr.value.value, location, semantic)
+    if owner is None:
+        return None
+    at = semantic.bindings(expr.value.value, location)[0].location.scopes[:-2]
+    return semantic.attribute_bindings(owner, Location(at, ())).get(expr.attr.value)
+
+
+class PinnedLoaders:
+    """Is this expression a `DataLoader` built with `pin_memory=True` in this
+    module?  Asked of the semantic model after the walk.
+
+    It follows every binding of a name (each but ``= None`` must give such a
+    loader; a name bound any other way is unknown), an element of an unpacked
+    tuple, ``self.attr`` assigned in the methods of the class, a function or
+    method of this module whose every return gives such a loader (not a
+    generator), and a parameter of a module-level function (or of a
+    module-level class's ``__init__``) that every call in this module fills
+    with one, when the function's name is used nowhere else.
     """
 
     def __init__(self, ctx: Context) -> None:
         self.ctx = ctx
-        self.module: Optional[cst.Module] = None
-        self.scopes: List[_Scope] = []
-        self.parent: Dict[int, _Scope] = {}
-        self.bindings: Dict[Tuple[int, str], List[_Binding]] = {}
-        self.attrs: Dict[Tuple[int, str], List[_Binding]] = {}
-        self.returns: Dict[int, List[Optional[cst.BaseExpression]]] = {}
-        self.generators: set = set()
-        self.calls: Dict[str, List[Tuple[cst.Call, _Scope]]] = {}
-        self._names: Optional[Dict[str, int]] = None
+        self.semantic = ctx.semantic
         self._busy: set = set()
-        # `DataLoader(ds, **kw)` -> what a dict `kw` of its scope says of `pin_memory`
-        self.kwargs: Dict[int, Tuple[bool, Optional[cst.BaseExpression]]] = {}
 
-    # -- collecting ------------------------------------------------------------
-    @property
-    def scope(self) -> _Scope:
-        return self.scopes[-1]
-
-    def enter_module(self, node: cst.Module) -> None:
-        self.module = node
-        self.scopes = [node]
-
-    def enter(self, node: _Scope) -> None:
-        """A def, class or lambda starts (after its name is bound outside)."""
-        if isinstance(node, cst.FunctionDef):
-            self._bind(node.name.value, _Binding("def", node))
-        elif isinstance(node, cst.ClassDef):
-            self._bind(node.name.value, _Binding("class", node))
-        self.parent[id(node)] = self.scope
-        self.scopes.append(node)
-        if isinstance(node, cst.FunctionDef):
-            params = node.params
-            for param in (*params.posonly_params, *params.params, *params.kwonly_params):
-                self._bind(param.name.value, _Binding("param", node, param=param))
-            for star in (params.star_arg, params.star_kwarg):
-                if isinstance(star, cst.Param):
-                    self._bind(star.name.value, _Binding("other"))
-        elif isinstance(node, cst.Lambda):
-            params = node.params
-            for param in (*params.posonly_params, *params.params, *params.kwonly_params):
-                self._bind(param.name.value, _Binding("other"))
-
-    def leave(self) -> None:
-        self.scopes.pop()
-
-    def _bind(self, name: str, binding: _Binding) -> None:
-        binding.scope = self.scope
-        self.bindings.setdefault((id(self.scope), name), []).append(binding)
-
-    def _method_class(self, scope: _Scope) -> Optional[cst.ClassDef]:
-        """The class of a method (a def directly in a class body)."""
-        if isinstance(scope, cst.FunctionDef):
-            owner = self.parent.get(id(scope))
-            if isinstance(owner, cst.ClassDef):
-                return owner
-        return None
-
-    def _self_attr(self, target: cst.BaseExpression) -> Optional[Tuple[int, str]]:
-        """``self.x`` in a method, as ``(id(class), "x")``."""
-        scope = self.scope
-        owner = self._method_class(scope)
-        if owner is None or not isinstance(target, cst.Attribute) or not isinstance(target.value, cst.Name):
-            return None
-        params = (*scope.params.posonly_params, *scope.params.params)
-        if not params or params[0].name.value != target.value.value:
-            return None
-        return id(owner), target.attr.value
-
-    def assign(self, target: cst.BaseExpression, value: Optional[cst.BaseExpression], index: Optional[int] = None) -> None:
-        """``target = value`` (``value`` None: bound some other way)."""
-        if isinstance(target, cst.Name):
-            if value is None:
-                self._bind(target.value, _Binding("other"))
-            else:
-                self._bind(target.value, _Binding("assign", value, index))
-        elif isinstance(target, (cst.Tuple, cst.List)):
-            elements = target.elements
-            starred = any(isinstance(e, cst.StarredElement) for e in elements)
-            for i, element in enumerate(elements):
-                if starred or index is not None or isinstance(element, cst.StarredElement):
-                    self.assign(element.value, None)
-                else:
-                    self.assign(element.value, value, i)
-        elif isinstance(target, cst.StarredElement):
-            self.assign(target.value, None)
-        elif isinstance(target, cst.Attribute):
-            key = self._self_attr(target)
-            if key is not None:
-                binding = _Binding("assign", value, index) if value is not None else _Binding("other")
-                binding.scope = self.scope
-                self.attrs.setdefault(key, []).append(binding)
-
-    def bind_other(self, name: str) -> None:
-        self._bind(name, _Binding("other"))
-
-    def declare_global(self, name: str) -> None:
-        """``global``/``nonlocal``: the name is rebound from elsewhere."""
-        self._bind(name, _Binding("other"))
-        module = self.module
-        self.bindings.setdefault((id(module), name), []).append(_Binding("other", scope=module))
-
-    def add_return(self, value: Optional[cst.BaseExpression]) -> None:
-        if isinstance(self.scope, cst.FunctionDef):
-            self.returns.setdefault(id(self.scope), []).append(value)
-
-    def add_yield(self) -> None:
-        if isinstance(self.scope, cst.FunctionDef):
-            self.generators.add(id(self.scope))
-
-    def add_call(self, call: cst.Call) -> None:
-        """A call being visited (``ctx.stack`` ends at it)."""
-        if any(arg.star == "**" for arg in call.args) and is_dataloader(call, self.ctx):
-            self.kwargs[id(call)] = kwargs_keyword(call, "pin_memory", self.ctx)
-        if isinstance(call.func, cst.Name):
-            self.calls.setdefault(call.func.value, []).append((call, self.scope))
-
-    # -- resolving ---------------------------------------------------------------
-    def lookup(self, name: str, scope: _Scope) -> Optional[List[_Binding]]:
-        """The bindings of ``name`` seen from ``scope`` (class bodies are not
-        enclosing scopes for the functions inside them)."""
-        current: Optional[_Scope] = scope
-        while current is not None:
-            if current is scope or not isinstance(current, cst.ClassDef):
-                found = self.bindings.get((id(current), name))
-                if found is not None:
-                    return found
-            current = self.parent.get(id(current))
-        return None
-
-    def pinned(self, expr: cst.BaseExpression, scope: _Scope, depth: int = 0) -> Optional[List[cst.Call]]:
-        """The `DataLoader(..., pin_memory=True)` calls ``expr`` may evaluate
-        to, or None when it may be anything else."""
+    def pinned(self, expr: cst.BaseExpression, location: Location, depth: int = 0) -> Optional[Loaders]:
+        """The pinned loaders ``expr`` (at ``location``) may evaluate to, or
+        None when it may be anything else."""
         if depth > _MAX_DEPTH:
             return None
-        key = (id(expr), id(scope))
+        key = (id(expr), id(location.scope))
         if key in self._busy:
             return None
         self._busy.add(key)
         try:
-            return self._pinned(expr, scope, depth)
+            return self._pinned(expr, location, depth)
         finally:
             self._busy.discard(key)
 
-    def _pinned(self, expr: cst.BaseExpression, scope: _Scope, depth: int) -> Optional[List[cst.Call]]:
+    def _pinned(self, expr: cst.BaseExpression, location: Location, depth: int) -> Optional[Loaders]:
         if isinstance(expr, cst.Call):
             if is_dataloader(expr, self.ctx):
-                return [expr] if pins_memory(expr, self.kwargs.get(id(expr))) is True else None
-            function = self._callee(expr, scope)
-            if function is None:  # a function of another module (the project index)
-                return [expr] if pinned_elsewhere(expr, self.ctx) is not None else None
-            return self._factory(function, None, depth)
+                stars = any(arg.star == "**" for arg in expr.args)
+                kwargs = kwargs_keyword(expr, "pin_memory", location, self.ctx) if stars else None
+                return [(expr, location)] if pins_memory(expr, kwargs) is True else None
+            callee = self._callee(expr, location)
+            if callee is None:  # a function of another module (the project index)
+                return [(expr, location)] if pinned_elsewhere(expr, self.ctx) is not None else None
+            return self.factory(*callee, None, depth)
         if isinstance(expr, cst.Name):
-            return self._all(self.lookup(expr.value, scope), depth)
-        if isinstance(expr, cst.Attribute) and isinstance(expr.value, cst.Name):
-            owner = self._method_class(scope)
-            if owner is None:
-                return None
-            params = (*scope.params.posonly_params, *scope.params.params)
-            if not params or params[0].name.value != expr.value.value:
-                return None
-            return self._all(self.attrs.get((id(owner), expr.attr.value)), depth)
-        return None
+            return self._all(self.semantic.bindings(expr.value, location), depth)
+        return self._all(attribute_bindings(expr, location, self.semantic), depth)
 
-    def _all(self, bindings: Optional[List[_Binding]], depth: int) -> Optional[List[cst.Call]]:
+    def _all(self, bindings: Optional[List[Binding]], depth: int) -> Optional[Loaders]:
         """Every binding (but ``= None``) is a pinned loader: the loaders, else None."""
         if not bindings:
             return None
-        found: List[cst.Call] = []
+        found: Loaders = []
         for binding in bindings:
-            if binding.kind == "assign":
-                if binding.index is None and _is_none(binding.value):
+            if binding.kind == "value":
+                if _is_none(binding.value):
                     continue
-                result = self._indexed(binding.value, binding.index, binding.scope, depth + 1)
+                result = self.pinned(binding.value, binding.location, depth + 1)
+            elif binding.kind == "part" and binding.index is not None:
+                result = self._indexed(binding.value, binding.index, binding.location, depth + 1)
             elif binding.kind == "param":
-                result = self._parameter(binding.value, binding.param, depth + 1)
+                result = self._parameter(binding, depth + 1)
             else:
                 result = None
             if result is None:
@@ -423,90 +308,92 @@ class LoaderIndex:
             found.extend(result)
         return found or None
 
-    def _indexed(
-        self, value: cst.BaseExpression, index: Optional[int], scope: _Scope, depth: int
-    ) -> Optional[List[cst.Call]]:
+    def _indexed(self, value: cst.BaseExpression, index: Optional[int], location: Location, depth: int) -> Optional[Loaders]:
         if index is None:
-            return self.pinned(value, scope, depth)
+            return self.pinned(value, location, depth)
         if isinstance(value, (cst.Tuple, cst.List)):
             elements = value.elements
             if index < len(elements) and not any(isinstance(e, cst.StarredElement) for e in elements):
-                return self.pinned(elements[index].value, scope, depth)
+                return self.pinned(elements[index].value, location, depth)
             return None
         if isinstance(value, cst.Call):
-            function = self._callee(value, scope)
-            return self._factory(function, index, depth) if function is not None else None
+            callee = self._callee(value, location)
+            return self.factory(*callee, index, depth) if callee is not None else None
         return None
 
-    def _callee(self, call: cst.Call, scope: _Scope) -> Optional[cst.FunctionDef]:
-        """The function of this module a call runs: ``f(...)`` for a def seen
-        from ``scope``, or ``self.f(...)`` for a method of the same class."""
+    def _callee(self, call: cst.Call, location: Location) -> Optional[Tuple[cst.FunctionDef, Tuple[cst.CSTNode, ...]]]:
+        """The function of this module a call runs (with the scopes around its
+        ``def``): ``f(...)`` for a name bound only to a def, or ``self.f(...)``
+        for a method of the same class."""
         func = call.func
+        semantic = self.semantic
         if isinstance(func, cst.Name):
-            bindings = self.lookup(func.value, scope)
-            if bindings and len(bindings) == 1 and bindings[0].kind == "def":
-                return bindings[0].value
-            return None
-        if isinstance(func, cst.Attribute) and isinstance(func.value, cst.Name):
-            owner = self._method_class(scope)
+            bindings = semantic.bindings(func.value, location)
+        elif isinstance(func, cst.Attribute) and isinstance(func.value, cst.Name):
+            owner = method_class(func.value.value, location, semantic)
             if owner is None:
                 return None
-            params = (*scope.params.posonly_params, *scope.params.params)
-            if not params or params[0].name.value != func.value.value:
-                return None
-            bindings = self.bindings.get((id(owner), func.attr.value))
-            if bindings and len(bindings) == 1 and bindings[0].kind == "def":
-                return bindings[0].value
+            method = semantic.bindings(func.value.value, location)[0].location.scopes
+            bindings = semantic.table(method[:-1]).names.get(func.attr.value, [])
+        else:
+            return None
+        if len(bindings) == 1 and bindings[0].kind == "def":
+            return bindings[0].value, bindings[0].location.scopes
         return None
 
-    def _factory(self, function: cst.FunctionDef, index: Optional[int], depth: int) -> Optional[List[cst.Call]]:
-        """A function whose every `return` gives a pinned loader (or a tuple
-        with one at ``index``)."""
-        if id(function) in self.generators:
+    def factory(
+        self, function: cst.FunctionDef, scopes: Tuple[cst.CSTNode, ...], index: Optional[int] = None, depth: int = 0
+    ) -> Optional[Loaders]:
+        """The loaders a function gives when every `return` gives a pinned
+        loader (or a tuple with one at ``index``); ``scopes``: those around
+        its ``def``."""
+        if self.semantic.is_generator(function):
             return None
-        values = [v for v in self.returns.get(id(function), ()) if v is not None and not _is_none(v)]
+        values = [(v, at) for v, at in self.semantic.returned(function, scopes) if not _is_none(v)]
         if not values:
             return None
-        found: List[cst.Call] = []
-        for value in values:
-            result = self._indexed(value, index, function, depth + 1)
+        found: Loaders = []
+        for value, at in values:
+            result = self._indexed(value, index, at, depth + 1)
             if result is None:
                 return None
             found.extend(result)
         return found
 
-    def _parameter(self, function: cst.FunctionDef, param: cst.Param, depth: int) -> Optional[List[cst.Call]]:
+    def _parameter(self, binding: Binding, depth: int) -> Optional[Loaders]:
         """A parameter that every call in this module fills with a pinned loader."""
-        owner = self.parent.get(id(function))
-        module = self.module
+        scopes = binding.location.scopes
+        function = scopes[-1]
+        if not isinstance(function, cst.FunctionDef):
+            return None
         offset = 0
-        if owner is module:
+        if len(scopes) == 2:
             name, definition = function.name.value, function
-        elif (
-            isinstance(owner, cst.ClassDef)
-            and function.name.value == "__init__"
-            and self.parent.get(id(owner)) is module
-        ):
-            name, definition, offset = owner.name.value, owner, 1
+        elif len(scopes) == 3 and isinstance(scopes[1], cst.ClassDef) and function.name.value == "__init__":
+            name, definition, offset = scopes[1].name.value, scopes[1], 1
         else:
             return None
-        bindings = self.bindings.get((id(module), name))
-        if not bindings or len(bindings) != 1 or bindings[0].value is not definition:
+        semantic = self.semantic
+        bindings = semantic.bindings(name, Location(scopes[:1], ()))
+        if len(bindings) != 1 or bindings[0].value is not definition:
             return None
-        sites = self.calls.get(name, [])
-        # Every mention of the name is its definition or one of these calls:
-        # it is not passed around, exported or called with other loaders.
-        if not sites or self._mentions(name) != len(sites) + 1:
+        # Every mention of the name is its definition or a call of it: it is
+        # not passed around, exported or called with other loaders.
+        occurrences = semantic.occurrences(name)
+        sites = [o for o in occurrences if isinstance(o.parent, cst.Call) and o.parent.func is o.node]
+        if not sites or len(occurrences) != len(sites) + 1:
             return None
         params = function.params
+        param = next(p for p in (*params.posonly_params, *params.params, *params.kwonly_params) if p.name.value == binding.name)
         positional_params = [*params.posonly_params, *params.params]
         position = None
         if any(p is param for p in positional_params):
             position = next(i for i, p in enumerate(positional_params) if p is param) - offset
             if position < 0:
                 return None
-        found: List[cst.Call] = []
-        for call, scope in sites:
+        found: Loaders = []
+        for site in sites:
+            call = site.parent
             if any(arg.star for arg in call.args):
                 return None
             arg = None
@@ -519,29 +406,11 @@ class LoaderIndex:
                     arg = pos[position]
             if arg is None:
                 return None
-            result = self.pinned(arg.value, scope, depth + 1)
+            result = self.pinned(arg.value, site.location, depth + 1)
             if result is None:
                 return None
             found.extend(result)
         return found
-
-    def _mentions(self, name: str) -> int:
-        """How many times ``name`` occurs as an identifier in the module, not
-        counting attribute names (``encoder.train()`` does not mention a
-        function ``train``); one walk of the module, done only when a parameter
-        is followed."""
-        if self._names is None:
-            from torchlint.nodes import walk_nodes
-
-            counts: Dict[str, int] = {}
-            attributes = set()
-            for node in walk_nodes(self.module):
-                if isinstance(node, cst.Attribute):
-                    attributes.add(id(node.attr))
-                elif isinstance(node, cst.Name) and id(node) not in attributes:
-                    counts[node.value] = counts.get(node.value, 0) + 1
-            self._names = counts
-        return self._names.get(name, 0)
 
 
 def _is_none(expr: cst.BaseExpression) -> bool:
@@ -644,11 +513,11 @@ def moves_data(node: cst.CSTNode, ctx: Context) -> bool:
 
 
 def placement(ctx: Context) -> "Placement":
-    """The module's :class:`Placement`, built once per file for every rule."""
+    """The module's :class:`Placement`, shared by every rule of the file (its
+    answers are cached)."""
     found = ctx.shared.get("loader-placement")
     if found is None:
-        assert ctx.module is not None
-        found = ctx.shared["loader-placement"] = Placement(ctx.module, ctx)
+        found = ctx.shared["loader-placement"] = Placement(ctx)
     return found
 
 
@@ -657,23 +526,23 @@ class Placement:
     :data:`HOST`, :data:`DEVICE` (visibly moved to or created on a device,
     which pinning and worker processes cannot handle) or :data:`UNKNOWN`.
 
-    Built from one walk of the module, asked only for files that build a
-    `DataLoader`.  It follows names assigned in the same function or at the
-    top level; a parameter, an attribute, an import or anything computed by
-    code it cannot see is UNKNOWN.
+    Asked only for files that build a `DataLoader`, of expressions at a
+    location: it follows the bindings of names (every one must be an
+    assignment it can judge) through the semantic model; a parameter, an
+    attribute, an import or anything computed by code it cannot see is
+    UNKNOWN.  A function that a call may run is any `def` of that name in the
+    module (all must move nothing for the call to move nothing).
     """
 
-    def __init__(self, module: cst.Module, ctx: Context) -> None:
+    def __init__(self, ctx: Context) -> None:
         self.ctx = ctx
-        self.classes: Dict[str, List[cst.ClassDef]] = {}
-        self.functions: Dict[str, List[cst.FunctionDef]] = {}
-        # (id(function) or 0, name) -> values assigned (None: bound another way)
-        self.values: Dict[Tuple[int, str], List[Optional[cst.BaseExpression]]] = {}
+        self.semantic = ctx.semantic
         self._cache: Dict[int, str] = {}
-        # id(DataLoader call) -> the function it is in (None: the top level)
-        self._loaders: Dict[int, Optional[cst.FunctionDef]] = {}
         self._moving: Dict[int, bool] = {}
-        self._collect(module, 0)
+
+    def functions(self, name: str) -> List[cst.FunctionDef]:
+        """Every ``def name`` of the module, in any scope."""
+        return [d.node for d in self.semantic.definitions(name) if isinstance(d.node, cst.FunctionDef)]
 
     def moves(self, node: cst.CSTNode, depth: int = 0) -> bool:
         """:func:`moves_data`, also through the functions of this module that
@@ -701,118 +570,43 @@ class Placement:
                     depth < _MAX_PLACEMENT_DEPTH
                     and isinstance(func, cst.Name)
                     and self.ctx.qualname(func) is None
-                    and any(self.moves(f, depth + 1) for f in self.functions.get(func.value, ()))
+                    and any(self.moves(f, depth + 1) for f in self.functions(func.value))
                 ):
                     found = True
                     break
         self._moving[key] = found
         return found
 
-    def loader(self, call: cst.Call) -> Tuple[str, str]:
-        """For a `DataLoader(...)` call of this module: where its dataset's
-        items and its `collate_fn`'s batches live."""
-        function = self._loaders.get(id(call))
+    def loader(self, call: cst.Call, location: Location) -> Tuple[str, str]:
+        """For a `DataLoader(...)` call of this module (at ``location``):
+        where its dataset's items and its `collate_fn`'s batches live."""
         collate = keyword(call, "collate_fn")
         return (
-            self.dataset(dataset_argument(call), function),
-            self.collate(collate.value if collate is not None else None, function),
+            self.dataset(dataset_argument(call), location),
+            self.collate(collate.value if collate is not None else None, location),
         )
 
-    # -- collecting --------------------------------------------------------------
-    def _collect(self, module: cst.Module, top: int) -> None:
-        """One walk of the module (iterative: a long `a + b + ...` chain nests
-        deeper than Python's recursion limit)."""
-        from torchlint.nodes import iter_children
+    def values_of(self, name: str, location: Location) -> Optional[List[Tuple[Optional[cst.BaseExpression], Location]]]:
+        """What ``name`` is assigned, seen from ``location``, each value with
+        its own location; the value is None for a binding of another kind (a
+        parameter, a def, an import, a loop variable, a part of an unpacked
+        value); None when the name is bound nowhere in the module."""
+        bindings = self.semantic.bindings(name, location)
+        if not bindings:
+            return None
+        return [(b.value if b.kind == "value" else None, b.location) for b in bindings]
 
-        todo: List[Tuple[cst.CSTNode, int, Optional[cst.FunctionDef]]] = [(module, top, None)]
-        while todo:
-            node, scope, function = todo.pop()
-            if isinstance(node, cst.Call) and is_dataloader(node, self.ctx):
-                self._loaders[id(node)] = function
-            if isinstance(node, cst.FunctionDef):
-                self.functions.setdefault(node.name.value, []).append(node)
-                self._bind(scope, node.name.value, None)
-                inner = id(node)
-                params = node.params
-                for param in (*params.posonly_params, *params.params, *params.kwonly_params):
-                    self._bind(inner, param.name.value, None)
-                for star in (params.star_arg, params.star_kwarg):
-                    if isinstance(star, cst.Param):
-                        self._bind(inner, star.name.value, None)
-                todo.extend((child, inner, node) for child in reversed(iter_children(node)))
-                continue
-            if isinstance(node, cst.ClassDef):
-                self.classes.setdefault(node.name.value, []).append(node)
-                self._bind(scope, node.name.value, None)
-            elif isinstance(node, cst.Assign):
-                for target in node.targets:
-                    self._target(scope, target.target, node.value)
-            elif isinstance(node, cst.AnnAssign):
-                self._target(scope, node.target, node.value)
-            elif isinstance(node, cst.AugAssign):
-                self._target(scope, node.target, None)
-            elif isinstance(node, (cst.For, cst.CompFor)):
-                self._target(scope, node.target, None)
-            elif isinstance(node, cst.WithItem) and node.asname is not None:
-                self._target(scope, node.asname.name, None)
-            elif isinstance(node, cst.NamedExpr):
-                self._target(scope, node.target, None)
-            elif isinstance(node, (cst.Import, cst.ImportFrom)) and not isinstance(node.names, cst.ImportStar):
-                for alias in node.names:
-                    name = alias.asname.name if alias.asname is not None else alias.name
-                    while isinstance(name, cst.Attribute):
-                        name = name.value
-                    if isinstance(name, cst.Name):
-                        self._bind(scope, name.value, None)
-            elif isinstance(node, (cst.Global, cst.Nonlocal)):
-                for item in node.names:
-                    self._bind(scope, item.name.value, None)
-                    self._bind(0, item.name.value, None)
-            todo.extend((child, scope, function) for child in reversed(iter_children(node)))
-
-    def _bind(self, scope: int, name: str, value: Optional[cst.BaseExpression]) -> None:
-        self.values.setdefault((scope, name), []).append(value)
-
-    def _target(self, scope: int, target: cst.BaseExpression, value: Optional[cst.BaseExpression]) -> None:
-        if isinstance(target, cst.Name):
-            self._bind(scope, target.value, value)
-        elif isinstance(target, (cst.Tuple, cst.List)):
-            for element in target.elements:
-                self._target(scope, element.value, None)
-        elif isinstance(target, cst.StarredElement):
-            self._target(scope, target.value, None)
-
-    def values_of(self, name: str, function: Optional[cst.FunctionDef]) -> Optional[List[Optional[cst.BaseExpression]]]:
-        """What ``name`` is assigned, seen from ``function`` (its own bindings,
-        else the module's); None stands for a binding of another kind (a
-        parameter, a def, an import, a loop variable)."""
-        return self._lookup(name, function)
-
-    def _lookup(self, name: str, function: Optional[cst.FunctionDef]) -> Optional[List[Optional[cst.BaseExpression]]]:
-        if function is not None:
-            found = self.values.get((id(function), name))
-            if found is not None:
-                return found
-        return self.values.get((0, name))
-
-    def _defined_function(self, name: str, function: Optional[cst.FunctionDef]) -> Optional[cst.FunctionDef]:
-        """The one `def name` of this module a name refers to, if bound no other way."""
-        values = self._lookup(name, function)
-        defs = self.functions.get(name, [])
-        if values is not None and len(values) == 1 and values[0] is None and len(defs) == 1:
-            return defs[0]
-        return None
-
-    def _defined_class(self, name: str, function: Optional[cst.FunctionDef]) -> Optional[cst.ClassDef]:
-        values = self._lookup(name, function)
-        classes = self.classes.get(name, [])
-        if values is not None and len(values) == 1 and values[0] is None and len(classes) == 1:
-            return classes[0]
+    def defined(self, name: str, location: Location, kind: str):
+        """The one ``def`` (``kind`` "def") or ``class`` (``kind`` "class") a
+        name refers to, with its binding, when it is bound no other way."""
+        bindings = self.semantic.bindings(name, location)
+        if len(bindings) == 1 and bindings[0].kind == kind:
+            return bindings[0]
         return None
 
     # -- datasets ------------------------------------------------------------------
-    def dataset(self, expr: Optional[cst.BaseExpression], function: Optional[cst.FunctionDef], depth: int = 0) -> str:
-        """Where the items of the dataset ``expr`` (seen from ``function``) live."""
+    def dataset(self, expr: Optional[cst.BaseExpression], location: Location, depth: int = 0) -> str:
+        """Where the items of the dataset ``expr`` (at ``location``) live."""
         if expr is None or depth > _MAX_PLACEMENT_DEPTH:
             return UNKNOWN
         ctx = self.ctx
@@ -823,50 +617,51 @@ class Placement:
             if qualified in SUBSETS:
                 first = positional(expr)
                 inner = keyword(expr, "dataset") or (first[0] if first else None)
-                return self.dataset(inner.value if inner else None, function, depth + 1)
+                return self.dataset(inner.value if inner else None, location, depth + 1)
             if qualified in _CONCATS:
                 parts = positional(expr)
                 if len(parts) == 1 and isinstance(parts[0].value, (cst.List, cst.Tuple)):
                     elements = parts[0].value.elements
                     if elements and not any(isinstance(e, cst.StarredElement) for e in elements):
-                        return _combine(self.dataset(e.value, function, depth + 1) for e in elements)
+                        return _combine(self.dataset(e.value, location, depth + 1) for e in elements)
                 return UNKNOWN
             if qualified in IN_MEMORY_DATASETS:
-                return _combine(self.tensor(arg.value, function, depth + 1) for arg in expr.args)
+                return _combine(self.tensor(arg.value, location, depth + 1) for arg in expr.args)
             if qualified is not None and qualified.startswith("torchvision.datasets."):
                 # Files are read and decoded on the host; only what the call is
                 # given (a transform) could move them.
                 return _combine(
-                    self.tensor(arg.value, function, depth + 1)
+                    self.tensor(arg.value, location, depth + 1)
                     for i, arg in enumerate(expr.args)
                     if not (i == 0 and arg.keyword is None)
                     and not (arg.keyword is not None and arg.keyword.value in _DATASET_KEYWORDS_SKIPPED)
                 )
             if qualified is None and isinstance(expr.func, cst.Name):
-                klass = self._defined_class(expr.func.value, function)
+                klass = self.defined(expr.func.value, location, "class")
                 if klass is not None:
-                    kind = self.dataset_class(klass, depth + 1)
+                    kind = self.dataset_class(klass.value, klass.location, depth + 1)
                     if kind == DEVICE:
                         return DEVICE
-                    arguments = _combine(self.tensor(arg.value, function, depth + 1) for arg in expr.args)
+                    arguments = _combine(self.tensor(arg.value, location, depth + 1) for arg in expr.args)
                     return _combine([kind, arguments])
             if self.moves(expr):
                 return DEVICE  # `MyData(x.cuda())`, `Imported(device=device)`, `make(device)`
             return UNKNOWN
         if isinstance(expr, (cst.List, cst.Tuple)):
-            return self.tensor(expr, function, depth + 1)
+            return self.tensor(expr, location, depth + 1)
         if isinstance(expr, cst.Name):
-            values = self._lookup(expr.value, function)
-            if not values or any(v is None for v in values):
+            values = self.values_of(expr.value, location)
+            if not values or any(v is None for v, _ in values):
                 return UNKNOWN
-            return _combine(self.dataset(v, function, depth + 1) for v in values)
+            return _combine(self.dataset(v, at, depth + 1) for v, at in values)
         return UNKNOWN
 
-    def dataset_class(self, klass: cst.ClassDef, depth: int = 0) -> str:
-        """A dataset class of this module: DEVICE when any of its code moves
-        data to a device (in `__init__`, `__getitem__`, `__iter__`, a helper
-        method), HOST when none does and its bases are torch's `Dataset`/
-        `IterableDataset` or such classes of this module, else UNKNOWN."""
+    def dataset_class(self, klass: cst.ClassDef, location: Location, depth: int = 0) -> str:
+        """A dataset class of this module (defined at ``location``): DEVICE
+        when any of its code moves data to a device (in `__init__`,
+        `__getitem__`, `__iter__`, a helper method), HOST when none does and
+        its bases are torch's `Dataset`/`IterableDataset` or such classes of
+        this module, else UNKNOWN."""
         cached = self._cache.get(id(klass))
         if cached is not None:
             return cached
@@ -882,9 +677,9 @@ class Placement:
                 qualified = self.ctx.qualname(base.value)
                 if qualified in _DATASET_BASES or (isinstance(base.value, cst.Name) and base.value.value == "object"):
                     kinds.append(HOST)
-                elif qualified is None and isinstance(base.value, cst.Name) and base.value.value in self.classes:
-                    parents = self.classes[base.value.value]
-                    kinds.append(self.dataset_class(parents[0], depth + 1) if len(parents) == 1 else UNKNOWN)
+                elif qualified is None and isinstance(base.value, cst.Name):
+                    parent = self.defined(base.value.value, location, "class")
+                    kinds.append(self.dataset_class(parent.value, parent.location, depth + 1) if parent else UNKNOWN)
                 else:
                     kinds.append(UNKNOWN)
             kind = _combine(kinds)
@@ -892,7 +687,7 @@ class Placement:
         return kind
 
     # -- values handed to a dataset --------------------------------------------------
-    def tensor(self, expr: Optional[cst.BaseExpression], function: Optional[cst.FunctionDef], depth: int = 0) -> str:
+    def tensor(self, expr: Optional[cst.BaseExpression], location: Location, depth: int = 0) -> str:
         """Where a value (a tensor, a container of them, a transform) puts its
         data: HOST for literals, host factories (`torch.randn(3)`,
         `torch.from_numpy(a)`, `x.cpu()`), torchvision calls and functions
@@ -908,33 +703,33 @@ class Placement:
             return HOST
         if isinstance(expr, (cst.Tuple, cst.List, cst.Set)):
             return _combine(
-                UNKNOWN if isinstance(e, cst.StarredElement) else self.tensor(e.value, function, depth + 1)
+                UNKNOWN if isinstance(e, cst.StarredElement) else self.tensor(e.value, location, depth + 1)
                 for e in expr.elements
             )
         if isinstance(expr, cst.Dict):
             return _combine(
-                _combine([self.tensor(e.key, function, depth + 1), self.tensor(e.value, function, depth + 1)])
+                _combine([self.tensor(e.key, location, depth + 1), self.tensor(e.value, location, depth + 1)])
                 if isinstance(e, cst.DictElement) else UNKNOWN
                 for e in expr.elements
             )
         if isinstance(expr, cst.Lambda):
             return DEVICE if self.moves(expr.body) else HOST
         if isinstance(expr, (cst.BinaryOperation,)):
-            return _combine([self.tensor(expr.left, function, depth + 1), self.tensor(expr.right, function, depth + 1)])
+            return _combine([self.tensor(expr.left, location, depth + 1), self.tensor(expr.right, location, depth + 1)])
         if isinstance(expr, cst.UnaryOperation):
-            return self.tensor(expr.expression, function, depth + 1)
+            return self.tensor(expr.expression, location, depth + 1)
         if isinstance(expr, cst.Subscript):
-            return self.tensor(expr.value, function, depth + 1)
+            return self.tensor(expr.value, location, depth + 1)
         if isinstance(expr, cst.Name):
             if expr.value in ("None", "True", "False"):
                 return HOST
-            defined = self._defined_function(expr.value, function)
+            defined = self.defined(expr.value, location, "def")
             if defined is not None:
-                return DEVICE if self.moves(defined) else HOST  # a function used as a transform
-            values = self._lookup(expr.value, function)
-            if not values or any(v is None for v in values):
+                return DEVICE if self.moves(defined.value) else HOST  # a function used as a transform
+            values = self.values_of(expr.value, location)
+            if not values or any(v is None for v, _ in values):
                 return UNKNOWN
-            return _combine(self.tensor(v, function, depth + 1) for v in values)
+            return _combine(self.tensor(v, at, depth + 1) for v, at in values)
         if isinstance(expr, cst.Call):
             if moves_to_device(expr, ctx) is not None:
                 return DEVICE
@@ -947,7 +742,7 @@ class Placement:
             if name == "cpu" or (name == "to" and _to_cpu(expr, ctx)):
                 return HOST
             qualified = ctx.qualname(expr.func)
-            arguments = [self.tensor(arg.value, function, depth + 1) for arg in expr.args]
+            arguments = [self.tensor(arg.value, location, depth + 1) for arg in expr.args]
             if qualified is not None:
                 if qualified in _ALWAYS_HOST and qualified not in ("torch.from_numpy", "torch.frombuffer"):
                     if any(change in ctx.source for change in _DEFAULT_DEVICE_CHANGES):
@@ -966,7 +761,7 @@ class Placement:
                     return _combine(arguments)
                 return UNKNOWN
             if name is not None and name in _SAME_PLACE_METHODS:
-                return _combine([self.tensor(receiver(expr), function, depth + 1), *arguments])
+                return _combine([self.tensor(receiver(expr), location, depth + 1), *arguments])
             if isinstance(expr.func, cst.Name) and expr.func.value in _CHEAP_BUILTINS and expr.func.value not in ctx.imports.defined:
                 return _combine(arguments)
             if self.moves(expr):
@@ -975,7 +770,7 @@ class Placement:
         return UNKNOWN
 
     # -- collate functions ---------------------------------------------------------
-    def collate(self, expr: Optional[cst.BaseExpression], function: Optional[cst.FunctionDef], depth: int = 0) -> str:
+    def collate(self, expr: Optional[cst.BaseExpression], location: Location, depth: int = 0) -> str:
         """Where a `collate_fn` puts the batch: DEVICE when it takes a device
         (`partial(collate, device=device)`, a lambda passing one, a function
         of this module with a `device` parameter) or visibly moves data; HOST
@@ -998,7 +793,7 @@ class Placement:
             ):
                 return DEVICE  # `lambda b: collate(b, device)`
             if isinstance(body, cst.Call) and not (ctx.qualname(body.func) or "").startswith("torch."):
-                inner = self.collate(body.func, function, depth + 1)
+                inner = self.collate(body.func, location, depth + 1)
                 return inner if inner == DEVICE else (HOST if inner == HOST else UNKNOWN)
             return HOST if _standard_batch(body, ctx) else UNKNOWN
         if isinstance(expr, cst.Call):
@@ -1007,25 +802,25 @@ class Placement:
             if ctx.qualname(expr.func) in ("functools.partial",):
                 first = positional(expr)
                 if first and not expr.args[0].star:
-                    return self.collate(first[0].value, function, depth + 1)
+                    return self.collate(first[0].value, location, depth + 1)
             return UNKNOWN
         qualified = ctx.qualname(expr)
         if qualified in _DEFAULT_COLLATES:
             return HOST
         if isinstance(expr, cst.Name):
-            defined = self._defined_function(expr.value, function)
+            defined = self.defined(expr.value, location, "def")
             if defined is not None:
-                return self._collate_function(defined)
+                return self._collate_function(defined.value)
             if self._takes_device(expr.value):
                 return DEVICE
-            values = self._lookup(expr.value, function)
-            if not values or any(v is None for v in values):
+            values = self.values_of(expr.value, location)
+            if not values or any(v is None for v, _ in values):
                 return UNKNOWN
-            return _combine(self.collate(v, function, depth + 1) for v in values)
+            return _combine(self.collate(v, at, depth + 1) for v, at in values)
         return UNKNOWN
 
     def _takes_device(self, name: str) -> bool:
-        return any(_has_device_param(f) for f in self.functions.get(name, ()))
+        return any(_has_device_param(f) for f in self.functions(name))
 
     def _collate_function(self, function: cst.FunctionDef) -> str:
         from torchlint.nodes import walk_nodes
@@ -1095,19 +890,6 @@ def has_transform(call: cst.Call) -> bool:
         if arg.keyword is not None and arg.keyword.value in TRANSFORM_KEYWORDS:
             return not (isinstance(arg.value, cst.Name) and arg.value.value == "None")
     return False
-
-
-def is_self(expr: cst.BaseExpression) -> bool:
-    return isinstance(expr, cst.Name) and expr.value == "self"
-
-
-def parameter_names(function: cst.FunctionDef) -> Tuple[str, ...]:
-    params = function.params
-    names = [p.name.value for p in (*params.posonly_params, *params.params, *params.kwonly_params)]
-    for star in (params.star_arg, params.star_kwarg):
-        if isinstance(star, cst.Param):
-            names.append(star.name.value)
-    return tuple(names)
 
 
 def subset_source(call: cst.Call) -> Optional[cst.BaseExpression]:
@@ -1192,15 +974,15 @@ def _items_hold_no_data(getitem: cst.FunctionDef) -> bool:
 # -- loaders built in one module and iterated in another (the project index) ----------
 
 
-def returned_by(call: cst.Call, function: Optional[cst.FunctionDef], ctx: Context) -> Optional[str]:
+def returned_by(call: cst.Call, location: Location, ctx: Context) -> Optional[str]:
     """The name of the module-level function that returns the `DataLoader(...)`
-    ``call`` (``return DataLoader(...)``, or a name of the function bound only
-    to it and returned), as the project index knows it; None otherwise."""
-    module = ctx.module
-    if function is None or module is None or not any(function is s for s in module.body):
+    ``call`` at ``location`` (``return DataLoader(...)``, or a name of the
+    function bound only to it and returned), as the project index knows it;
+    None otherwise."""
+    function = location.scope
+    if len(location.scopes) != 2 or not isinstance(function, cst.FunctionDef):
         return None
     semantic = ctx.semantic
-    location = Location((module, function), ())
     for value in semantic.returns(function):
         if value is call:
             return function.name.value
@@ -1228,12 +1010,12 @@ _MAYBE = object()  # a key whose value depends on a branch (a conditional update
 _HIDDEN_KEYS = frozenset({"collate_fn", "pin_memory_device", "dataset"})
 
 
-def kwargs_keyword(call: cst.Call, name: str, ctx: Context) -> Tuple[bool, Optional[cst.BaseExpression]]:
-    """For ``DataLoader(ds, **kw)`` being visited (``ctx.stack`` ends at it):
-    ``(True, value)`` when ``kw`` is a dict built in the same scope whose key
-    ``name`` is ``value`` on every path (None: never set), ``(False, None)``
-    when it cannot be known (see ``kwargs_dict``)."""
-    keys = kwargs_dict(call, ctx)
+def kwargs_keyword(call: cst.Call, name: str, location: Location, ctx: Context) -> Tuple[bool, Optional[cst.BaseExpression]]:
+    """For ``DataLoader(ds, **kw)`` at ``location``: ``(True, value)`` when
+    ``kw`` is a dict built in the same scope whose key ``name`` is ``value``
+    on every path (None: never set), ``(False, None)`` when it cannot be
+    known (see ``kwargs_dict``)."""
+    keys = kwargs_dict(call, location, ctx)
     if keys is None or _HIDDEN_KEYS & keys.keys() or keys.get(name) is _MAYBE:
         return False, None
     if any(arg.keyword is not None and arg.keyword.value == name for arg in call.args):
@@ -1242,7 +1024,7 @@ def kwargs_keyword(call: cst.Call, name: str, ctx: Context) -> Tuple[bool, Optio
     return True, value if isinstance(value, cst.BaseExpression) else None
 
 
-def kwargs_dict(call: cst.Call, ctx: Context) -> Optional[Dict[str, object]]:
+def kwargs_dict(call: cst.Call, location: Location, ctx: Context) -> Optional[Dict[str, object]]:
     """The keys of the dict ``kw`` in the call's only ``**kw`` (no ``*args``):
     bound once in the scope, to ``dict(a=1, ...)`` or ``{"a": 1, ...}``, and
     otherwise only updated (``kw.update(b=2)``, ``kw["b"] = 2``) or unpacked
@@ -1255,7 +1037,6 @@ def kwargs_dict(call: cst.Call, ctx: Context) -> Optional[Dict[str, object]]:
         return None
     name = stars[0].value.value
     semantic = ctx.semantic
-    location = ctx.location()
     bindings = semantic.bindings(name, location)
     reaching = semantic.reaching(name, location)
     if len(bindings) != 1 or bindings[0].kind != "value" or len(reaching) != 1 or reaching[0].value is not bindings[0].value:
@@ -1267,7 +1048,7 @@ def kwargs_dict(call: cst.Call, ctx: Context) -> Optional[Dict[str, object]]:
         return None
     block_id, start = statements[-1][0], statements[-1][1]
     end = next((step[1] for step in location.path if step[0] == block_id), None)
-    block = next((node for node in ctx.stack if id(node) == block_id), None)
+    block = semantic.block(block_id)
     if end is None or block is None:
         return None
     in_order = {id(s) for s in block.body[start + 1:end]}

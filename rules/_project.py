@@ -125,7 +125,7 @@ class Finder:
         self.module = module
         self.imports = _Imports(module, path)
         self.frequency = FrequencyModel(module, external)
-        self.semantic = SemanticModel(module)
+        self.semantic = SemanticModel(module, text or None)
         self.parents: Dict[int, cst.CSTNode] = {}
 
     def sites(self, target: Sequence[str], qualname: str, note: Optional[str] = None) -> List[Site]:

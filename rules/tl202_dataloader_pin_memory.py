@@ -1,6 +1,6 @@
 from __future__ import annotations
 
-from typing import List, Optional, Tuple
+from typing import List, Optional
 
 import libcst as cst
 
@@ -367,10 +367,10 @@ class DataLoaderPinMemory(Rule):
         self._off = context.is_test_file or "DataLoader" not in context.source
         if self._off:
             self.walks = False
-        # (call, its `pin_memory` argument if given, the function it is in,
-        # `num_workers` as a `**kw` dict of the scope gives it, if so);
-        # names, classes and collate functions are looked up afterwards in the
-        # module's shared `Placement` (rules/_loaders.py).
+        # (call, its `pin_memory` argument if given, where it is, `num_workers`
+        # as a `**kw` dict of the scope gives it, if so); names, classes and
+        # collate functions are looked up afterwards (`Placement`,
+        # rules/_loaders.py).
         self._candidates: List[tuple] = []
         self._moves = False
 
@@ -381,14 +381,15 @@ class DataLoaderPinMemory(Rule):
             known, arg = argument(node, "pin_memory", 7)
             given = arg.value if arg is not None else None
             kwargs = None
+            location = self.context.location()
             if not known:  # `**kw`: a dict built in this scope says (no fix: the keyword would be given twice)
-                known, given = kwargs_keyword(node, "pin_memory", self.context)
-                kwargs = kwargs_keyword(node, "num_workers", self.context)
+                known, given = kwargs_keyword(node, "pin_memory", location, self.context)
+                kwargs = kwargs_keyword(node, "num_workers", location, self.context)
             if not known or given is not None and literal_bool(given) is not False:
                 return
             if loader_fetches_one_batch(node, self.context):
                 return  # `next(iter(loader))`: one batch, nothing to overlap
-            self._candidates.append((node, arg, self.context.enclosing_function(), kwargs))
+            self._candidates.append((node, arg, location, kwargs))
             return
         if not self._moves and self._is_move(node):
             self._moves = True
@@ -399,7 +400,7 @@ class DataLoaderPinMemory(Rule):
         if _accelerator(node.value, self.context):
             self._moves = True
 
-    def _holds_no_data(self, expr: Optional[cst.BaseExpression], function, where, depth: int = 0) -> bool:
+    def _holds_no_data(self, expr: Optional[cst.BaseExpression], location, where, depth: int = 0) -> bool:
         """A dataset whose items hold no tensors worth pinning."""
         if expr is None or depth > 4:
             return False
@@ -409,41 +410,39 @@ class DataLoaderPinMemory(Rule):
                 if name == "range":
                     return True
                 args = positional(expr)
-                return len(args) == 1 and self._holds_no_data(args[0].value, function, where, depth + 1)
-            classes = where.classes.get(name)
+                return len(args) == 1 and self._holds_no_data(args[0].value, location, where, depth + 1)
+            classes = [d.node for d in where.semantic.definitions(name) if isinstance(d.node, cst.ClassDef)]
             return bool(classes) and all(itemless_dataset(klass) for klass in classes)
         if isinstance(expr, cst.Name):
-            values = where.values_of(expr.value, function)
+            values = where.values_of(expr.value, location)
             return bool(values) and all(
-                v is not None and self._holds_no_data(v, function, where, depth + 1) for v in values
+                v is not None and self._holds_no_data(v, at, where, depth + 1) for v, at in values
             )
         return False
 
     def leave_Module(self, node: cst.Module) -> None:
         if self._off or not self._candidates or "torch_xla" in self.context.source:
             return
-        for call, arg, function, kwargs in self._candidates:
+        for call, arg, location, kwargs in self._candidates:
             # A module that copies nothing: a loader that a function returns may
             # still be copied by its callers in other modules (the project index).
-            factory = None if self._moves else returned_by(call, function, self.context)
+            factory = None if self._moves else returned_by(call, location, self.context)
             if not self._moves and factory is None:
                 continue
-            where = placement(self.context)  # built once per file, on first need
+            where = placement(self.context)
             known, workers = kwargs or argument(call, "num_workers", 5)
             workers = workers.value if isinstance(workers, cst.Arg) else workers
             if known and (workers is None or literal_number(workers) == 0):
                 continue  # loads in the main process: TL203's finding; pinning buys nothing yet
             dataset = dataset_argument(call)
-            if self._holds_no_data(dataset, function, where):
+            if self._holds_no_data(dataset, location, where):
                 continue
             # A dataset or collate function that visibly puts tensors on a
             # device: `Tensor.pin_memory()` would raise on the first batch.
-            items = where.dataset(dataset, function)
-            collate = keyword(call, "collate_fn")
-            batch = where.collate(collate.value if collate is not None else None, function)
+            items, batch = where.loader(call, location)
             if DEVICE in (items, batch):
                 continue
-            if items != HOST and self._in_memory(dataset, function, where):
+            if items != HOST and self._in_memory(dataset, location, where):
                 # A `TensorDataset` of tensors the program computed where it
                 # chose (`--features-device cuda`): pinning helps only if they
                 # are on the host, and raises if they are not.
@@ -470,7 +469,7 @@ class DataLoaderPinMemory(Rule):
                 ),
             )
 
-    def _in_memory(self, expr, function, where, depth: int = 0) -> bool:
+    def _in_memory(self, expr, location, where, depth: int = 0) -> bool:
         """Whether the dataset is a `TensorDataset` (or a subset of one): tensors
         already in memory, wherever the program put them."""
         if expr is None or depth > 4:
@@ -482,11 +481,11 @@ class DataLoaderPinMemory(Rule):
             if qualified in SUBSETS:
                 first = positional(expr)
                 inner = keyword(expr, "dataset") or (first[0] if first else None)
-                return inner is not None and self._in_memory(inner.value, function, where, depth + 1)
+                return inner is not None and self._in_memory(inner.value, location, where, depth + 1)
             return False
         if isinstance(expr, cst.Name):
-            values = where._lookup(expr.value, function)
-            return bool(values) and all(v is not None and self._in_memory(v, function, where, depth + 1) for v in values)
+            values = where.values_of(expr.value, location)
+            return bool(values) and all(v is not None and self._in_memory(v, at, where, depth + 1) for v, at in values)
         return False
 
     def _is_move(self, node: cst.Call) -> bool:

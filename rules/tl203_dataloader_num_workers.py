@@ -7,7 +7,7 @@ import libcst as cst
 
 from torchlint.model import FixAvailability
 from torchlint.rule import Invalid, Rule, Valid
-from torchlint.rules._helpers import argument, keyword, literal_number, positional
+from torchlint.rules._helpers import argument, literal_number
 from torchlint.rules._loaders import (
     DATALOADERS,
     DEVICE,
@@ -15,14 +15,15 @@ from torchlint.rules._loaders import (
     ITERABLE_DATASETS,
     FILE_DATASETS,
     SUBSETS,
+    attribute_bindings,
     dataset_argument,
     has_transform,
-    is_self,
-    parameter_names,
+    kwargs_keyword,
     subset_source,
     indexes_memory_only,
     placement,
 )
+from torchlint.semantic import Location
 from torchlint.rules._one_batch import loader_fetches_one_batch
 
 # A dataset named like an iterator (`train_iter`, `valid_iterator`): by
@@ -30,15 +31,17 @@ from torchlint.rules._one_batch import loader_fetches_one_batch
 _ITERATOR_NAME = re.compile(r"(^|_)iter(ator)?($|_)", re.IGNORECASE)
 
 _MAX_DEPTH = 6
-_Value = Tuple[cst.BaseExpression, bool, Optional[cst.FunctionDef], Optional[cst.ClassDef]]
 
 
 class DataLoaderNumWorkers(Rule):
     """
     ## What it does
     Reports a `torch.utils.data.DataLoader(...)` whose `num_workers` is absent
-    or the literal `0` (given by keyword or as the 6th positional argument),
-    when its dataset visibly does work for every item:
+    or the literal `0` (given by keyword, as the 6th positional argument, or
+    through a `**kwargs` dict built in the same scope: `kw = dict(batch_size=64)`
+    or `{"batch_size": 64}`, with its `kw.update(...)`/`kw["key"] = ...`
+    read as TL202 and TL204 read them), when its dataset visibly does work
+    for every item:
     - a `torchvision.datasets`/`torchaudio.datasets` dataset (they read and
       decode files), e.g. `ImageFolder(root, transform=tf)`;
     - any dataset built with a per-item `transform=`/`transforms=`/
@@ -118,7 +121,9 @@ class DataLoaderNumWorkers(Rule):
       it saves; a loader that is also iterated, passed on, or read with
       `next(it)` in a loop is still reported;
     - a `num_workers` given as a variable or expression (`num_workers=args.workers`),
-      or a call with `*args`/`**kwargs` that may set it;
+      or a call with `*args`, or a `**kwargs` the rule cannot read (a
+      parameter, a dict from a call, one updated under a condition or passed
+      elsewhere, one holding a `collate_fn`), any of which may set it;
     - test files (`test_*.py`, `*_test.py`, `conftest.py`, `tests/`): tests load
       tiny datasets and keep `num_workers=0` on purpose (fast start-up,
       determinism, no subprocesses in the test runner);
@@ -190,6 +195,14 @@ class DataLoaderNumWorkers(Rule):
         Invalid(
             """
             from torch.utils.data import DataLoader
+            from torchvision.datasets import MNIST
+            loader_args = dict(batch_size=64, shuffle=True)
+            loader = DataLoader(MNIST('data', transform=tf), **loader_args)
+            """,
+        ),
+        Invalid(
+            """
+            from torch.utils.data import DataLoader
             loader = DataLoader(Images(paths, transform=tf), 32, True, None, None, 0)
             """,
         ),
@@ -206,11 +219,9 @@ class DataLoaderNumWorkers(Rule):
         self._active = not context.is_test_file and "DataLoader" in context.source
         if not self._active:
             self.walks = False
-        self._candidates: List[Tuple[cst.Call, Optional[cst.FunctionDef], Optional[cst.ClassDef], bool]] = []
-        # (scope key, name) -> [(value, is one part of an unpacked value, function, class)]
-        self._values: Dict[Tuple[object, str], List[_Value]] = {}
-        # class defined in this module -> "memory" / "iterable" / None, per definition
-        self._classes: Dict[str, List[Optional[str]]] = {}
+        # (call, where it is, how `num_workers` is given: "keyword", "dict" or None)
+        self._candidates: List[Tuple[cst.Call, Location, Optional[str]]] = []
+        self._kinds: Dict[int, Optional[str]] = {}  # id(class) -> "memory" / "iterable" / "work" / None
 
     # -- collecting ------------------------------------------------------------
     def visit_Call(self, node: cst.Call) -> None:
@@ -220,59 +231,18 @@ class DataLoaderNumWorkers(Rule):
         if ctx.qualname(node.func) not in DATALOADERS:
             return
         known, arg = argument(node, "num_workers", 5)
-        if not known:
-            return
-        if arg is not None and literal_number(arg.value) != 0:
+        location = ctx.location()
+        given = "keyword" if arg is not None else None
+        workers = arg.value if arg is not None else None
+        if not known and any(a.star == "**" for a in node.args):
+            # `**kw`: a dict built in this scope says (see `kwargs_dict`)
+            known, workers = kwargs_keyword(node, "num_workers", location, ctx)
+            given = "dict" if workers is not None else None
+        if not known or workers is not None and literal_number(workers) != 0:
             return
         if self._one_batch(node) or loader_fetches_one_batch(node, ctx):
             return
-        self._candidates.append((node, ctx.enclosing_function(), ctx.enclosing_class(), arg is not None))
-
-    def visit_Assign(self, node: cst.Assign) -> None:
-        if self._active:
-            for target in node.targets:
-                self._record(target.target, node.value, isinstance(target.target, (cst.Tuple, cst.List)))
-
-    def visit_AnnAssign(self, node: cst.AnnAssign) -> None:
-        if self._active and node.value is not None:
-            self._record(node.target, node.value, False)
-
-    def visit_ClassDef(self, node: cst.ClassDef) -> None:
-        if not self._active:
-            return
-        kind: Optional[str] = None
-        if any(self.context.qualname(base.value) in ITERABLE_DATASETS for base in node.bases):
-            kind = "iterable"
-        elif isinstance(node.body, cst.IndentedBlock):
-            for stmt in node.body.body:
-                if isinstance(stmt, cst.FunctionDef) and stmt.name.value == "__getitem__":
-                    kind = "memory" if indexes_memory_only(stmt, self.context) else "work"
-        self._classes.setdefault(node.name.value, []).append(kind)
-
-    def _record(self, target: cst.BaseExpression, value: cst.BaseExpression, part: bool) -> None:
-        """Remember what a name or `self.attr` is assigned (`part`: one element
-        of an unpacked value)."""
-        if isinstance(target, (cst.Tuple, cst.List)):
-            for element in target.elements:
-                self._record(element.value, value, True)
-            return
-        if isinstance(target, cst.StarredElement):
-            self._record(target.value, value, True)
-            return
-        ctx = self.context
-        function = ctx.enclosing_function()
-        klass = ctx.enclosing_class()
-        if isinstance(target, cst.Attribute):
-            if klass is None or function is None or not is_self(target.value):
-                return
-            key: Tuple[object, str] = (("self", id(klass)), target.attr.value)
-        elif isinstance(target, cst.Name):
-            if function is None and klass is not None:
-                return  # a class attribute
-            key = (id(function) if function is not None else 0, target.value)
-        else:
-            return
-        self._values.setdefault(key, []).append((value, part, function, klass))
+        self._candidates.append((node, location, given))
 
     def _one_batch(self, node: cst.Call) -> bool:
         """`next(iter(DataLoader(...)))`: one batch, where starting workers costs
@@ -297,46 +267,35 @@ class DataLoaderNumWorkers(Rule):
         if not self._candidates:
             return
         where = placement(self.context)
-        for call, function, klass, explicit in self._candidates:
-            dataset = dataset_argument(call)
-            if not self._works_per_item(dataset, function, klass, 0):
+        for call, location, given in self._candidates:
+            if not self._works_per_item(dataset_argument(call), location, 0):
                 continue
             # Items or batches put on a device (the same question TL202 asks):
             # worker processes cannot make CUDA tensors.
-            collate = keyword(call, "collate_fn")
-            if DEVICE in (
-                where.dataset(dataset, function),
-                where.collate(collate.value if collate is not None else None, function),
-            ):
+            if DEVICE in where.loader(call, location):
                 continue
-            what = "`DataLoader(num_workers=0)`" if explicit else "`DataLoader` without `num_workers`"
+            what = {
+                "keyword": "`DataLoader(num_workers=0)`",
+                "dict": "`DataLoader(**kwargs)` whose dict sets `num_workers=0`",
+                None: "`DataLoader` without `num_workers`",
+            }[given]
             self.report(call, f"{what} loads every batch in the main process, {self._ADVICE}")
 
-    def _bindings(
-        self, expr: cst.BaseExpression, function: Optional[cst.FunctionDef], klass: Optional[cst.ClassDef]
-    ) -> Optional[List[_Value]]:
-        """What a name (or `self.attr`) is assigned in its scope; None for a
-        parameter or a name bound some other way."""
-        if isinstance(expr, cst.Name):
-            name = expr.value
-            if function is not None:
-                if name in parameter_names(function):
-                    return None
-                local = self._values.get((id(function), name))
-                if local is not None:
-                    return local
-            return self._values.get((0, name))
-        if isinstance(expr, cst.Attribute) and klass is not None and is_self(expr.value):
-            return self._values.get((("self", id(klass)), expr.attr.value))
-        return None
+    def _class_kind(self, klass: cst.ClassDef) -> Optional[str]:
+        """"iterable" for a subclass of `IterableDataset`, else "memory" or
+        "work" by what its `__getitem__` does (None without one)."""
+        if id(klass) not in self._kinds:
+            kind: Optional[str] = None
+            if any(self.context.qualname(base.value) in ITERABLE_DATASETS for base in klass.bases):
+                kind = "iterable"
+            elif isinstance(klass.body, cst.IndentedBlock):
+                for stmt in klass.body.body:
+                    if isinstance(stmt, cst.FunctionDef) and stmt.name.value == "__getitem__":
+                        kind = "memory" if indexes_memory_only(stmt, self.context) else "work"
+            self._kinds[id(klass)] = kind
+        return self._kinds[id(klass)]
 
-    def _works_per_item(
-        self,
-        expr: Optional[cst.BaseExpression],
-        function: Optional[cst.FunctionDef],
-        klass: Optional[cst.ClassDef],
-        depth: int,
-    ) -> bool:
+    def _works_per_item(self, expr: Optional[cst.BaseExpression], location: Location, depth: int) -> bool:
         """Whether producing an item of the dataset visibly costs work: reading
         or decoding files, or a per-item transform."""
         if expr is None or depth > _MAX_DEPTH:
@@ -345,35 +304,40 @@ class DataLoaderNumWorkers(Rule):
         if isinstance(expr, cst.Call):
             qualified = ctx.qualname(expr.func)
             if qualified in SUBSETS:
-                return self._works_per_item(subset_source(expr), function, klass, depth + 1)
+                return self._works_per_item(subset_source(expr), location, depth + 1)
             if qualified is not None:
                 if qualified in IN_MEMORY_DATASETS or qualified in ITERABLE_DATASETS:
                     return False
                 if qualified.startswith(FILE_DATASETS):
                     return True
             elif isinstance(expr.func, cst.Name):
-                kinds = self._classes.get(expr.func.value)
-                if kinds and all(kind == "work" for kind in kinds):
-                    return True
-                if kinds and any(kind in ("memory", "iterable") for kind in kinds):
-                    return False
+                klass = placement(ctx).defined(expr.func.value, location, "class")
+                kind = self._class_kind(klass.value) if klass is not None else None
+                if kind is not None:
+                    return kind == "work"
             return has_transform(expr)
         if isinstance(expr, (cst.Name, cst.Attribute)):
             name = expr.value if isinstance(expr, cst.Name) else expr.attr.value
             if _ITERATOR_NAME.search(name):
                 return False
-        values = self._bindings(expr, function, klass)
-        if not values:
+        semantic = ctx.semantic
+        if isinstance(expr, cst.Name):
+            bindings = semantic.bindings(expr.value, location)
+        else:
+            bindings = attribute_bindings(expr, location, semantic)
+        # Every binding must be an assignment of such a dataset (a parameter,
+        # a loop variable or an import may be anything).
+        if not bindings or any(b.kind not in ("value", "part") for b in bindings):
             return False
-        for value, part, where, owner in values:
-            if part:
+        for b in bindings:
+            if b.kind == "part":
                 ok = (
-                    isinstance(value, cst.Call)
-                    and ctx.qualname(value.func) in SUBSETS
-                    and self._works_per_item(subset_source(value), where, owner, depth + 1)
+                    isinstance(b.value, cst.Call)
+                    and ctx.qualname(b.value.func) in SUBSETS
+                    and self._works_per_item(subset_source(b.value), b.location, depth + 1)
                 )
             else:
-                ok = self._works_per_item(value, where, owner, depth + 1)
+                ok = self._works_per_item(b.value, b.location, depth + 1)
             if not ok:
                 return False
         return True

@@ -9,7 +9,7 @@ from torchlint.model import Applicability, Fix, FixAvailability
 from torchlint.rule import Benchmark, Invalid, Rule, Valid
 from torchlint.rules._copies import CopyLoops, pinned_loaders_given
 from torchlint.rules._helpers import has_star, keyword, method_name
-from torchlint.rules._loaders import DEVICE, HOST, UNKNOWN, is_dataloader, pinned_elsewhere, placement
+from torchlint.rules._loaders import DEVICE, HOST, UNKNOWN, PinnedLoaders, is_dataloader, pinned_elsewhere, placement
 
 
 
@@ -305,17 +305,19 @@ class CopyWithoutNonBlocking(CopyLoops, Rule):
     def leave_Module(self, node: cst.Module) -> None:
         if not self._active:
             return
-        self._note_pinned_factories(node)
+        pinned = PinnedLoaders(self.context)
+        self._note_pinned_factories(node, pinned)
         reported = set()
         for loop in self._loops:
-            loaders = self._index.pinned(loop.loader, loop.scope)
-            if not loaders:
+            found = pinned.pinned(loop.loader, loop.location)
+            if not found:
                 continue
-            where = placement(self.context)  # built once per file, on first need
+            where = placement(self.context)
+            loaders = [l for l, _ in found]
             # A loader built in another module (the project index): its dataset
             # and collate function are not seen here.
             elsewhere = [pinned_elsewhere(l, self.context) for l in loaders if not is_dataloader(l, self.context)]
-            kinds = [where.loader(l) if is_dataloader(l, self.context) else (UNKNOWN, UNKNOWN) for l in loaders]
+            kinds = [where.loader(l, at) if is_dataloader(l, self.context) else (UNKNOWN, UNKNOWN) for l, at in found]
             if any(DEVICE in pair for pair in kinds):
                 continue  # pinning a batch of device tensors raises before any copy
             host_batches = all(batch == HOST for _, batch in kinds)
@@ -324,7 +326,7 @@ class CopyWithoutNonBlocking(CopyLoops, Rule):
                 if id(call) in reported:
                     continue
                 reported.add(id(call))
-                safe = safe and self._destination(call, loop.scope, host_batches)
+                safe = safe and self._destination(call, loop.location, host_batches)
                 self._report(call, arg, safe, elsewhere[0] if elsewhere else None)
 
     def _report(self, call: cst.Call, arg: Optional[cst.Arg], safe: bool, built: Optional[str] = None) -> None:

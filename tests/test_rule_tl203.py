@@ -362,3 +362,53 @@ b = DataLoader(train_set, batch_size=8, collate_fn=lambda b: torch.stack(b).to(d
 c = DataLoader(train_set, batch_size=8, collate_fn=stack)
 """
     assert _positions(code) == [(14, 5)]  # c
+
+
+# -- bindings as the semantic model answers them (one answer for TL202-TL204) ----------
+
+
+def test_a_dataset_name_rebound_by_a_function_declaring_it_global_is_unknown():
+    """`reload()` may run before the loader is built: the name is not only
+    the `ImageFolder` assigned at the top level (TL204 answers the same)."""
+    code = HEADER + (
+        "train_set = ImageFolder('data', transform=tf)\n"
+        "def reload(x, y):\n"
+        "    global train_set\n"
+        "    train_set = TensorDataset(x, y)\n"
+        "loader = DataLoader(train_set, batch_size=8)\n"
+    )
+    assert _positions(code) == []
+
+
+def test_a_dataset_name_also_bound_by_a_loop_is_unknown():
+    code = HEADER + (
+        "def main(folders):\n"
+        "    train_set = ImageFolder('data', transform=tf)\n"
+        "    for train_set in folders:\n"
+        "        loader = DataLoader(train_set, batch_size=8)\n"
+    )
+    assert _positions(code) == []
+
+
+def test_a_nested_function_reads_the_enclosing_functions_dataset():
+    """Python resolves `train_set` in `make()` to `main`'s local."""
+    code = HEADER + (
+        "def main():\n"
+        "    train_set = ImageFolder('data', transform=tf)\n"
+        "    def make():\n"
+        "        return DataLoader(train_set, batch_size=8)\n"
+        "    return make()\n"
+    )
+    assert _positions(code) == [(7, 16)]
+
+
+def test_self_attribute_read_in_a_function_nested_in_a_method():
+    code = HEADER + (
+        "class Trainer:\n"
+        "    def __init__(self):\n"
+        "        self.train_set = ImageFolder('data', transform=tf)\n"
+        "    def loaders(self):\n"
+        "        make = lambda: DataLoader(self.train_set, batch_size=8)\n"
+        "        return make()\n"
+    )
+    assert _positions(code) == [(8, 24)]

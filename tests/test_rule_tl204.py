@@ -621,3 +621,25 @@ def test_loader_parameter_of_a_function_named_like_a_module_method():
     # `train` passed around (not only called) keeps the rule silent, as before
     passed = code + "\n\nCALLBACKS = [train]\n"
     assert lint(passed, select=["TL204"]) == []
+
+
+def test_attributes_assigned_by_unpacking_a_factorys_tuple():
+    """`self.train_loader, self.val_loader = make_loaders()`: each attribute
+    is the element of the returned tuple at its position."""
+    code = HEADER + """
+def make_loaders():
+    train = DataLoader(train_set, batch_size=32, num_workers=4, pin_memory=True)
+    val = DataLoader(val_set, batch_size=32, num_workers=4)
+    return train, val
+
+class Trainer:
+    def __init__(self):
+        self.train_loader, self.val_loader = make_loaders()
+
+    def fit(self, model):
+        for x, y in self.train_loader:
+            model(x.to(device))
+        for x, y in self.val_loader:
+            model(x.to(device))
+"""
+    assert _positions(code) == [(15, 19)]

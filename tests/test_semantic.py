@@ -124,6 +124,103 @@ def test_one_statement_line_with_two_statements():
     """) == [["value:m.cpu()"]]
 
 
+def test_a_function_declaring_a_global_rebinds_the_modules_name_everywhere():
+    """Its assignment may run before any use of the module's name: a question
+    asked at the module level (or in another function) counts it."""
+    assert _reaching("""
+        loader = make(pinned=True)
+        def reset():
+            global loader
+            loader = other()
+        def train():
+            probe(loader)
+        probe(loader)
+    """) == [["value:make(pinned=True)", "value:other()"], ["value:make(pinned=True)", "value:other()"]]
+
+
+def test_definitions_are_bindings_whose_value_is_the_statement():
+    assert _reaching("""
+        def f(): pass
+        class C: pass
+        probe(f)
+        probe(C)
+    """) == [["def:def f(): pass\n"], ["class:class C: pass\n"]]
+
+
+def _model(code: str):
+    from torchlint.semantic import Location, SemanticModel
+
+    module = cst.parse_module(textwrap.dedent(code))
+    return module, SemanticModel(module), Location((module,), ())
+
+
+def test_parts_of_a_flat_unpacking_know_their_position():
+    _, model, top = _model("""
+        a, b = make()
+        (c, d), e = make()
+        f, *g = make()
+        for i, x in enumerate(xs): pass
+    """)
+    index = {name: [b.index for b in model.bindings(name, top)] for name in "abcdefgix"}
+    assert index == {"a": [0], "b": [1], "c": [None], "d": [None], "e": [1], "f": [None], "g": [None], "i": [0], "x": [1]}
+
+
+def test_attributes_assigned_by_unpacking_are_parts():
+    module, model, top = _model("""
+        class T:
+            def __init__(self):
+                self.train, self.val = loaders()
+                self.a, *self.rest = items()
+    """)
+    found = model.attribute_bindings(module.body[0], top)
+    assert [(b.kind, b.index) for b in found["train"]] == [("part", 0)]
+    assert [(b.kind, b.index) for b in found["val"]] == [("part", 1)]
+    assert [(b.kind, b.index) for b in found["a"]] == [("unknown", None)]
+
+
+def test_returns_generators_and_returned_locations():
+    module, model, top = _model("""
+        def f(x):
+            if x:
+                return make(x)
+            return
+        def g():
+            yield 1
+            return 2
+    """)
+    f, g = module.body
+    assert [cst.Module([]).code_for_node(v) for v in model.returns(f)] == ["make(x)"]
+    assert not model.is_generator(f) and model.is_generator(g)
+    ((value, at),) = model.returned(f, (module,))
+    assert at.scopes == (module, f) and [b.kind for b in model.bindings("x", at)] == ["param"]
+
+
+def test_definitions_and_occurrences_are_lexical():
+    module, model, _ = _model("""
+        def train(loader): pass
+        class A:
+            def train(self): pass
+        train(make())
+        obj.train()
+    """)
+    assert [type(d.node).__name__ for d in model.definitions("train")] == ["FunctionDef", "FunctionDef"]
+    # the def's name and the call; not the attribute `obj.train`
+    found = model.occurrences("train")
+    assert len(found) == 3 and sum(isinstance(o.parent, cst.Call) for o in found) == 1
+    call = next(o for o in found if isinstance(o.parent, cst.Call))
+    assert call.location.scopes == (module,)
+
+
+def test_a_path_step_names_its_block():
+    module, model, top = _model("""
+        kw = dict(a=1)
+        kw.update(b=2)
+    """)
+    (binding,) = model.bindings("kw", top)
+    block_id, index = binding.location.path[0][:2]
+    assert model.block(block_id) is module and index == 0
+
+
 # -- the shared host/device answer ---------------------------------------------------
 
 

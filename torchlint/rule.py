@@ -135,7 +135,7 @@ class Context:
         model = self.shared.get("semantic")
         if model is None:
             assert self.module is not None
-            model = self.shared["semantic"] = SemanticModel(self.module)
+            model = self.shared["semantic"] = SemanticModel(self.module, self.source)
         return model
 
     def location(self) -> Location:

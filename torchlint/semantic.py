@@ -8,7 +8,8 @@ question has one answer:
   place among the statements of its function), from the walker's stack;
 * ``lookup(name, location)``: the scope that binds ``name`` as Python resolves
   it (local, enclosing functions, module; class bodies are skipped from inside
-  their methods) and its bindings there;
+  their methods) and its bindings there; a module's name is also bound by the
+  assignments of every function that declares it ``global``;
 * ``reaching(name, location)``: the bindings that may give ``name`` its value
   at that location, flow-sensitively where the code allows it: the latest
   assignment that runs on every path to the use (same block or an enclosing
@@ -16,16 +17,24 @@ question has one answer:
   branch, or later in a loop around the use); every binding of the scope when
   no assignment dominates the use;
 * ``attribute_bindings(cls)``: ``self.attr = value`` in the methods of a class;
-* ``returns(function)``: the values a function returns.
+* ``returns(function)``: the values a function returns, ``is_generator(function)``:
+  whether it yields;
+* ``block(block_id)``: the block a step of a path names (to read the statements
+  between a binding and a use);
+* ``definitions(name)`` and ``occurrences(name)``: every ``def``/``class``
+  named ``name`` anywhere in the module, and every place the identifier is
+  written, whatever the scope: lexical questions, for answers that must hold
+  for any function of that name or prove that a name is not used elsewhere.
 
 A binding records its *kind* (``value``: ``name = value`` or ``name: T =
 value`` or ``(name := value)``; ``aug``: ``name op= value``; ``part``: one
-target of ``a, b = value``; ``iter``/``iter_part``: ``for name in value``;
+target of ``a, b = value``, with its ``index`` in a flat target without a
+starred element; ``iter``/``iter_part``: ``for name in value``;
 ``with``: ``with value as name``; ``param``: a parameter, with its annotation
-as value; ``unknown``: anything else: imports, ``def``, ``class``,
-``global``, starred targets, ``except ... as``), the value expression, and
-its own location, so a question about a name in that value is asked where
-the value is computed.
+as value; ``def``/``class``: a definition, the statement being the value;
+``unknown``: anything else: imports, ``global``, starred targets,
+``except ... as``), the value expression, and its own location, so a
+question about a name in that value is asked where the value is computed.
 
 The tables of a scope are built the first time a question concerns it, by a
 walk of that scope alone (nested functions and classes are separate scopes),
@@ -71,6 +80,7 @@ class Binding(NamedTuple):
     kind: str
     value: Optional[cst.CSTNode]
     location: Location
+    index: Optional[int] = None  # ``part``/``iter_part``: which element of the unpacked value
 
 
 class _ScopeTable(NamedTuple):
@@ -119,17 +129,24 @@ def _in_own_body(node: cst.CSTNode, child: cst.CSTNode) -> bool:
 
 
 class SemanticModel:
-    def __init__(self, module: cst.Module) -> None:
+    def __init__(self, module: cst.Module, source: Optional[str] = None) -> None:
         self.module = module
+        # Functions that rebind a module's name (`global`) are found by the
+        # lexical walk, done only for a module whose text says `global`.
+        self._declares_global = source is None or "global" in source
+        self._rebound: Dict[str, List[Binding]] = {}
         self._tables: Dict[int, _ScopeTable] = {}
         self._attributes: Dict[int, Dict[str, List[Binding]]] = {}
+        self._functions: Dict[int, Tuple[List[Tuple[cst.BaseExpression, Path]], bool]] = {}
+        self._blocks: Dict[int, cst.CSTNode] = {}  # every block the walks of scopes passed
+        self._lexical: Optional[Tuple[Dict[str, List["Occurrence"]], Dict[str, List["Occurrence"]]]] = None
 
     # -- tables ------------------------------------------------------------------
     def table(self, scopes: Tuple[cst.CSTNode, ...]) -> _ScopeTable:
         scope = scopes[-1]
         table = self._tables.get(id(scope))
         if table is None:
-            table = self._tables[id(scope)] = _collect(scopes)
+            table = self._tables[id(scope)] = _collect(scopes, self._blocks)
         return table
 
     def lookup(self, name: str, location: Location) -> Tuple[Optional[Tuple[cst.CSTNode, ...]], List[Binding]]:
@@ -145,34 +162,51 @@ class SemanticModel:
                 continue  # class bodies are not visible from their methods
             table = self.table(chain)
             if name in table.declared_global:
-                # The module's bindings and this scope's assignments to the global
-                # (those of other functions declaring it global are not collected).
                 module_chain = scopes[:1]
-                return module_chain, [*self.table(module_chain).names.get(name, []), *table.names.get(name, [])]
+                return module_chain, [*self.table(module_chain).names.get(name, []), *self.rebound_globally(name)]
             if name in table.declared_nonlocal:
                 innermost = False
                 continue
             found = table.names.get(name)
+            if depth == 1:
+                found = [*(found or ()), *self.rebound_globally(name)]
             if found:
                 return chain, found
             innermost = False
         return None, []
+
+    def rebound_globally(self, name: str) -> List[Binding]:
+        """The assignments to ``name`` in the functions that declare it
+        ``global``: they rebind the module's name whenever they run, so a
+        question about the module's name must count them."""
+        found = self._rebound.get(name)
+        if found is None:
+            found = self._rebound[name] = []
+            if self._declares_global:
+                for occurrence in self.occurrences(name):
+                    chain = occurrence._chain
+                    if isinstance(occurrence.parent, cst.NameItem) and isinstance(chain[1][0], cst.Global):
+                        found.extend(self.table(occurrence.location.scopes).names.get(name, ()))
+        return found
 
     def bindings(self, name: str, location: Location) -> List[Binding]:
         return self.lookup(name, location)[1]
 
     def reaching(self, name: str, location: Location) -> List[Binding]:
         """The bindings that may give ``name`` its value at ``location``."""
-        chain, found = self.lookup(name, location)
-        if not found or chain is None or chain[-1] is not location.scope:
-            return found  # a closure's or the module's variable: any binding may reach
+        chain, everywhere = self.lookup(name, location)
+        if not everywhere or chain is None or chain[-1] is not location.scope:
+            return everywhere  # a closure's or the module's variable: any binding may reach
+        # A function's assignment to the global may run at any time.
+        found = [b for b in everywhere if b.location.scope is location.scope]
+        elsewhere = [b for b in everywhere if b.location.scope is not location.scope]
         use = location.path
         latest: Optional[Binding] = None
         for b in found:
             if _dominates(b, use) and (latest is None or _order(b.location.path) > _order(latest.location.path)):
                 latest = b
         if latest is None:
-            return found
+            return everywhere
         start, end = _order(latest.location.path), _order(use)
         kills = {step[0] for step in latest.location.path}
         loops = [step[0] for step in use if step[3] and step[0] not in kills]
@@ -185,7 +219,7 @@ class SemanticModel:
                 reaching.append(b)  # between the dominating binding and the use
             elif at >= end and any(step[0] in loops for step in b.location.path):
                 reaching.append(b)  # later in a loop around the use: the next iteration sees it
-        return reaching
+        return reaching + elsewhere
 
     def attribute_bindings(self, cls: cst.ClassDef, location: Location) -> Dict[str, List[Binding]]:
         """``attr -> bindings`` for ``self.attr = value`` (and ``+=``, annotated)
@@ -204,31 +238,129 @@ class SemanticModel:
                 continue
             me = params[0].name.value
             scopes = (*location.scopes, cls, statement)
-            for node, path in _scope_walk(statement):
-                targets: List[Tuple[cst.BaseExpression, str, Optional[cst.CSTNode]]] = []
+            for node, path in _scope_walk(statement, self._blocks):
+                targets: List[Tuple[cst.BaseExpression, str, Optional[cst.CSTNode], Optional[int]]] = []
                 if isinstance(node, cst.Assign):
                     for target in node.targets:
                         t = target.target
                         if isinstance(t, (cst.Tuple, cst.List)):
-                            targets.extend((e.value, "unknown", None) for e in t.elements)
+                            # `self.a, self.b = value`: parts of the value, by
+                            # position when no element is starred
+                            flat = not any(isinstance(e, cst.StarredElement) for e in t.elements)
+                            for i, e in enumerate(t.elements):
+                                part = flat and not isinstance(e.value, (cst.Tuple, cst.List))
+                                targets.append((e.value, "part", node.value, i) if part else (e.value, "unknown", None, None))
                         else:
-                            targets.append((t, "value", node.value))
+                            targets.append((t, "value", node.value, None))
                 elif isinstance(node, cst.AugAssign):
-                    targets.append((node.target, "aug", node.value))
+                    targets.append((node.target, "aug", node.value, None))
                 elif isinstance(node, cst.AnnAssign) and node.value is not None:
-                    targets.append((node.target, "value", node.value))
-                for target, kind, value in targets:
+                    targets.append((node.target, "value", node.value, None))
+                for target, kind, value, index in targets:
                     if (
                         isinstance(target, cst.Attribute)
                         and isinstance(target.value, cst.Name)
                         and target.value.value == me
                     ):
                         attr = target.attr.value
-                        found.setdefault(attr, []).append(Binding(attr, kind, value, Location(scopes, path)))
+                        found.setdefault(attr, []).append(Binding(attr, kind, value, Location(scopes, path), index))
         return found
 
     def returns(self, function: cst.FunctionDef) -> List[cst.BaseExpression]:
-        return [node.value for node, _ in _scope_walk(function) if isinstance(node, cst.Return) and node.value is not None]
+        """The values of the function's own ``return value`` statements (not
+        those of nested functions; a bare ``return`` gives none)."""
+        return [value for value, _ in self._function(function)[0]]
+
+    def is_generator(self, function: cst.FunctionDef) -> bool:
+        """Whether the function's own code yields (its returns then end the
+        iteration, they are not what a call gives)."""
+        return self._function(function)[1]
+
+    def returned(self, function: cst.FunctionDef, scopes: Tuple[cst.CSTNode, ...]) -> List[Tuple[cst.BaseExpression, Location]]:
+        """:meth:`returns`, each value with its location (``scopes``: those
+        around the ``def``, as its binding's location has them)."""
+        inner = (*scopes, function)
+        return [(value, Location(inner, path)) for value, path in self._function(function)[0]]
+
+    def _function(self, function: cst.FunctionDef) -> Tuple[List[Tuple[cst.BaseExpression, Path]], bool]:
+        found = self._functions.get(id(function))
+        if found is None:
+            values: List[Tuple[cst.BaseExpression, Path]] = []
+            yields = False
+            for node, path in _scope_walk(function, self._blocks):
+                if type(node) is cst.Return and node.value is not None:
+                    values.append((node.value, path))
+                elif type(node) is cst.Yield:
+                    yields = True
+            found = self._functions[id(function)] = (values, yields)
+        return found
+
+    def block(self, block_id: int) -> Optional[cst.CSTNode]:
+        """The block (module, indented block or line of small statements)
+        that a step of a path names, once a question has been asked about the
+        scope that holds it (a binding's path, or the use's scope)."""
+        return self._blocks.get(block_id)
+
+    def definitions(self, name: str) -> List["Occurrence"]:
+        """Every ``def name``/``class name`` statement of the module, in any
+        scope (``Occurrence.node`` is the statement)."""
+        return self._lexical_index()[1].get(name, [])
+
+    def occurrences(self, name: str) -> List["Occurrence"]:
+        """Every ``Name`` node spelled ``name`` in the module, in any scope:
+        uses, bindings, parameters, keyword names of calls, parts of imports;
+        not the attribute of ``x.name``.  Its length proves that a name is
+        used nowhere else than where a question expects it."""
+        return self._lexical_index()[0].get(name, [])
+
+    def _lexical_index(self) -> Tuple[Dict[str, List["Occurrence"]], Dict[str, List["Occurrence"]]]:
+        """One walk of the whole module, the first time a lexical question is
+        asked (iterative: a long ``a + b + ...`` chain nests deeper than
+        Python's recursion limit)."""
+        if self._lexical is None:
+            names: Dict[str, List[Occurrence]] = {}
+            definitions: Dict[str, List[Occurrence]] = {}
+            todo: List[Tuple[cst.CSTNode, Optional[tuple]]] = [(self.module, None)]
+            while todo:
+                node, chain = todo.pop()
+                kind = type(node)
+                if kind is cst.Name:
+                    names.setdefault(node.value, []).append(Occurrence(node, chain))
+                    continue
+                if kind is cst.FunctionDef or kind is cst.ClassDef:
+                    definitions.setdefault(node.name.value, []).append(Occurrence(node, chain))
+                inner = (node, chain)
+                attr = node.attr if kind is cst.Attribute else None
+                for child in reversed(iter_children(node)):
+                    if child is not attr:
+                        todo.append((child, inner))
+            self._lexical = (names, definitions)
+        return self._lexical
+
+
+class Occurrence:
+    """A node found by a lexical question, with its ancestors kept as a linked
+    chain so that its location is computed only when it is asked for."""
+
+    __slots__ = ("node", "_chain")
+
+    def __init__(self, node: cst.CSTNode, chain: Optional[tuple]) -> None:
+        self.node = node
+        self._chain = chain
+
+    @property
+    def parent(self) -> Optional[cst.CSTNode]:
+        return self._chain[0] if self._chain is not None else None
+
+    @property
+    def location(self) -> Location:
+        stack: List[cst.CSTNode] = [self.node]
+        chain = self._chain
+        while chain is not None:
+            stack.append(chain[0])
+            chain = chain[1]
+        stack.reverse()
+        return location_of(stack)
 
 
 def _order(path: Path) -> Tuple[int, ...]:
@@ -251,10 +383,11 @@ def _dominates(b: Binding, use: Path) -> bool:
     return all(step[2] for step in path[k + 1:])
 
 
-def _scope_walk(scope: cst.CSTNode) -> Iterator[Tuple[cst.CSTNode, Path]]:
+def _scope_walk(scope: cst.CSTNode, blocks: Dict[int, cst.CSTNode]) -> Iterator[Tuple[cst.CSTNode, Path]]:
     """Pre-order walk of a scope's own code with each node's statement path;
     nested scopes are yielded (so their names are bound) but not entered,
-    except a comprehension's first iterable, which runs in the enclosing scope."""
+    except a comprehension's first iterable, which runs in the enclosing scope.
+    The blocks it passes are noted in ``blocks`` by id."""
     if type(scope) is cst.Module:
         roots: List[Tuple[cst.CSTNode, Path]] = [(scope, ())]
     elif type(scope) in (cst.FunctionDef, cst.ClassDef):
@@ -276,6 +409,7 @@ def _scope_walk(scope: cst.CSTNode) -> Iterator[Tuple[cst.CSTNode, Path]]:
             continue
         children = iter_children(node)
         if kind in _BLOCKS:
+            blocks[id(node)] = node
             body = _body(node)
             ids = {id(item): i for i, item in enumerate(body)}
             line = kind is cst.SimpleStatementLine
@@ -290,22 +424,27 @@ def _scope_walk(scope: cst.CSTNode) -> Iterator[Tuple[cst.CSTNode, Path]]:
                 todo.append((child, path))
 
 
-def _collect(scopes: Tuple[cst.CSTNode, ...]) -> _ScopeTable:
+def _collect(scopes: Tuple[cst.CSTNode, ...], blocks: Dict[int, cst.CSTNode]) -> _ScopeTable:
     scope = scopes[-1]
     names: Dict[str, List[Binding]] = {}
     declared_global: set = set()
     declared_nonlocal: set = set()
     with_names: set = set()
 
-    def add(name: str, kind: str, value, path: Path) -> None:
-        names.setdefault(name, []).append(Binding(name, kind, value, Location(scopes, path)))
+    def add(name: str, kind: str, value, path: Path, index: Optional[int] = None) -> None:
+        names.setdefault(name, []).append(Binding(name, kind, value, Location(scopes, path), index))
 
-    def add_target(target: cst.BaseExpression, kind: str, value, path: Path, part_kind: str = "unknown") -> None:
+    def add_target(
+        target: cst.BaseExpression, kind: str, value, path: Path, part_kind: str = "unknown", index: Optional[int] = None
+    ) -> None:
         if isinstance(target, cst.Name):
-            add(target.value, kind, value, path)
+            add(target.value, kind, value, path, index)
         elif isinstance(target, (cst.Tuple, cst.List)):
-            for element in target.elements:
-                add_target(element.value, part_kind, value, path, part_kind)
+            # An element's position is known in a flat target without a
+            # starred element (`a, b = f()`), not deeper (`(a, b), c = ...`).
+            flat = kind != part_kind and not any(isinstance(e, cst.StarredElement) for e in target.elements)
+            for i, element in enumerate(target.elements):
+                add_target(element.value, part_kind, value, path, part_kind, i if flat else None)
         elif isinstance(target, cst.StarredElement):
             add_target(target.value, "unknown", None, path)
 
@@ -318,7 +457,7 @@ def _collect(scopes: Tuple[cst.CSTNode, ...]) -> _ScopeTable:
         for star in (params.star_arg, params.star_kwarg):
             if isinstance(star, cst.Param):
                 add(star.name.value, "unknown", None, start)
-    for node, path in _scope_walk(scope):
+    for node, path in _scope_walk(scope, blocks):
         t = type(node)
         if node is scope:
             continue
@@ -332,8 +471,10 @@ def _collect(scopes: Tuple[cst.CSTNode, ...]) -> _ScopeTable:
             add_target(node.target, "aug", node.value, path)
         elif t is cst.For or t is cst.CompFor:
             add_target(node.target, "iter", node.iter, path, "iter_part")
-        elif t is cst.FunctionDef or t is cst.ClassDef:
-            add(node.name.value, "unknown", None, path)
+        elif t is cst.FunctionDef:
+            add(node.name.value, "def", node, path)
+        elif t is cst.ClassDef:
+            add(node.name.value, "class", node, path)
         elif t is cst.Global:
             declared_global.update(item.name.value for item in node.names)
         elif t is cst.Nonlocal:
