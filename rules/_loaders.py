@@ -156,7 +156,8 @@ def indexes_memory_only(getitem: cst.FunctionDef, ctx: Context) -> bool:
     `item = {}; item["prompt"] = self.prompt; return item`): assignments (to
     names, or to items of a local built in the function) and a final `return`
     of names, attributes, subscripts, arithmetic and conversions such as
-    `torch.tensor(...)` or `.float()`."""
+    `torch.tensor(...)` or `.float()`; or a placeholder still to fill in
+    (only `pass` or `...`), which loads nothing."""
     body = getitem.body
     if not isinstance(body, cst.IndentedBlock) or not body.body:
         return False
@@ -165,6 +166,9 @@ def indexes_memory_only(getitem: cst.FunctionDef, ctx: Context) -> bool:
         statements = statements[1:]
     if not statements:
         return False
+    if all(isinstance(stmt, cst.SimpleStatementLine) and all(_placeholder(small) for small in stmt.body)
+           for stmt in statements):
+        return True  # a template still to fill in (`pass`, `...`): it loads nothing
     local: set = set()  # names assigned so far: `item = {}` then `item["k"] = ...`
     for i, stmt in enumerate(statements):
         if not isinstance(stmt, cst.SimpleStatementLine):
@@ -185,6 +189,10 @@ def indexes_memory_only(getitem: cst.FunctionDef, ctx: Context) -> bool:
             else:
                 return False
     return True
+
+
+def _placeholder(small: cst.BaseSmallStatement) -> bool:
+    return isinstance(small, cst.Pass) or (isinstance(small, cst.Expr) and isinstance(small.value, cst.Ellipsis))
 
 
 def _item_of_local(target: cst.BaseExpression, local: set, ctx: Context) -> bool:

@@ -96,8 +96,8 @@ class DataLoaderNumWorkers(Rule):
       class of this file whose `__getitem__` only indexes what it holds
       (`return self.x[i], self.y[i]`, with at most conversions such as
       `torch.tensor(...)` or `.float()`, possibly gathered in a local dict:
-      `item = {}; item["prompt"] = self.prompt; return item`); workers only
-      add inter-process copies;
+      `item = {}; item["prompt"] = self.prompt; return item`), or is still a
+      template to fill in (`pass`); workers only add inter-process copies;
     - a dataset the rule cannot see: a function parameter, a class imported
       from another module without a `transform=`, anything computed (this is
       the rule's main trade-off: it reports only what it can show is slow);

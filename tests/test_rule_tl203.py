@@ -412,3 +412,29 @@ def test_self_attribute_read_in_a_function_nested_in_a_method():
         "        return make()\n"
     )
     assert _positions(code) == [(8, 24)]
+
+
+def test_a_dataset_template_still_to_fill_in_loads_nothing():
+    from tests.helpers import lint
+
+    code = """
+import torch
+
+
+class CustomDataset(torch.utils.data.Dataset):
+    def __init__(self):
+        pass
+
+    def __getitem__(self, index):
+        # TODO: read one item from file and preprocess it
+        pass
+
+    def __len__(self):
+        return 0
+
+
+loader = torch.utils.data.DataLoader(dataset=CustomDataset(), batch_size=64, shuffle=True)
+"""
+    assert [d.code for d in lint(code, select=["TL203"], path="train.py")] == []
+    filled = code.replace("        pass\n\n    def __len__", "        return load_image(self.paths[index])\n\n    def __len__")
+    assert [d.code for d in lint(filled, select=["TL203"], path="train.py")] == ["TL203"]

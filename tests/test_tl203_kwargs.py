@@ -103,3 +103,4 @@ def test_a_module_level_dict():
         loader = DataLoader(ImageFolder("data", transform=tf), **loader_args)
     """)
     assert [d.line for d in lint(code, select=["TL203"], path="train.py")] == [5]
+
