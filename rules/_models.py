@@ -143,16 +143,18 @@ _DUMMY_FACTORIES = RANDOM_FACTORIES | {"zeros", "ones", "empty", "full", "zeros_
 
 def runs_on_dummy_inputs(call: cst.Call, ctx: Context) -> bool:
     """Whether every positional argument of ``call`` is a tensor made up on the
-    spot: a factory call (``torch.randn(...)``, ``torch.zeros(...)``) or a name
-    bound only to one (at the node being visited)."""
+    spot: a factory call (``torch.randn(...)``, ``torch.zeros(...)``) or a
+    local name of the function bound only to one (not a module-level input
+    that every call of the function reuses)."""
     args = positional(call)
     if not args:
         return False
+    location = ctx.location()
     for arg in args:
         values = [arg.value]
         if isinstance(arg.value, cst.Name):
-            bindings = ctx.semantic.bindings(arg.value.value, ctx.location())
-            if not bindings or any(b.kind != "value" for b in bindings):
+            bindings = ctx.semantic.bindings(arg.value.value, location)
+            if not bindings or any(b.kind != "value" or b.location.scope is not location.scope for b in bindings):
                 return False
             values = [b.value for b in bindings]
         for value in values:

@@ -379,3 +379,17 @@ def test_reads_in_an_all_gather_of_pickled_objects_are_the_protocol():
     assert found(ALL_GATHER, "TL101") == []
     plain = ALL_GATHER.replace("    buffer = pickle.dumps(data)\n", "    buffer = bytes(data)\n")
     assert found(plain, "TL101") == [("TL101", 13)]
+
+
+def test_a_module_level_input_reused_by_every_call_is_not_a_probe():
+    code = """
+    import torch
+
+    inputs = torch.randn(32, 512)
+
+
+    def run(model):
+        model.eval()
+        return model(inputs).softmax(dim=1)
+    """
+    assert found(code, "TL302") == [("TL302", 7)]
