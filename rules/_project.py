@@ -25,6 +25,7 @@ model (``rules/_frequency.py``), so a call in a training loop, in a
 
 from __future__ import annotations
 
+from functools import cached_property
 from typing import Dict, List, Optional, Sequence, Tuple
 
 import libcst as cst
@@ -58,7 +59,7 @@ class _Imports:
     def __init__(self, module: cst.Module, path: str) -> None:
         self.package = module_parts(path)[:-1]
         self.names: Dict[str, str] = {}
-        for node in walk_nodes(module):
+        for node in _statements(module):
             if isinstance(node, cst.Import):
                 for alias in node.names:
                     full = _dotted(alias.name)
@@ -95,6 +96,31 @@ class _Imports:
         return ".".join([self.names[expr.value], *reversed(parts)])
 
 
+# Node types a statement never sits below: imports are statements, and no
+# expression holds one (nor does a small statement hold another).
+_NO_STATEMENT_BELOW: Dict[type, bool] = {}
+
+
+def _statements(module: cst.Module):
+    """The module's nodes that are or hold statements (every import, at any
+    depth), in ``walk_nodes``' order, without descending into expressions: the
+    import table needs only these, and the expressions are most of a tree."""
+    todo: List[cst.CSTNode] = [module]
+    pop, extend = todo.pop, todo.extend
+    leaf = _NO_STATEMENT_BELOW
+    while todo:
+        node = pop()
+        yield node
+        kind = type(node)
+        stop = leaf.get(kind)
+        if stop is None:
+            stop = leaf[kind] = issubclass(kind, (cst.BaseExpression, cst.BaseSmallStatement))
+        if not stop:
+            children = iter_children(node)
+            children.reverse()
+            extend(children)
+
+
 def _dotted(expr) -> Optional[str]:
     parts: List[str] = []
     while isinstance(expr, cst.Attribute):
@@ -113,20 +139,39 @@ def _splits(dotted: str, target: Sequence[str], qualname: str) -> bool:
 
 
 class Finder:
-    """One file's answers (parsed once, asked about several functions)."""
+    """One file's answers (parsed once, asked about several functions).
+
+    Most files the textual test lets through call no function asked about
+    (a method name such as ``update`` is common), so the frequency and
+    semantic models are built only for a question that some call of the
+    module may answer (``sites``)."""
 
     def __init__(self, path: str, module: cst.Module, external: Optional[Dict[str, Tuple[int, str]]] = None,
                  text: str = "") -> None:
         self.path = path
         self.text = text
         self.module = module
+        self.external = external
         self.imports = _Imports(module, path)
-        self.frequency = FrequencyModel(module, external)
-        self.semantic = SemanticModel(module)
         self.parents: Dict[int, cst.CSTNode] = {}
+
+    @cached_property
+    def frequency(self) -> FrequencyModel:
+        return FrequencyModel(self.module, self.external)
+
+    @cached_property
+    def semantic(self) -> SemanticModel:
+        return SemanticModel(self.module)
 
     def sites(self, target: Sequence[str], qualname: str, note: Optional[str] = None) -> List[Site]:
         cls_name, _, method = qualname.rpartition(".")
+        # A call site reaches the function only through a callee written with
+        # its name (``f(...)``, ``mod.f(...)``, ``obj.method(...)``); the
+        # frequency model's sites are some of the module's calls, so when none
+        # of the calls so named reaches it, no site does.
+        if not any(self._reaches(call, target, qualname, cls_name, method, None)
+                   for call in self._calls_named(method)):
+            return []
         found: List[Site] = []
         for site in self.frequency.sites:
             call = site.call
@@ -265,9 +310,16 @@ class Finder:
     def _stack_of(self, node: cst.CSTNode) -> Optional[List[cst.CSTNode]]:
         """The ancestors of ``node`` (module first), for the semantic model."""
         if not self.parents:
-            for parent in walk_nodes(self.module):
-                for child in iter_children(parent):
-                    self.parents[id(child)] = parent
+            # ``walk_nodes``' order, each node's children listed once.
+            parents = self.parents
+            todo: List[cst.CSTNode] = [self.module]
+            while todo:
+                parent = todo.pop()
+                children = iter_children(parent)
+                for child in children:
+                    parents[id(child)] = parent
+                children.reverse()
+                todo.extend(children)
         chain = [node]
         while chain[-1] is not self.module:
             parent = self.parents.get(id(chain[-1]))
