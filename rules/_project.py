@@ -36,6 +36,7 @@ from torchlint.rules._copies import batches_copied
 from torchlint.rules._project_text import (  # noqa: F401 - DDP, HOST_ARGS: for caller_trait's users
     COPIED,
     DDP,
+    CallsSummary,
     HOST_ARGS,
     PINNED,
     PINNED_CALL,
@@ -404,6 +405,37 @@ def caller_trait(ctx, qualname: str, trait: str) -> Optional[str]:
     project index found it for this file; None when it found none."""
     fact = ctx.project.get("frequency", {}).get(trait_key(qualname, trait))
     return fact[1] if fact else None
+
+
+class CallCollector:
+    """Collects a file's calls during the first pass's walk (the engine adds it
+    to the rules it walks with), for ``calls_summary``."""
+
+    walks = True
+
+    def __init__(self) -> None:
+        self.calls: List[cst.Call] = []
+
+    def visit_Call(self, node: cst.Call) -> None:
+        self.calls.append(node)
+
+    def summary(self, module: cst.Module, path: str) -> CallsSummary:
+        """What the file's calls can reach, as the index asks it
+        (``_project_text.could_reach``): the dotted names that callees
+        resolve to through the file's imports (a function reached, or the
+        class of an instance whose method is called: ``Finder._classes_of``
+        finds classes only as such callees), and the method names called."""
+        imports = _Imports(module, path)
+        resolved = set()
+        methods = set()
+        for call in self.calls:
+            func = call.func
+            if type(func) is cst.Attribute:
+                methods.add(func.attr.value)
+            dotted = imports.resolve(func)
+            if dotted is not None:
+                resolved.add(dotted)
+        return frozenset(resolved), frozenset(methods)
 
 
 def finder(text: str, path: str, external: Optional[Dict[str, Tuple[int, str]]] = None) -> Optional[Finder]:

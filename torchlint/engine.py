@@ -19,7 +19,7 @@ from torchlint.config import Settings
 from torchlint.model import Applicability, Diagnostic, Finding, FixInfo
 from torchlint.noqa import NoqaWarning, Suppressions, parse_suppressions
 from torchlint.positions import Span, node_positions
-from torchlint.registry import all_rules
+from torchlint.registry import all_rules, project_hooks
 from torchlint.rule import Context
 from torchlint.screen import (  # noqa: F401 - re-exported for library callers
     DEEP_BRACKETS,
@@ -49,6 +49,10 @@ class LintResult:
     """Suppression comments that do not do what they seem to (see torchlint.noqa)."""
     pending: List[str] = field(default_factory=list)
     """Functions whose frequency the module alone does not show (``Context.pending``)."""
+    calls: Any = None
+    """The module's calls, collected during the walk (the rules' ``CallCollector``): what
+    they can reach tells the project index, without a second parse, that this file
+    calls no function asked about (``PythonInput.analyse`` makes the summary)."""
 
 
 def lint_text(text: str, path: str, settings: Settings, codes: Sequence[str],
@@ -102,13 +106,14 @@ def _lint_suppressed(
     if project:
         context.project = project
     rules = [registry[code](context) for code in codes]
+    calls = project_hooks().CallCollector()
     try:
-        Walker(context, rules).run(module)
+        Walker(context, [*rules, calls]).run(module)
     except RecursionError:
         return LintResult([internal_error(path, "the file is too deeply nested to analyse")])
     pending = sorted(context.pending)
     if not context.findings and (UNUSED_NOQA not in codes or not suppressions.directives):
-        return LintResult([], module, pending=pending)
+        return LintResult([], module, pending=pending, calls=calls)
 
     positions = node_positions(module)
     kept: List[Finding] = []
@@ -150,7 +155,7 @@ def _lint_suppressed(
             kept.append(finding)
             diagnostics.append(finding.diagnostic)
     diagnostics.sort(key=Diagnostic.sort_key)
-    return LintResult(diagnostics, module, kept, positions, pending=pending)
+    return LintResult(diagnostics, module, kept, positions, pending=pending, calls=calls)
 
 
 # -- TL001: `# noqa` codes that suppress nothing -----------------------------------

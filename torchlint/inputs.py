@@ -22,7 +22,7 @@ import sys
 from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Dict, List, Optional, Sequence
+from typing import Any, Dict, List, Optional, Sequence
 
 from torchlint.model import Diagnostic
 from torchlint.source import Source, decode, encode, is_notebook, read_source, write_atomic
@@ -36,6 +36,7 @@ class Analysis:
     sources: Dict[str, str]  # the texts excerpts are taken from (the text, or a notebook's cells)
     warnings: List[str] = field(default_factory=list)  # about suppression comments, located
     pending: List[str] = field(default_factory=list)  # functions the project index may answer for
+    calls: Any = None  # what the file's calls can reach, for the project index (None: not known)
 
 
 @dataclass
@@ -122,7 +123,8 @@ class PythonInput(Input):
         result = (lint_text(text, self.display, settings, codes, project) if project
                   else lint_text(text, self.display, settings, codes))
         warnings = [warning_text(self.display, w.line, w.message) for w in result.warnings]
-        return Analysis(result.diagnostics, {self.display: text}, warnings, result.pending)
+        calls = result.calls.summary(result.module, self.display) if result.calls is not None else None
+        return Analysis(result.diagnostics, {self.display: text}, warnings, result.pending, calls)
 
     def fix(self, text, settings, codes, unsafe, project=None, diff=False) -> Fixed:
         from torchlint.engine import fix_text

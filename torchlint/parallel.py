@@ -111,6 +111,10 @@ class FileResult:
     fix_total: Optional[int] = None
     # Functions whose frequency the file alone does not show (torchlint/project.py).
     pending: List[str] = field(default_factory=list)
+    # What the file's calls can reach, from its analysis (None: not known, e.g. a
+    # cache hit): the project index then need not parse it again to learn that
+    # it calls no function asked about (``project.derive``'s ``calls``).
+    calls: object = None
     path: Optional[str] = None  # the file on disk (None: standard input)
     # A fix run: what fixing the file gave (None: nothing to fix; the check's
     # findings are what remains).
@@ -140,15 +144,17 @@ def analyse_text(text: str, display: str, settings, codes: Sequence[str], digest
     source = input_for(display, None)
     pending: List[str] = []
     warnings: List[str] = []
+    calls = None
     try:
         analysis = source.analyse(text, settings, codes, project)
-        found, sources, warnings, pending = (analysis.diagnostics, analysis.sources, analysis.warnings,
-                                             analysis.pending)
+        found, sources, warnings, pending, calls = (analysis.diagnostics, analysis.sources, analysis.warnings,
+                                                    analysis.pending, analysis.calls)
     except Exception as exc:  # noqa: BLE001 - one bad file must not stop the run
         found = [crashed(display, exc)]
         sources = {display: text}
     return FileResult(display, found, sources if found else None, digest, warnings,
-                      fix_total=fix_total(text, display, settings, codes, found, project), pending=pending)
+                      fix_total=fix_total(text, display, settings, codes, found, project), pending=pending,
+                      calls=calls)
 
 
 def needs_fix(diagnostics: Sequence[Diagnostic], unsafe: bool) -> bool:
@@ -714,7 +720,7 @@ def _project_index(
         from torchlint.threads import on_large_stack
 
         facts = on_large_stack(project.derive, noted, [r.display for r in files], read,
-                               _pool_asker(workers, by_display))
+                               _pool_asker(workers, by_display), {r.display: r.calls for r in files})
         if store is not None:
             store.put_index(key, facts)
     if facts_out is not None:

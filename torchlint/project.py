@@ -90,9 +90,14 @@ def derive(
     files: Sequence[str],
     read: Callable[[str], Optional[str]],
     ask: Optional[Callable[[List[Query]], Dict[str, Answers]]] = None,
+    calls: Optional[Dict[str, object]] = None,
 ) -> Dict[str, Facts]:
     """Facts for the files in ``pending`` (path -> noted functions), from the
     other ``files`` of the run (paths), read with ``read`` (None: unreadable).
+    ``calls``: what each file's calls can reach, from the run's first parse of
+    it (``hooks.could_reach``; a file not in it is asked, as before): a file
+    that passes the textual test but cannot call the function is not parsed
+    again.
 
     Each round gathers every question first and asks them together: ``ask``
     (the run's worker pool, or the editor's cache) answers them caller file by
@@ -121,7 +126,8 @@ def derive(
             if other == path:
                 continue
             text = text_of(other)
-            if text is not None and hooks.might_call(text, path, qualname):
+            if (text is not None and hooks.might_call(text, path, qualname)
+                    and hooks.could_reach(calls.get(other) if calls else None, path, qualname)):
                 found.append(other)
         return found
 
