@@ -57,10 +57,12 @@ class _Imports:
     """Local names bound by imports -> the dotted name they stand for,
     relative imports resolved against the file's own package."""
 
-    def __init__(self, module: cst.Module, path: str) -> None:
+    def __init__(self, module: cst.Module, path: str, imports: Optional[Sequence[cst.CSTNode]] = None) -> None:
+        """``imports``: the module's import statements in the order of a walk,
+        when a walk has collected them already (else found here)."""
         self.package = module_parts(path)[:-1]
         self.names: Dict[str, str] = {}
-        for node in _statements(module):
+        for node in _statements(module) if imports is None else imports:
             if isinstance(node, cst.Import):
                 for alias in node.names:
                     full = _dotted(alias.name)
@@ -408,16 +410,23 @@ def caller_trait(ctx, qualname: str, trait: str) -> Optional[str]:
 
 
 class CallCollector:
-    """Collects a file's calls during the first pass's walk (the engine adds it
-    to the rules it walks with), for ``calls_summary``."""
+    """Collects a file's calls and imports during the first pass's walk (the
+    engine adds it to the rules it walks with), for ``summary``."""
 
     walks = True
 
     def __init__(self) -> None:
         self.calls: List[cst.Call] = []
+        self.imports: List[cst.CSTNode] = []
 
     def visit_Call(self, node: cst.Call) -> None:
         self.calls.append(node)
+
+    def visit_Import(self, node: cst.Import) -> None:
+        self.imports.append(node)
+
+    def visit_ImportFrom(self, node: cst.ImportFrom) -> None:
+        self.imports.append(node)
 
     def summary(self, module: cst.Module, path: str) -> CallsSummary:
         """What the file's calls can reach, as the index asks it
@@ -425,7 +434,7 @@ class CallCollector:
         resolve to through the file's imports (a function reached, or the
         class of an instance whose method is called: ``Finder._classes_of``
         finds classes only as such callees), and the method names called."""
-        imports = _Imports(module, path)
+        imports = _Imports(module, path, self.imports)
         resolved = set()
         methods = set()
         for call in self.calls:
