@@ -9,9 +9,11 @@ from __future__ import annotations
 
 from typing import Callable, Dict, Iterable, List, Optional, Tuple
 
+import dataclasses
+
 import libcst as cst
 
-from torchlint.nodes import _FIELDS, _IS_NODE, _NODE_TYPES, _child_fields, _is_node
+from torchlint.nodes import _FIELDS, _NODE_TYPES, _child_fields, _is_node
 from torchlint.rule import Context, Rule
 
 Callback = Callable[[cst.CSTNode], object]
@@ -53,6 +55,18 @@ _PLAIN, _SCOPE, _IMPORT = 0, 1, 2
 # _SCOPE | _IMPORT), the callbacks None when there are none.
 Plan = Tuple[Optional[Tuple[Callback, ...]], Optional[Tuple[Callback, ...]], Tuple[str, ...], int]
 
+_LEAVES: Dict[type, bool] = {}
+
+
+def _is_leaf(node_type: type) -> bool:
+    """Whether no node of this type holds a node the walk would enter (``Name``,
+    ``Integer``, ``SimpleString``: their fields are strings), by the fields' types."""
+    leaf = _LEAVES.get(node_type)
+    if leaf is None:
+        types = {f.name: f.type for f in dataclasses.fields(node_type)}
+        leaf = _LEAVES[node_type] = all(types[name] in (str, bool) for name in _child_fields(node_type))
+    return leaf
+
 
 class Walker:
     def __init__(self, context: Context, rules: List[Rule]) -> None:
@@ -75,9 +89,17 @@ class Walker:
         stack = ctx.stack
         plans: Dict[type, Plan] = {}
         plan_for = self._plan
-        is_node = _IS_NODE.get
+        # Whether the walk enters a child of this type: a node, unless a leaf
+        # (``Name``, numbers, strings: a third of all nodes) that no rule visits.
+        enters: Dict[type, bool] = {}
 
-        # One call per node of every file: everything the node type decides
+        def entered(kind: type, value: object) -> bool:
+            if not _is_node(value):
+                return False
+            visit, leave, _, special = plans.get(kind) or plan_for(kind)
+            return bool(visit or leave or special or not _is_leaf(kind))
+
+        # One call per node entered: everything the node type decides
         # (callbacks, child fields, scope or import) is looked up once, in
         # its plan, and the loop over the children is inlined (building a
         # child list per node made the bare walk ~25% slower).
@@ -102,12 +124,17 @@ class Walker:
                 kind = type(value)
                 if kind is tuple or kind is list:
                     for item in value:
-                        known = is_node(type(item))
-                        if known or (known is None and _is_node(item)):
+                        kind = type(item)
+                        enter = enters.get(kind)
+                        if enter is None:
+                            enter = enters[kind] = entered(kind, item)
+                        if enter:
                             walk(item)
                 else:
-                    known = is_node(kind)
-                    if known or (known is None and _is_node(value)):
+                    enter = enters.get(kind)
+                    if enter is None:
+                        enter = enters[kind] = entered(kind, value)
+                    if enter:
                         walk(value)
             if leave:
                 for callback in leave:
