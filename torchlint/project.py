@@ -125,9 +125,10 @@ def derive(
         for other in files:
             if other == path:
                 continue
+            if not hooks.could_reach(calls.get(other) if calls else None, path, qualname):
+                continue  # known from its first parse, without reading it again
             text = text_of(other)
-            if (text is not None and hooks.might_call(text, path, qualname)
-                    and hooks.could_reach(calls.get(other) if calls else None, path, qualname)):
+            if text is not None and hooks.might_call(text, path, qualname):
                 found.append(other)
         return found
 
