@@ -56,6 +56,11 @@ PARTIAL_CASES = [
     "# header\n\nimport torch\nx = torch.ones(2).to('cuda')",  # no newline at the end
     "\ufeffimport torch\nx = 1\n",  # byte order mark
     "if x:\n    y = (\n        1 +\n\n        2)\n# footer comment\n",
+    # The same method in two classes: placed from each class.
+    "class A:\n    def f(self):\n        return 1\n\nclass B:\n    def f(self):\n        return 1\n",
+    # Blocks indented otherwise than the module's default; a method's decorator and comments.
+    "class A:\n    x = 1\n\n    # about g\n    @staticmethod\n    def g():\n      if y:\n          return [\n  1]\n"
+    "def h():\n\treturn 2\n",
 ]
 
 
@@ -98,3 +103,19 @@ def test_a_node_of_one_statement_needs_only_that_statement():
     positions = Positions(module, text)
     assert positions[target] == node_positions(module)[target] == ((10, 11), (10, 19))
     assert not positions._full and module.body[1] not in positions._computed
+
+
+def test_a_node_of_a_method_needs_only_its_statement():
+    from torchlint.positions import Positions
+
+    text = ("import torch\n\n\nclass Net(torch.nn.Module):\n    def __init__(self):\n        super().__init__()\n\n"
+            "    def forward(self, x):\n        return x.item()\n")
+    module = cst.parse_module(text)
+    forward = module.body[1].body.body[1]
+    target = forward.body.body[0].body[0].value  # x.item()
+    positions = Positions(module, text)
+    assert positions[target] == node_positions(module)[target] == ((9, 15), (9, 23))
+    # Placed from its own statement in `forward`: neither the class nor `__init__` generated.
+    assert not positions._full and target.func in positions._computed
+    assert module.body[1] not in positions._computed and forward not in positions._computed
+    assert module.body[1].body.body[0] not in positions._computed

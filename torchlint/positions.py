@@ -96,22 +96,39 @@ def node_positions(module: cst.Module) -> Dict[cst.CSTNode, Span]:
 
 # Line breaks as the code generation counts them (LibCST's NEWLINE_RE).
 _NEWLINE = re.compile(r"\r\n?|\n")
+# The statements whose body's statements are placed on their own.
+_CONTAINERS = frozenset({cst.ClassDef, cst.FunctionDef})
+
+
+def _within(node: cst.CSTNode, wanted: set) -> set:
+    """The ids in ``wanted`` of ``node`` and the nodes below it."""
+    found = set()
+    todo: List[cst.CSTNode] = [node]
+    while todo:
+        current = todo.pop()
+        if id(current) in wanted:
+            found.add(id(current))
+        todo.extend(iter_children(current))
+    return found
 
 
 class Positions:
     """The positions of a module's nodes (``node_positions``' values), each
-    computed from its top-level statement alone.
+    computed from its statement alone.
 
-    A top-level statement starts a line, so its nodes' positions are those of
-    its own code generation (as if it were a module of its own) shifted by the
-    lines before it; and LibCST gives back the text it parsed, so the
-    statement's code is in the text: where it occurs once, there it is.  A
-    node that is in no top-level statement (the module, its header and
-    footer), not reached by the walk, or in a statement whose code is not
-    found once at a line start (written twice, the module's last line without
-    a newline), gets the whole module's positions, as before.
+    A statement starts a line, so its nodes' positions are those of its own
+    code generation (with the indentation of the blocks around it) shifted by
+    the lines before it; and LibCST gives back the text it parsed, so the
+    statement's code is in the text: where it occurs once, at a line start,
+    there it is.  A node in a method or function is placed from its statement
+    in the body of the class or function (classes are most of a model file),
+    else from its top-level statement.  A node that is in no top-level
+    statement (the module, its header and footer), not reached by the walk,
+    or in a statement whose code is not found once at a line start (written
+    twice, the module's last line without a newline), gets the whole module's
+    positions, as before.
 
-    ``prepare`` finds the statements of many nodes in one walk.
+    ``prepare`` places many nodes at once.
     """
 
     def __init__(self, module: cst.Module, text: str) -> None:
@@ -127,24 +144,38 @@ class Positions:
         if not wanted or self._full:
             return
         for statement in self.module.body:
-            found = False
-            todo: List[cst.CSTNode] = [statement]
-            while todo:
-                node = todo.pop()
-                if id(node) in wanted:
-                    wanted.discard(id(node))
-                    found = True
-                todo.extend(iter_children(node))
-            if found and not self._generate(statement):
-                self._everything()
-                return
-            if not wanted:
-                return
+            inside = _within(statement, wanted)
+            if inside:
+                if not self._place(statement, (), inside):
+                    self._everything()
+                    return
+                wanted -= inside
+                if not wanted:
+                    return
         self._everything()  # some node is in no statement, or not walked
 
-    def _generate(self, statement: cst.CSTNode) -> bool:
-        """Positions for one top-level statement; False when its code is not
-        found once, at a line start, in the text."""
+    def _place(self, statement: cst.CSTNode, indents: Tuple[str, ...], nodes: set) -> bool:
+        """Positions for ``nodes`` (ids), all in ``statement``, whose blocks
+        around it are indented by ``indents``: from the statements of its body
+        when it is a class or a function and they hold them all, else from the
+        statement itself."""
+        body = getattr(statement, "body", None)
+        if type(statement) in _CONTAINERS and type(body) is cst.IndentedBlock:
+            inner = (*indents, self.module.default_indent if body.indent is None else body.indent)
+            rest = set(nodes)
+            for child in body.body:
+                inside = _within(child, rest)
+                if inside:
+                    if not self._place(child, inner, inside):
+                        break
+                    rest -= inside
+                    if not rest:
+                        return True
+        return self._generate(statement, indents)
+
+    def _generate(self, statement: cst.CSTNode, indents: Tuple[str, ...]) -> bool:
+        """Positions for one statement; False when its code is not found once,
+        at a line start, in the text."""
         if id(statement) in self._done:
             return True
         computed = _Computed()
@@ -152,6 +183,7 @@ class Positions:
             default_indent=self.module.default_indent,
             default_newline=self.module.default_newline,
             provider=computed,  # type: ignore[arg-type]
+            indent_tokens=list(indents),
         )
         statement._codegen(state)
         code = "".join(state.tokens)
