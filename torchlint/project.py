@@ -9,8 +9,11 @@ them, on demand, after every file has been checked once:
    does not show how often a function runs notes the function
    (``Context.pending``, kept with the file's result and in the cache).
 2. For each noted function, the index looks for its callers among the other
-   Python files of the run: a cheap textual test first (the file names the
-   function and its module), then the rules' own resolution of the calls
+   Python files of the run: what the file's calls can reach, from its first
+   parse (``hooks.could_reach``: a callee resolving to the function, or a
+   method of that name on a class the file builds), and a cheap textual test
+   (the file names the function and its module) first, then the rules' own
+   resolution of the calls
    (``rules/_project.py``, through the registry: the engine knows no rule) and
    how often each call runs, by the caller's own frequency model.  A caller
    whose own frequency is unknown is followed the same way (up to three hops).
