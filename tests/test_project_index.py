@@ -373,3 +373,19 @@ def test_the_first_pass_summary_never_rules_out_a_caller_the_parse_finds(caller,
     found = sites_in(caller, text, [(target, qualname)])[target, qualname]
     assert could_reach(summary, target, qualname) is asked
     assert asked or not found
+
+
+def test_the_call_named_does_not_depend_on_the_order_workers_finish(runner, workdir, monkeypatch):
+    """Two callers at the same frequency: the finding names the first in the
+    run's order, whatever order the analyses come back in (worker processes
+    return them as they finish)."""
+    from torchlint import parallel
+
+    (workdir / "ops.py").write_text(OPS)
+    (workdir / "a_train.py").write_text(TRAIN)
+    (workdir / "b_train.py").write_text(TRAIN)
+    in_order = run(runner, "check", "--select", "TL201", "--no-cache", ".").stdout
+    assert "= note: runs every step: called from a_train.py:7" in in_order
+    process_items = parallel._process_items
+    monkeypatch.setattr(parallel, "_process_items", lambda *args: process_items(*args)[::-1])
+    assert run(runner, "check", "--select", "TL201", "--no-cache", ".").stdout == in_order

@@ -546,8 +546,12 @@ def process_files(
     try:
         if pending or inline:
             results.extend(_process_items(pending, inline, profiles, jobs, callback, task, workers))
-        replaced, with_facts = _project_index(results, profiles, cache_of if use_cache else (lambda i: None),
-                                              facts_out, workers)
+        # The index meets the files in the run's order, not in the order the
+        # workers finished them: which of two callers at the same frequency a
+        # finding names (``via``) must not depend on the number of workers.
+        order = {display: n for n, (display, _, _) in enumerate(targets)}
+        replaced, with_facts = _project_index(sorted(results, key=lambda r: order.get(r.display, -1)), profiles,
+                                              cache_of if use_cache else (lambda i: None), facts_out, workers)
     except KeyboardInterrupt:
         if workers is not None:
             workers.close(now=True)
