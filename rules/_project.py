@@ -25,6 +25,7 @@ model (``rules/_frequency.py``), so a call in a training loop, in a
 
 from __future__ import annotations
 
+from functools import cached_property
 from typing import Dict, List, Optional, Sequence, Tuple
 
 import libcst as cst
@@ -35,6 +36,7 @@ from torchlint.rules._copies import batches_copied
 from torchlint.rules._project_text import (  # noqa: F401 - DDP, HOST_ARGS: for caller_trait's users
     COPIED,
     DDP,
+    CallsSummary,
     GRADS,
     HOST_ARGS,
     NO_GRAD,
@@ -58,10 +60,12 @@ class _Imports:
     """Local names bound by imports -> the dotted name they stand for,
     relative imports resolved against the file's own package."""
 
-    def __init__(self, module: cst.Module, path: str) -> None:
+    def __init__(self, module: cst.Module, path: str, imports: Optional[Sequence[cst.CSTNode]] = None) -> None:
+        """``imports``: the module's import statements in the order of a walk,
+        when a walk has collected them already (else found here)."""
         self.package = module_parts(path)[:-1]
         self.names: Dict[str, str] = {}
-        for node in walk_nodes(module):
+        for node in _statements(module) if imports is None else imports:
             if isinstance(node, cst.Import):
                 for alias in node.names:
                     full = _dotted(alias.name)
@@ -98,6 +102,31 @@ class _Imports:
         return ".".join([self.names[expr.value], *reversed(parts)])
 
 
+# Node types a statement never sits below: imports are statements, and no
+# expression holds one (nor does a small statement hold another).
+_NO_STATEMENT_BELOW: Dict[type, bool] = {}
+
+
+def _statements(module: cst.Module):
+    """The module's nodes that are or hold statements (every import, at any
+    depth), in ``walk_nodes``' order, without descending into expressions: the
+    import table needs only these, and the expressions are most of a tree."""
+    todo: List[cst.CSTNode] = [module]
+    pop, extend = todo.pop, todo.extend
+    leaf = _NO_STATEMENT_BELOW
+    while todo:
+        node = pop()
+        yield node
+        kind = type(node)
+        stop = leaf.get(kind)
+        if stop is None:
+            stop = leaf[kind] = issubclass(kind, (cst.BaseExpression, cst.BaseSmallStatement))
+        if not stop:
+            children = iter_children(node)
+            children.reverse()
+            extend(children)
+
+
 def _dotted(expr) -> Optional[str]:
     parts: List[str] = []
     while isinstance(expr, cst.Attribute):
@@ -116,20 +145,39 @@ def _splits(dotted: str, target: Sequence[str], qualname: str) -> bool:
 
 
 class Finder:
-    """One file's answers (parsed once, asked about several functions)."""
+    """One file's answers (parsed once, asked about several functions).
+
+    Most files the textual test lets through call no function asked about
+    (a method name such as ``update`` is common), so the frequency and
+    semantic models are built only for a question that some call of the
+    module may answer (``sites``)."""
 
     def __init__(self, path: str, module: cst.Module, external: Optional[Dict[str, Tuple[int, str]]] = None,
                  text: str = "") -> None:
         self.path = path
         self.text = text
         self.module = module
+        self.external = external
         self.imports = _Imports(module, path)
-        self.frequency = FrequencyModel(module, external)
-        self.semantic = SemanticModel(module, text or None)
         self.parents: Dict[int, cst.CSTNode] = {}
+
+    @cached_property
+    def frequency(self) -> FrequencyModel:
+        return FrequencyModel(self.module, self.external)
+
+    @cached_property
+    def semantic(self) -> SemanticModel:
+        return SemanticModel(self.module, self.text or None)
 
     def sites(self, target: Sequence[str], qualname: str, note: Optional[str] = None) -> List[Site]:
         cls_name, _, method = qualname.rpartition(".")
+        # A call site reaches the function only through a callee written with
+        # its name (``f(...)``, ``mod.f(...)``, ``obj.method(...)``); the
+        # frequency model's sites are some of the module's calls, so when none
+        # of the calls so named reaches it, no site does.
+        if not any(self._reaches(call, target, qualname, cls_name, method, None)
+                   for call in self._calls_named(method)):
+            return []
         found: List[Site] = []
         for site in self.frequency.sites:
             call = site.call
@@ -306,9 +354,16 @@ class Finder:
     def _stack_of(self, node: cst.CSTNode) -> Optional[List[cst.CSTNode]]:
         """The ancestors of ``node`` (module first), for the semantic model."""
         if not self.parents:
-            for parent in walk_nodes(self.module):
-                for child in iter_children(parent):
-                    self.parents[id(child)] = parent
+            # ``walk_nodes``' order, each node's children listed once.
+            parents = self.parents
+            todo: List[cst.CSTNode] = [self.module]
+            while todo:
+                parent = todo.pop()
+                children = iter_children(parent)
+                for child in children:
+                    parents[id(child)] = parent
+                children.reverse()
+                todo.extend(children)
         chain = [node]
         while chain[-1] is not self.module:
             parent = self.parents.get(id(chain[-1]))
@@ -412,6 +467,44 @@ def called_elsewhere_without_gradients(ctx, qualname: Optional[str]) -> bool:
         ctx.pending.add(trait_key(qualname, GRADS))
         return False
     return with_grad is None
+
+
+class CallCollector:
+    """Collects a file's calls and imports during the first pass's walk (the
+    engine adds it to the rules it walks with), for ``summary``."""
+
+    walks = True
+
+    def __init__(self) -> None:
+        self.calls: List[cst.Call] = []
+        self.imports: List[cst.CSTNode] = []
+
+    def visit_Call(self, node: cst.Call) -> None:
+        self.calls.append(node)
+
+    def visit_Import(self, node: cst.Import) -> None:
+        self.imports.append(node)
+
+    def visit_ImportFrom(self, node: cst.ImportFrom) -> None:
+        self.imports.append(node)
+
+    def summary(self, module: cst.Module, path: str) -> CallsSummary:
+        """What the file's calls can reach, as the index asks it
+        (``_project_text.could_reach``): the dotted names that callees
+        resolve to through the file's imports (a function reached, or the
+        class of an instance whose method is called: ``Finder._classes_of``
+        finds classes only as such callees), and the method names called."""
+        imports = _Imports(module, path, self.imports)
+        resolved = set()
+        methods = set()
+        for call in self.calls:
+            func = call.func
+            if type(func) is cst.Attribute:
+                methods.add(func.attr.value)
+            dotted = imports.resolve(func)
+            if dotted is not None:
+                resolved.add(dotted)
+        return frozenset(resolved), frozenset(methods)
 
 
 def finder(text: str, path: str, external: Optional[Dict[str, Tuple[int, str]]] = None) -> Optional[Finder]:

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import functools
 import re
-from typing import Dict, Optional, Sequence, Tuple
+from typing import Dict, FrozenSet, Optional, Sequence, Tuple
 
 UNKNOWN_LEVEL = 0  # how often a call runs when its module does not say: rules/_frequency.py's UNKNOWN
 
@@ -138,3 +138,30 @@ def might_call(text: str, target_path: str, qualname: str) -> bool:
             re.M,
         )
     return pattern.search(text) is not None
+
+
+# What a file's calls can reach (``_project.CallCollector.summary``, made in
+# the first pass from its parse): the dotted names its callees resolve to
+# through its imports, and the method names it calls.
+CallsSummary = Tuple[FrozenSet[str], FrozenSet[str]]
+
+
+def could_reach(summary: Optional[CallsSummary], target_path: str, qualname: str) -> bool:
+    """Whether a file with these calls (``summary``; None: not known, so
+    perhaps) can call ``qualname`` of the file ``target_path``: a function
+    only through a callee that resolves to it, a method only through a call
+    of that name on an instance of a class the file calls by a resolved name
+    (``_project.Finder._reaches``).  False spares the index a second parse of
+    a file that the textual test (``might_call``) lets through."""
+    if summary is None:
+        return True
+    resolved, methods = summary
+    qualname = split_note(qualname)[0]
+    target = module_parts(target_path)
+    cls_name, _, method = qualname.rpartition(".")
+    if cls_name:
+        if method not in methods:
+            return False
+        qualname = cls_name
+    suffix = "." + qualname
+    return any(dotted.endswith(suffix) and names_module(dotted[: -len(suffix)], target) for dotted in resolved)

@@ -37,9 +37,9 @@ def analysed(monkeypatch):
     seen: list = []
     real = torchlint.parallel.analyse_file
 
-    def counting(display, path, settings, codes):
+    def counting(display, path, settings, codes, *rest):
         seen.append(display)
-        return real(display, path, settings, codes)
+        return real(display, path, settings, codes, *rest)
 
     monkeypatch.setattr(torchlint.parallel, "analyse_file", counting)
     return seen

@@ -131,9 +131,9 @@ def test_changing_a_subprojects_configuration_rechecks_its_files_only(runner, mo
     seen: list = []
     real = torchlint.parallel.analyse_file
 
-    def counting(display, path, settings, codes):
+    def counting(display, path, settings, codes, *rest):
         seen.append(display.replace("\\", "/"))
-        return real(display, path, settings, codes)
+        return real(display, path, settings, codes, *rest)
 
     monkeypatch.setattr(torchlint.parallel, "analyse_file", counting)
     first = run(runner, "check", "--output-format", "json", ".")

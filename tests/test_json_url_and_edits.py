@@ -158,20 +158,42 @@ def test_spliced_fixes_equal_the_whole_module_rewrite():
 
 def test_edits_are_cached_with_the_results(runner, workdir, monkeypatch):
     """A warm JSON run takes the edits from the cache (no fix is run again),
-    and a change to the file makes them new."""
+    and a change to the file makes them new, from the file's analysis (the
+    check does not analyse it a second time for them)."""
     from torchlint import fix_edits
 
     (workdir / "train.py").write_text(SOURCE)
     cold = run(runner, "check", "--output-format", "json", "train.py").output
     calls = []
-    real = fix_edits.for_file
+    real, real_of_analysis = fix_edits.for_file, fix_edits.of_analysis
     monkeypatch.setattr(fix_edits, "for_file", lambda *a, **k: calls.append(a[1]) or real(*a, **k))
+    monkeypatch.setattr(fix_edits, "of_analysis", lambda *a: calls.append("analysis") or real_of_analysis(*a))
     warm = run(runner, "check", "--output-format", "json", "train.py").output
     assert warm == cold and calls == []
     (workdir / "train.py").write_text(SOURCE.replace("batch_size=8", "batch_size=16"))
     changed = json.loads(run(runner, "check", "--output-format", "json", "train.py").output)
-    assert calls == ["train.py"]
+    assert calls == ["analysis"]
     (tl202,) = [item for item in changed if item["code"] == "TL202"]
     assert tl202["fix"]["edits"][0]["location"]["row"] == 6
     nocache = run(runner, "check", "--no-cache", "--output-format", "json", "train.py").output
     assert json.loads(nocache) == changed
+
+
+def test_edits_from_the_checks_own_analysis_equal_a_second_analysis():
+    """The check's workers give a file's edits from the analysis they have just
+    made (fix_edits.of_analysis); the main process used to analyse the file
+    again (fix_edits.for_file): both must give the same edits."""
+    from torchlint.config import Settings
+    from torchlint.engine import lint_text
+    from torchlint.fix_edits import for_file, of_analysis
+    from torchlint.registry import all_codes
+
+    paths = sorted(ROOT.glob("tests/fixtures/*/input.py")) + sorted(ROOT.glob("examples/*.py"))
+    compared = 0
+    for path in paths:
+        text = path.read_text()
+        codes = sorted(all_codes())
+        expected = for_file(text, path.name, Settings(), codes)
+        assert of_analysis(text, lint_text(text, path.name, Settings(), codes)) == expected, path
+        compared += sum(1 for edits in expected.values() if edits)
+    assert compared > 50

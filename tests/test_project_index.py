@@ -363,3 +363,63 @@ def test_a_helper_of_a_function_that_only_another_module_calls(runner, workdir, 
         "    def __init__(self):\n        super().__init__()\n        self.aug = Transform(0.1)\n\n" + caller
     )
     assert _concise(runner, ".") == expected
+
+
+# (caller path, caller text, file of the function, the function asked about,
+# whether the first-pass summary lets the file be asked)
+_REACH_CASES = [
+    ("train.py", TRAIN, "ops.py", "make_mask", True),
+    ("train.py", TRAIN, "ops.py", "unused_helper", False),
+    ("train.py", LOOP_WITH_LOGGER, "metrics.py", "Logger.update", True),
+    ("train.py", LOOP_WITH_LOGGER, "other/metrics.py", "Meter.update", False),
+    ("train.py", "import torch\nimport ops\n\ndef f(loader):\n    for x in loader:\n        ops.make_mask(x)\n",
+     "ops.py", "make_mask", True),
+    # A call in a lambda is no call site (it runs whenever the lambda does): asked, nothing found.
+    ("pkg/train.py", "import torch\nfrom . import ops as o\n\ndef f(loader):\n    for x in loader:\n"
+     "        g = lambda: o.make_mask(x)\n        g()\n", "pkg/ops.py", "make_mask", True),
+    ("train.py", "import torch\n\ndef f(loader):\n    from metrics import Logger\n    log = Logger()\n"
+     "    for x in loader:\n        log.update(x=x)\n", "metrics.py", "Logger.update", True),
+    ("train.py", "import torch\nfrom metrics import Logger\n\nclass T:\n    def __init__(self):\n"
+     "        self.log = Logger()\n\n    def step(self, x):\n        self.log.update(x=x)\n",
+     "metrics.py", "Logger.update", True),
+    ("train.py", "import torch\nfrom metrics import Logger\n\ndef make():\n    return Logger()\n\n"
+     "def f(loader):\n    for x in loader:\n        make().update(x=x)\n", "metrics.py", "Logger.update", True),
+    ("train.py", "import torch\nfrom metrics import update\n\ndef f(loader, log):\n    for x in loader:\n"
+     "        log.update(x=x)\n", "metrics.py", "Logger.update", False),
+    ("train.py", "import torch\nfrom ops import make_mask\n\n@make_mask(3)\ndef f(loader):\n    pass\n",
+     "ops.py", "make_mask", True),
+]
+
+
+@pytest.mark.parametrize("caller, text, target, qualname, asked", _REACH_CASES)
+def test_the_first_pass_summary_never_rules_out_a_caller_the_parse_finds(caller, text, target, qualname, asked):
+    """The index skips the second parse of a file whose first-pass summary
+    says that none of its calls can reach the function (``could_reach``): that
+    must never drop a call site the parse would find."""
+    from torchlint.config import Settings
+    from torchlint.engine import _lint_text
+    from torchlint.project import sites_in
+    from torchlint.registry import all_codes
+    from torchlint.rules._project_text import could_reach
+
+    result = _lint_text(text, caller, Settings(), sorted(all_codes()))
+    summary = result.calls.summary(result.module, caller)
+    found = sites_in(caller, text, [(target, qualname)])[target, qualname]
+    assert could_reach(summary, target, qualname) is asked
+    assert asked or not found
+
+
+def test_the_call_named_does_not_depend_on_the_order_workers_finish(runner, workdir, monkeypatch):
+    """Two callers at the same frequency: the finding names the first in the
+    run's order, whatever order the analyses come back in (worker processes
+    return them as they finish)."""
+    from torchlint import parallel
+
+    (workdir / "ops.py").write_text(OPS)
+    (workdir / "a_train.py").write_text(TRAIN)
+    (workdir / "b_train.py").write_text(TRAIN)
+    in_order = run(runner, "check", "--select", "TL201", "--no-cache", ".").stdout
+    assert "= note: runs every step: called from a_train.py:7" in in_order
+    process_items = parallel._process_items
+    monkeypatch.setattr(parallel, "_process_items", lambda *args: process_items(*args)[::-1])
+    assert run(runner, "check", "--select", "TL201", "--no-cache", ".").stdout == in_order

@@ -419,8 +419,10 @@ def check(paths, select, ignore, extend_select, config, exclude, extend_exclude,
     counts: Dict[str, int] = {}
     warnings: List[str] = []
     facts: Optional[Dict[str, dict]] = {} if run.settings.output_format == "json" else None
+    # The fixes' edits JSON shows, computed by the analyses themselves (by file).
+    analysed_edits: Optional[Dict[str, dict]] = {} if facts is not None and not silent else None
     diagnostics, sources = _check_all(targets, run, jobs, use_cache=not no_cache, stats=counts, warnings=warnings,
-                                      facts_out=facts)
+                                      facts_out=facts, edits_out=analysed_edits)
     if not silent:
         _warn(warnings)
     if baseline is not None:
@@ -435,7 +437,8 @@ def check(paths, select, ignore, extend_select, config, exclude, extend_exclude,
         raise _fail(f"cannot write {output_file}: {exc.strerror or exc}") from None
     try:
         if not silent:
-            edits = (_fix_edits(diagnostics, sources, targets, run, facts, use_cache=not no_cache)
+            edits = (_fix_edits(diagnostics, sources, targets, run, facts, use_cache=not no_cache,
+                                computed=analysed_edits)
                      if facts is not None else None)
             _report(diagnostics, sources, run.settings, show_statistics, file=out, edits=edits)
         if run.settings.output_format in TEXT_FORMATS and not show_statistics and not quiet and not silent:
@@ -457,12 +460,15 @@ def check(paths, select, ignore, extend_select, config, exclude, extend_exclude,
 
 
 def _fix_edits(diagnostics: Sequence[Diagnostic], sources: Dict[str, str], targets: Sequence[Target], run: Run,
-               facts: Dict[str, dict], use_cache: bool = False) -> Dict[Tuple, list]:
+               facts: Dict[str, dict], use_cache: bool = False,
+               computed: Optional[Dict[str, dict]] = None) -> Dict[Tuple, list]:
     """The edits of each fixable diagnostic (JSON's ``fix.edits``): what applying
     only its fix changes, in the diagnostic's own coordinates (a notebook's cell).
     A Python file's text is the one checked (``sources``, standard input too);
     a notebook is read again for its JSON.  With ``use_cache``, a file's edits
-    are kept in the result cache under its text and facts."""
+    are kept in the result cache under its text and facts.  ``computed``: the
+    edits the check's analyses gave already, by file (``check_files``'
+    ``edits_out``); the other files are analysed again here."""
     from torchlint import fix_edits
     from torchlint.cache import Cache
     from torchlint.project import facts_digest
@@ -490,7 +496,9 @@ def _fix_edits(diagnostics: Sequence[Diagnostic], sources: Dict[str, str], targe
         if cached is not None:
             out.update({tuple(k): v for k, v in cached})
             continue
-        found = fix_edits.for_file(text, display, profile.settings, profile.codes, facts.get(display))
+        found = (computed or {}).get(display)
+        if found is None:
+            found = fix_edits.for_file(text, display, profile.settings, profile.codes, facts.get(display))
         out.update(found)
         if store is not None:
             store.put_edits(display, digest, [[list(k), v] for k, v in found.items()])
@@ -634,6 +642,7 @@ def _check_all(
     stats: Optional[Dict[str, int]] = None,
     warnings: Optional[List[str]] = None,
     facts_out: Optional[Dict[str, dict]] = None,
+    edits_out: Optional[Dict[str, dict]] = None,
 ) -> Tuple[List[Diagnostic], Dict[str, str]]:
     """Diagnostics (sorted by path and position) and the texts of the files that have some.
 
@@ -648,6 +657,7 @@ def _check_all(
             [(t.display, t.path, t.profile or run.profile(t.path)) for t in targets],
             jobs=default_jobs() if jobs is None else jobs, use_cache=use_cache,
             progress=_progress(run, bar), stats=stats, warnings=warnings, facts_out=facts_out,
+            edits_out=edits_out,
         )
     finally:
         for b in bar:

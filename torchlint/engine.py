@@ -18,8 +18,8 @@ import libcst as cst
 from torchlint.config import Settings
 from torchlint.model import Applicability, Diagnostic, Finding, FixInfo
 from torchlint.noqa import NoqaWarning, Suppressions, parse_suppressions
-from torchlint.positions import Span, node_positions
-from torchlint.registry import all_rules
+from torchlint.positions import Positions
+from torchlint.registry import all_rules, project_hooks
 from torchlint.rule import Context
 from torchlint.screen import (  # noqa: F401 - re-exported for library callers
     DEEP_BRACKETS,
@@ -44,11 +44,16 @@ class LintResult:
     diagnostics: List[Diagnostic]
     module: Optional[cst.Module] = None
     findings: List[Finding] = field(default_factory=list)
-    positions: Optional[Dict[cst.CSTNode, Span]] = None
+    positions: Optional[Positions] = None
+    """The positions of the findings' nodes (others computed when asked: ``Positions``)."""
     warnings: List[NoqaWarning] = field(default_factory=list)
     """Suppression comments that do not do what they seem to (see torchlint.noqa)."""
     pending: List[str] = field(default_factory=list)
     """Functions whose frequency the module alone does not show (``Context.pending``)."""
+    calls: Any = None
+    """The module's calls, collected during the walk (the rules' ``CallCollector``): what
+    they can reach tells the project index, without a second parse, that this file
+    calls no function asked about (``PythonInput.analyse`` makes the summary)."""
 
 
 def lint_text(text: str, path: str, settings: Settings, codes: Sequence[str],
@@ -102,15 +107,17 @@ def _lint_suppressed(
     if project:
         context.project = project
     rules = [registry[code](context) for code in codes]
+    calls = project_hooks().CallCollector()
     try:
-        Walker(context, rules).run(module)
+        Walker(context, [*rules, calls]).run(module)
     except RecursionError:
         return LintResult([internal_error(path, "the file is too deeply nested to analyse")])
     pending = sorted(context.pending)
     if not context.findings and (UNUSED_NOQA not in codes or not suppressions.directives):
-        return LintResult([], module, pending=pending)
+        return LintResult([], module, pending=pending, calls=calls)
 
-    positions = node_positions(module)
+    positions = Positions(module, text)
+    positions.prepare([n for f in context.findings for n in (f.node, f.via)])
     kept: List[Finding] = []
     diagnostics: List[Diagnostic] = []
     seen = set()
@@ -150,7 +157,7 @@ def _lint_suppressed(
             kept.append(finding)
             diagnostics.append(finding.diagnostic)
     diagnostics.sort(key=Diagnostic.sort_key)
-    return LintResult(diagnostics, module, kept, positions, pending=pending)
+    return LintResult(diagnostics, module, kept, positions, pending=pending, calls=calls)
 
 
 # -- TL001: `# noqa` codes that suppress nothing -----------------------------------
@@ -172,7 +179,7 @@ class _Comments(cst.CSTVisitor):
             self.found.append((node.comment, node))
 
 
-def _unused_noqa(module: cst.Module, positions, suppressions: Suppressions,
+def _unused_noqa(module: cst.Module, positions: Positions, suppressions: Suppressions,
                  codes: Sequence[str]) -> List[Finding]:
     """TL001's findings: the line directives' torchlint codes that suppressed nothing."""
     from torchlint.model import Fix
@@ -185,6 +192,7 @@ def _unused_noqa(module: cst.Module, positions, suppressions: Suppressions,
         return []
     visitor = _Comments()
     module.visit(visitor)
+    positions.prepare(comment for comment, _ in visitor.found)
     rule = all_rules()[UNUSED_NOQA]
     findings: List[Finding] = []
     for comment, holder in visitor.found:

@@ -72,8 +72,19 @@ def for_file(text: str, display: str, settings, codes: Sequence[str],
     not (the JSON says which by ``applicability``)."""
     if is_notebook(display):
         return _for_notebook(text, display, settings, codes)
+    return _edits(text, alone(text, display, settings, codes, project))
+
+
+def of_analysis(text: str, result) -> Dict[Key, List[Dict[str, Any]]]:
+    """``for_file`` of a Python text from its analysis (``engine.lint_text``'s
+    result with the same settings, codes and project facts): the check's worker
+    gives the edits of the tree it has just analysed, without a second parse."""
+    return _edits(text, _alone_in(text, result))
+
+
+def _edits(text: str, pairs: List[Tuple[Diagnostic, Optional[str]]]) -> Dict[Key, List[Dict[str, Any]]]:
     out: Dict[Key, List[Dict[str, Any]]] = {}
-    for diagnostic, fixed in alone(text, display, settings, codes, project):
+    for diagnostic, fixed in pairs:
         edit = None if fixed is None else text_edit(text, fixed)
         out[key(diagnostic)] = [] if edit is None else [edit]
     return out
@@ -94,13 +105,18 @@ def alone(text: str, display: str, settings, codes: Sequence[str],
 
 
 def _alone(text, display, settings, codes, project) -> List[Tuple[Diagnostic, Optional[str]]]:
+    from torchlint import engine
+
+    return _alone_in(text, engine._lint_text(text, display, settings, codes, project))
+
+
+def _alone_in(text: str, result) -> List[Tuple[Diagnostic, Optional[str]]]:
     import ast
 
     import libcst as cst
 
     from torchlint import engine
 
-    result = engine._lint_text(text, display, settings, codes, project)
     if result.module is None or result.positions is None:
         return []
     starts = [0] + [i + 1 for i, ch in enumerate(text) if ch == "\n"]

@@ -22,7 +22,7 @@ import sys
 from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Dict, List, Optional, Sequence
+from typing import Any, Dict, List, Optional, Sequence
 
 from torchlint.model import Diagnostic
 from torchlint.source import Source, decode, encode, is_notebook, read_source, write_atomic
@@ -36,6 +36,10 @@ class Analysis:
     sources: Dict[str, str]  # the texts excerpts are taken from (the text, or a notebook's cells)
     warnings: List[str] = field(default_factory=list)  # about suppression comments, located
     pending: List[str] = field(default_factory=list)  # functions the project index may answer for
+    calls: Any = None  # what the file's calls can reach, for the project index (None: not known)
+    # Each fixable diagnostic's JSON edits (torchlint/fix_edits.py), when asked
+    # and the input gives them from its analysis (None: not computed).
+    edits: Optional[dict] = None
 
 
 @dataclass
@@ -77,7 +81,10 @@ class Input:
     def read_path(self, path: Path) -> Source:
         raise NotImplementedError
 
-    def analyse(self, text: str, settings, codes: Sequence[str], project: Optional[dict] = None) -> Analysis:
+    def analyse(self, text: str, settings, codes: Sequence[str], project: Optional[dict] = None,
+                edits: bool = False) -> Analysis:
+        """``edits``: also give the fixes' edits (``Analysis.edits``) where that
+        needs no second analysis."""
         raise NotImplementedError
 
     def fix(self, text: str, settings, codes: Sequence[str], unsafe: bool, project: Optional[dict] = None,
@@ -115,14 +122,21 @@ class PythonInput(Input):
     def read_path(self, path: Path) -> Source:
         return read_source(path)
 
-    def analyse(self, text, settings, codes, project=None) -> Analysis:
+    def analyse(self, text, settings, codes, project=None, edits=False) -> Analysis:
         from torchlint.engine import lint_text
         from torchlint.noqa import warning_text
 
         result = (lint_text(text, self.display, settings, codes, project) if project
                   else lint_text(text, self.display, settings, codes))
         warnings = [warning_text(self.display, w.line, w.message) for w in result.warnings]
-        return Analysis(result.diagnostics, {self.display: text}, warnings, result.pending)
+        calls = result.calls.summary(result.module, self.display) if result.calls is not None else None
+        found = None
+        if edits and any(d.fix is not None and d.code for d in result.diagnostics):
+            from torchlint.fix_edits import of_analysis
+            from torchlint.threads import on_large_stack
+
+            found = on_large_stack(of_analysis, text, result)
+        return Analysis(result.diagnostics, {self.display: text}, warnings, result.pending, calls, found)
 
     def fix(self, text, settings, codes, unsafe, project=None, diff=False) -> Fixed:
         from torchlint.engine import fix_text
@@ -159,7 +173,7 @@ class NotebookInput(Input):
 
         return read_notebook(path)
 
-    def analyse(self, text, settings, codes, project=None) -> Analysis:
+    def analyse(self, text, settings, codes, project=None, edits=False) -> Analysis:
         from torchlint.notebook import lint_notebook
 
         linted = lint_notebook(text, self.display, settings, codes)

@@ -70,11 +70,15 @@ class Task:
     ``unsafe``: whether ``fix`` applies unsafe fixes (the run's setting).
     ``facts``: set for the second stage of a fix run, after the project
     index: the files to fix, with what the index established about each.
+    ``edits``: give each fixable diagnostic's JSON edits (``FileResult.edits``)
+    from the file's own analysis, rather than have the main process analyse
+    the file again for them after the run.
     """
 
     mode: str = CHECK
     unsafe: bool = False
     facts: Optional[Dict[str, Optional[dict]]] = None
+    edits: bool = False
 
     @property
     def fixes(self) -> bool:
@@ -111,6 +115,13 @@ class FileResult:
     fix_total: Optional[int] = None
     # Functions whose frequency the file alone does not show (torchlint/project.py).
     pending: List[str] = field(default_factory=list)
+    # What the file's calls can reach, from its analysis (None: not known, e.g. a
+    # cache hit): the project index then need not parse it again to learn that
+    # it calls no function asked about (``project.derive``'s ``calls``).
+    calls: object = None
+    # Each fixable diagnostic's JSON edits, from the analysis (``Task.edits``;
+    # None: not computed).
+    edits: Optional[dict] = None
     path: Optional[str] = None  # the file on disk (None: standard input)
     # A fix run: what fixing the file gave (None: nothing to fix; the check's
     # findings are what remains).
@@ -134,21 +145,24 @@ def excerpt_sources(display: str, text: str) -> Dict[str, str]:
 
 
 def analyse_text(text: str, display: str, settings, codes: Sequence[str], digest: Optional[str],
-                 project: Optional[dict] = None) -> FileResult:
+                 project: Optional[dict] = None, edits: bool = False) -> FileResult:
     from torchlint.screen import crashed
 
     source = input_for(display, None)
     pending: List[str] = []
     warnings: List[str] = []
+    calls = fixes = None
     try:
-        analysis = source.analyse(text, settings, codes, project)
-        found, sources, warnings, pending = (analysis.diagnostics, analysis.sources, analysis.warnings,
-                                             analysis.pending)
+        analysis = source.analyse(text, settings, codes, project, edits)
+        found, sources, warnings, pending, calls, fixes = (
+            analysis.diagnostics, analysis.sources, analysis.warnings, analysis.pending, analysis.calls,
+            analysis.edits)
     except Exception as exc:  # noqa: BLE001 - one bad file must not stop the run
         found = [crashed(display, exc)]
         sources = {display: text}
     return FileResult(display, found, sources if found else None, digest, warnings,
-                      fix_total=fix_total(text, display, settings, codes, found, project), pending=pending)
+                      fix_total=fix_total(text, display, settings, codes, found, project), pending=pending,
+                      calls=calls, edits=fixes)
 
 
 def needs_fix(diagnostics: Sequence[Diagnostic], unsafe: bool) -> bool:
@@ -201,12 +215,12 @@ def fix_total(text: str, display: str, settings, codes: Sequence[str], found: Se
         return None
 
 
-def analyse_file(display: str, path: str, settings, codes: Sequence[str]) -> FileResult:
+def analyse_file(display: str, path: str, settings, codes: Sequence[str], edits: bool = False) -> FileResult:
     try:
         text = read_text(display, Path(path))
     except SourceError as exc:
         return FileResult(display, [io_error(display, str(exc))])
-    result = analyse_text(text, display, settings, codes, text_hash(text))
+    result = analyse_text(text, display, settings, codes, text_hash(text), edits=edits)
     result.path = path
     return result
 
@@ -234,7 +248,7 @@ def process(item: Item, profiles: Sequence[Profile], task: Task = Task()) -> Fil
             return result  # unreadable since its check: its findings stand
         fix_source(result, source, profile.settings, profile.codes, task, task.facts.get(display))
         return result
-    result = analyse_file(display, path, profile.settings, profile.codes)
+    result = analyse_file(display, path, profile.settings, profile.codes, task.edits)
     result.profile = index
     if task.fixes and result.path is not None and not result.pending and needs_fix(result.diagnostics, task.unsafe):
         try:
@@ -459,6 +473,7 @@ def process_files(
     progress: Optional[Callable[[int], Optional[Progress]]] = None,
     stats: Optional[Dict[str, int]] = None,
     facts_out: Optional[Dict[str, dict]] = None,
+    edits_out: Optional[Dict[str, dict]] = None,
 ) -> List[FileResult]:
     """Every file of a run through ``process``: one result per file.
 
@@ -477,7 +492,10 @@ def process_files(
     and ``fix_total``: how many fixes ``torchlint fix`` would apply (see
     ``fix_total``).  ``facts_out`` (if given) receives, per file, the facts
     other files established about it (the project index), as the engine's
-    ``project`` argument takes them.
+    ``project`` argument takes them.  ``edits_out`` (if given; ``task.edits``
+    should be set) receives, per analysed Python file with a fixable
+    diagnostic, its fixes' JSON edits as ``fix_edits.for_file`` gives them
+    with those facts.
     """
     profiles: List[Profile] = []
     index_of: Dict[Profile, int] = {}
@@ -540,8 +558,14 @@ def process_files(
     try:
         if pending or inline:
             results.extend(_process_items(pending, inline, profiles, jobs, callback, task, workers))
-        replaced, with_facts = _project_index(results, profiles, cache_of if use_cache else (lambda i: None),
-                                              facts_out, workers)
+        # The index meets the files in the run's order, not in the order the
+        # workers finished them: which of two callers at the same frequency a
+        # finding names (``via``) must not depend on the number of workers.
+        order = {display: n for n, (display, _, _) in enumerate(targets)}
+        known = facts_out if facts_out is not None else {}
+        replaced, with_facts = _project_index(sorted(results, key=lambda r: order.get(r.display, -1)), profiles,
+                                              cache_of if use_cache else (lambda i: None), known, workers,
+                                              task.edits)
     except KeyboardInterrupt:
         if workers is not None:
             workers.close(now=True)
@@ -563,6 +587,12 @@ def process_files(
         for i in sorted(caches):
             caches[i].save()
     results = [replaced.get(r.display, r) for r in results]
+    if edits_out is not None:
+        # A first analysis's edits stand where the index gave the file no
+        # facts; the index's own analysis replaced the others (a result from
+        # the cache has none: the caller computes those).
+        edits_out.update({r.display: r.edits for r in results
+                          if r.edits is not None and (r.display in replaced or r.display not in known)})
     if task.fixes:
         _fix_rest(results, profiles, jobs, task, facts_out or {})
     if stats is not None:
@@ -618,12 +648,14 @@ def check_files(
     stats: Optional[Dict[str, int]] = None,
     warnings: Optional[List[str]] = None,
     facts_out: Optional[Dict[str, dict]] = None,
+    edits_out: Optional[Dict[str, dict]] = None,
 ) -> Tuple[List[Diagnostic], Dict[str, str]]:
     """Diagnostics (sorted) and the texts of the files that have some: ``check``
     (``process_files`` with the check task).  ``warnings`` (if given) receives
-    the warnings about suppression comments, by path and line."""
-    results = process_files(targets, jobs=jobs, use_cache=use_cache, progress=progress, stats=stats,
-                            facts_out=facts_out)
+    the warnings about suppression comments, by path and line; ``edits_out``
+    (if given) the fixes' JSON edits of the analysed files (``process_files``)."""
+    results = process_files(targets, task=Task(edits=edits_out is not None), jobs=jobs, use_cache=use_cache,
+                            progress=progress, stats=stats, facts_out=facts_out, edits_out=edits_out)
     diagnostics: List[Diagnostic] = []
     sources: Dict[str, str] = {}
     for result in results:
@@ -667,10 +699,10 @@ def _sites_in_file(display: str, path: Optional[str], wanted, external=None):
     return on_large_stack(sites_in, display, text, wanted, external)
 
 
-def _recheck(display: str, path: str, i: int, digest: Optional[str], facts: dict,
+def _recheck(display: str, path: str, i: int, digest: Optional[str], facts: dict, edits: bool = False,
              profile: Optional[Profile] = None) -> Optional[FileResult]:
     """A file analysed again with what other files establish about it (in a
-    worker, ``profile`` None: the worker's profile ``i``)."""
+    worker, ``profile`` None: the worker's profile ``i``); ``edits``: as ``Task.edits``."""
     from torchlint.threads import on_large_stack
 
     try:
@@ -679,14 +711,15 @@ def _recheck(display: str, path: str, i: int, digest: Optional[str], facts: dict
         return None
     if profile is None:
         profile = _worker_profiles[i]
-    result = on_large_stack(analyse_text, text, display, profile.settings, profile.codes, digest, {"frequency": facts})
+    result = on_large_stack(analyse_text, text, display, profile.settings, profile.codes, digest, {"frequency": facts},
+                            edits)
     result.profile, result.path = i, path
     return result
 
 
 def _project_index(
     results: List[FileResult], profiles: Sequence[Profile], cache_of, facts_out: Optional[Dict[str, dict]] = None,
-    workers: Optional[Workers] = None,
+    workers: Optional[Workers] = None, edits: bool = False,
 ) -> Tuple[Dict[str, FileResult], List[Tuple[str, FileResult]]]:
     """Facts across modules (torchlint/project.py): the files whose functions
     other files of the run call (every step, or once), checked again with those
@@ -714,14 +747,14 @@ def _project_index(
         from torchlint.threads import on_large_stack
 
         facts = on_large_stack(project.derive, noted, [r.display for r in files], read,
-                               _pool_asker(workers, by_display))
+                               _pool_asker(workers, by_display), {r.display: r.calls for r in files})
         if store is not None:
             store.put_index(key, facts)
     if facts_out is not None:
         facts_out.update({display: {"frequency": found} for display, found in facts.items()})
     replaced: Dict[str, FileResult] = {}
     to_cache: List[Tuple[str, FileResult]] = []
-    again: List[Tuple[str, str, int, Optional[str], dict]] = []  # not in the cache: analysed again
+    again: List[Tuple[str, str, int, Optional[str], dict, bool]] = []  # not in the cache: analysed again
     for display, found in sorted(facts.items()):
         first = by_display.get(display)
         if first is None or first.path is None:
@@ -730,7 +763,7 @@ def _project_index(
         cache = cache_of(first.profile)
         hit = cache.get(entry, first.digest) if cache is not None else None
         if hit is None:
-            again.append((display, first.path, first.profile, first.digest, found))
+            again.append((display, first.path, first.profile, first.digest, found, edits))
             continue
         text = read(display)
         if text is None:
@@ -741,7 +774,7 @@ def _project_index(
     done = workers.map(_recheck, again) if workers is not None and again else None
     if done is None:
         done = [_recheck(*call, profiles[call[2]]) for call in again]
-    for (display, _, _, _, found), result in zip(again, done):
+    for (display, _, _, _, found, _), result in zip(again, done):
         if result is None:
             continue
         replaced[display] = result

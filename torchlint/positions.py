@@ -10,14 +10,20 @@ matters because positions are needed for every file with a finding.
 The result maps each node to ``((line, column), (end_line, end_column))``,
 lines 1-based and columns 0-based, exactly as ``PositionProvider`` computes
 them (syntactic positions: without the surrounding whitespace a node owns).
+
+Most files with findings have a few, so ``Positions`` generates only the
+top-level statements that hold the nodes asked about (see its docstring).
 """
 
 from __future__ import annotations
 
-from typing import Dict, Optional, Tuple
+import re
+from typing import Dict, Iterable, List, Optional, Tuple
 
 import libcst as cst
 from libcst.metadata.position_provider import PositionProvidingCodegenState
+
+from torchlint.nodes import iter_children
 
 Point = Tuple[int, int]
 Span = Tuple[Point, Point]
@@ -86,3 +92,128 @@ def node_positions(module: cst.Module) -> Dict[cst.CSTNode, Span]:
     )
     module._codegen(state)
     return computed._computed
+
+
+# Line breaks as the code generation counts them (LibCST's NEWLINE_RE).
+_NEWLINE = re.compile(r"\r\n?|\n")
+# The statements whose body's statements are placed on their own.
+_CONTAINERS = frozenset({cst.ClassDef, cst.FunctionDef})
+
+
+def _within(node: cst.CSTNode, wanted: set) -> set:
+    """The ids in ``wanted`` of ``node`` and the nodes below it."""
+    found = set()
+    todo: List[cst.CSTNode] = [node]
+    while todo:
+        current = todo.pop()
+        if id(current) in wanted:
+            found.add(id(current))
+        todo.extend(iter_children(current))
+    return found
+
+
+class Positions:
+    """The positions of a module's nodes (``node_positions``' values), each
+    computed from its statement alone.
+
+    A statement starts a line, so its nodes' positions are those of its own
+    code generation (with the indentation of the blocks around it) shifted by
+    the lines before it; and LibCST gives back the text it parsed, so the
+    statement's code is in the text: where it occurs once, at a line start,
+    there it is.  A node in a method or function is placed from its statement
+    in the body of the class or function (classes are most of a model file),
+    else from its top-level statement.  A node that is in no top-level
+    statement (the module, its header and footer), not reached by the walk,
+    or in a statement whose code is not found once at a line start (written
+    twice, the module's last line without a newline), gets the whole module's
+    positions, as before.
+
+    ``prepare`` places many nodes at once.
+    """
+
+    def __init__(self, module: cst.Module, text: str) -> None:
+        self.module = module
+        self.text = text
+        self._computed: Dict[cst.CSTNode, Span] = {}
+        self._done: set = set()  # ids of the statements generated
+        self._full = False
+
+    def prepare(self, nodes: Iterable[Optional[cst.CSTNode]]) -> None:
+        """Compute the positions of ``nodes`` (None and non-nodes ignored)."""
+        wanted = {id(n) for n in nodes if isinstance(n, cst.CSTNode) and n not in self._computed}
+        if not wanted or self._full:
+            return
+        for statement in self.module.body:
+            inside = _within(statement, wanted)
+            if inside:
+                if not self._place(statement, (), inside):
+                    self._everything()
+                    return
+                wanted -= inside
+                if not wanted:
+                    return
+        self._everything()  # some node is in no statement, or not walked
+
+    def _place(self, statement: cst.CSTNode, indents: Tuple[str, ...], nodes: set) -> bool:
+        """Positions for ``nodes`` (ids), all in ``statement``, whose blocks
+        around it are indented by ``indents``: from the statements of its body
+        when it is a class or a function and they hold them all, else from the
+        statement itself."""
+        body = getattr(statement, "body", None)
+        if type(statement) in _CONTAINERS and type(body) is cst.IndentedBlock:
+            inner = (*indents, self.module.default_indent if body.indent is None else body.indent)
+            rest = set(nodes)
+            for child in body.body:
+                inside = _within(child, rest)
+                if inside:
+                    if not self._place(child, inner, inside):
+                        break
+                    rest -= inside
+                    if not rest:
+                        return True
+        return self._generate(statement, indents)
+
+    def _generate(self, statement: cst.CSTNode, indents: Tuple[str, ...]) -> bool:
+        """Positions for one statement; False when its code is not found once,
+        at a line start, in the text."""
+        if id(statement) in self._done:
+            return True
+        computed = _Computed()
+        state = _LeanState(
+            default_indent=self.module.default_indent,
+            default_newline=self.module.default_newline,
+            provider=computed,  # type: ignore[arg-type]
+            indent_tokens=list(indents),
+        )
+        statement._codegen(state)
+        code = "".join(state.tokens)
+        text = self.text
+        at = text.find(code)
+        if at < 0 or text.find(code, at + 1) >= 0 or (at > 0 and text[at - 1] not in "\r\n"):
+            return False
+        shift = len(_NEWLINE.findall(text, 0, at))
+        for node, ((line, column), (end_line, end_column)) in computed._computed.items():
+            self._computed[node] = ((line + shift, column), (end_line + shift, end_column))
+        self._done.add(id(statement))
+        return True
+
+    def _everything(self) -> None:
+        if not self._full:
+            self._computed = node_positions(self.module)
+            self._full = True
+
+    def __getitem__(self, node: cst.CSTNode) -> Span:
+        span = self.get(node)
+        if span is None:
+            raise KeyError(node)
+        return span
+
+    def get(self, node: object, default: Optional[Span] = None) -> Optional[Span]:
+        span = self._computed.get(node)  # type: ignore[call-overload]
+        if span is None and not self._full and isinstance(node, cst.CSTNode):
+            self.prepare([node])
+            span = self._computed.get(node)
+        return span if span is not None else default
+
+    def __contains__(self, node: object) -> bool:
+        return self.get(node) is not None

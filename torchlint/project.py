@@ -9,8 +9,11 @@ them, on demand, after every file has been checked once:
    does not show how often a function runs notes the function
    (``Context.pending``, kept with the file's result and in the cache).
 2. For each noted function, the index looks for its callers among the other
-   Python files of the run: a cheap textual test first (the file names the
-   function and its module), then the rules' own resolution of the calls
+   Python files of the run: what the file's calls can reach, from its first
+   parse (``hooks.could_reach``: a callee resolving to the function, or a
+   method of that name on a class the file builds), and a cheap textual test
+   (the file names the function and its module) first, then the rules' own
+   resolution of the calls
    (``rules/_project.py``, through the registry: the engine knows no rule) and
    how often each call runs, by the caller's own frequency model.  A caller
    whose own frequency is unknown is followed the same way (up to three hops).
@@ -90,9 +93,14 @@ def derive(
     files: Sequence[str],
     read: Callable[[str], Optional[str]],
     ask: Optional[Callable[[List[Query]], Dict[str, Answers]]] = None,
+    calls: Optional[Dict[str, object]] = None,
 ) -> Dict[str, Facts]:
     """Facts for the files in ``pending`` (path -> noted functions), from the
     other ``files`` of the run (paths), read with ``read`` (None: unreadable).
+    ``calls``: what each file's calls can reach, from the run's first parse of
+    it (``hooks.could_reach``; a file not in it is asked, as before): a file
+    that passes the textual test but cannot call the function is not parsed
+    again.
 
     Each round gathers every question first and asks them together: ``ask``
     (the run's worker pool, or the editor's cache) answers them caller file by
@@ -120,6 +128,8 @@ def derive(
         for other in files:
             if other == path:
                 continue
+            if not hooks.could_reach(calls.get(other) if calls else None, path, qualname):
+                continue  # known from its first parse, without reading it again
             text = text_of(other)
             if text is not None and hooks.might_call(text, path, qualname):
                 found.append(other)
