@@ -37,6 +37,7 @@ import libcst as cst
 from torchlint.rule import Context
 from torchlint.rules._factories import RANDOM_FACTORIES
 from torchlint.rules._helpers import last_name, method_name, positional
+from torchlint.semantic import Location
 
 # Names that denote an `nn.Module` (as a receiver of `.cpu()`, or in `del model`),
 # as the last word of a snake_case name: `model`, `ema_model`, `text_encoder`.
@@ -141,15 +142,14 @@ def module_method_follows(stack, top_index: int) -> bool:
 _DUMMY_FACTORIES = RANDOM_FACTORIES | {"zeros", "ones", "empty", "full", "zeros_like", "ones_like", "empty_like"}
 
 
-def runs_on_dummy_inputs(call: cst.Call, ctx: Context) -> bool:
+def runs_on_dummy_inputs(call: cst.Call, ctx: Context, location: Location) -> bool:
     """Whether every positional argument of ``call`` is a tensor made up on the
     spot: a factory call (``torch.randn(...)``, ``torch.zeros(...)``) or a
     local name of the function bound only to one (not a module-level input
-    that every call of the function reuses)."""
+    that every call of the function reuses); ``location``: the call's."""
     args = positional(call)
     if not args:
         return False
-    location = ctx.location()
     for arg in args:
         values = [arg.value]
         if isinstance(arg.value, cst.Name):

@@ -577,9 +577,7 @@ def _generates(func: cst.BaseExpression) -> bool:
 
 def _scan(ctx: Context, roots: List[cst.CSTNode]) -> LoopFacts:
     facts = LoopFacts()
-    trips = _RoundTrips()
-    guards: List[cst.CSTNode] = []  # `if`/`assert` statements of the body, not under a condition
-    reads: set = set()  # names the body assigns a read of a device value (`v = loss.item()`)
+    body = _BodyFacts()
     # (node, in the loop's own body (not an inner loop), and not under a condition)
     todo: List[Tuple[cst.CSTNode, bool, bool]] = [(root, True, True) for root in roots]
     while todo:
@@ -587,12 +585,7 @@ def _scan(ctx: Context, roots: List[cst.CSTNode]) -> LoopFacts:
         if isinstance(node, _SCOPES):
             continue  # a function defined in the loop does not run there
         if direct:
-            trips.see(node, always)
-            if always and isinstance(node, (cst.If, cst.Assert)):
-                guards.append(node)
-            elif isinstance(node, (cst.Assign, cst.AugAssign)) and _reads_item(node.value):
-                targets = node.targets if isinstance(node, cst.Assign) else [node]
-                reads.update(n for t in targets for n in target_names(t.target))
+            body.see(node, always)
         if isinstance(node, cst.Call):
             func = node.func
             q = ctx.qualname(func)
@@ -641,10 +634,8 @@ def _scan(ctx: Context, roots: List[cst.CSTNode]) -> LoopFacts:
         inner = direct and not isinstance(node, _LOOPS)
         plain = always and inner and not isinstance(node, _CONDITIONS)
         todo.extend((child, inner, plain) for child in iter_children(node))
-    facts.round_trips = trips.found()
-    facts.guards_finite = any(
-        _finite_guard(g, sorted(reads)) or (_finite_guard(g) and _reads_item(g.test)) for g in guards
-    )
+    facts.round_trips = body.round_trips()
+    facts.guards_finite = body.guards_finite()
     return facts
 
 
@@ -659,41 +650,61 @@ def _reads_item(expr: cst.CSTNode) -> bool:
 _TO_TENSOR = frozenset({"Tensor", "tensor", "as_tensor", "from_numpy", "FloatTensor", "LongTensor"})
 
 
-class _RoundTrips:
-    """Collects, over one loop body, what ``LoopFacts.round_trips`` needs: the
-    names bound to host copies (``a = x.cpu().numpy()``), the calls given one,
-    with the names their results are bound to, and the names turned into tensors."""
+class _BodyFacts:
+    """Collects, in the walk of one loop body (its own statements, not inner
+    loops'), the few nodes that ``LoopFacts.round_trips`` and
+    ``LoopFacts.guards_finite`` need, and answers from them once the walk is
+    done (most loops have no candidate, and then nothing more is looked at)."""
 
     def __init__(self) -> None:
-        self.copies: set = set()  # names bound to a host copy
+        self.assigns: List[cst.CSTNode] = []  # `a = ...` and `a += ...`
         self.steps: List[cst.Call] = []  # environment steps, not under a condition
-        self.calls: List[Tuple[cst.Call, List[str]]] = []  # (call, names bound to its result)
         self.tensors: set = set()  # names given to `torch.Tensor(...)`/`torch.tensor(...)`
+        self.guards: List[cst.CSTNode] = []  # `if`/`assert` statements not under a condition
 
     def see(self, node: cst.CSTNode, always: bool) -> None:
-        if isinstance(node, cst.Assign) and len(node.targets) == 1:
-            names = target_names(node.targets[0].target)
-            value = node.value
-            if _copies_to_host(value):
-                self.copies.update(names)
-            elif isinstance(value, cst.Call) and not is_env_step_call(value):
-                self.calls.append((value, names))
-        elif isinstance(node, cst.Call):
-            if always and is_env_step_call(node):
-                self.steps.append(node)
-            elif last_name(node.func) in _TO_TENSOR and node.args and isinstance(node.args[0].value, cst.Name):
+        kind = type(node)
+        if kind is cst.Assign or kind is cst.AugAssign:
+            self.assigns.append(node)
+        elif kind is cst.Call:
+            func = node.func
+            if type(func) is cst.Attribute and func.attr.value == "step":
+                if always and _is_env_step(func):
+                    self.steps.append(node)
+            elif last_name(func) in _TO_TENSOR and node.args and type(node.args[0].value) is cst.Name:
                 self.tensors.add(node.args[0].value.value)
+        elif always and (kind is cst.If or kind is cst.Assert):
+            self.guards.append(node)
 
-    def _given_copy(self, call: cst.Call) -> bool:
+    def round_trips(self) -> bool:
+        """An environment step given a host copy, or a call given one whose
+        result the body turns into a tensor."""
+        if not self.steps and not self.tensors:
+            return False
+        copies = {n for a in self.assigns if type(a) is cst.Assign and _copies_to_host(a.value)
+                  for t in a.targets for n in target_names(t.target)}
+
+        def given_copy(call: cst.Call) -> bool:
+            return any(_copies_to_host(arg.value) or (type(arg.value) is cst.Name and arg.value.value in copies)
+                       for arg in call.args)
+
+        if any(given_copy(step) for step in self.steps):
+            return True
         return any(
-            _copies_to_host(arg.value) or (isinstance(arg.value, cst.Name) and arg.value.value in self.copies)
-            for arg in call.args
+            type(a) is cst.Assign and len(a.targets) == 1 and type(a.value) is cst.Call
+            and not is_env_step_call(a.value) and self.tensors.intersection(target_names(a.targets[0].target))
+            and given_copy(a.value)
+            for a in self.assigns
         )
 
-    def found(self) -> bool:
-        if any(self._given_copy(step) for step in self.steps):
-            return True
-        return any(self.tensors.intersection(names) and self._given_copy(call) for call, names in self.calls)
+    def guards_finite(self) -> bool:
+        """A stop on a non-finite value read from the device in the body."""
+        guards = [g for g in self.guards if _finite_guard(g)]
+        if not guards:
+            return False
+        reads = sorted({n for a in self.assigns if _reads_item(a.value)
+                        for t in (a.targets if type(a) is cst.Assign else [a]) for n in target_names(t.target)})
+        return any(_finite_guard(g, reads) or _reads_item(g.test) for g in guards)
 
 
 def is_env_step_call(call: cst.Call) -> bool:

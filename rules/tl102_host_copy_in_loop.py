@@ -350,8 +350,6 @@ class HostCopyInLoop(Rule):
         assert recv is not None
         if names_a_module(recv) or iterates_modules(ctx, recv):
             return
-        if host_values(ctx).is_host(recv, ctx.location()):
-            return  # already in host memory (a batch part the loader yields): nothing to copy or wait for
         if expression_statement(ctx) is not None and what != "`.numpy(force=True)`":
             return  # `model.cpu()` as a statement: moves a module in place
         top, index = chain_top(ctx)
@@ -378,6 +376,8 @@ class HostCopyInLoop(Rule):
             return  # `if cfg.NUM_GPUS: preds = preds.cpu()`: host code follows
         if host_branch_of_device_switch(ctx, loop):
             return  # `if args.use_cuda: ... else: x.cpu()`: the host is the user's choice
+        if host_values(ctx).is_host(recv, ctx.location()):
+            return  # already in host memory (a batch part the loader yields): nothing to copy or wait for
         frequency = per_step_here(ctx, reading_loops(ctx))
         if frequency is None:
             return  # a loop in code that runs once or once per epoch (or whose callers are not seen)

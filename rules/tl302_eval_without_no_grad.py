@@ -24,6 +24,7 @@ from torchlint.rules._training import (
     needs_gradients,
     with_grad_modes,
 )
+from torchlint.semantic import Location
 
 # Function names that say "this runs a model for evaluation or inference".
 _EVAL_NAME = re.compile(r"^_*(eval|valid|test|predict|infer)", re.IGNORECASE)
@@ -47,8 +48,8 @@ class _Function:
         self.grad_off = False  # the whole body runs without gradients
         self.depth = 0  # how many grad-disabling `with` blocks enclose the current node
         self.evals: set = set()
-        # (callee key, method name or None, under no_grad, in a loop)
-        self.calls: List[Tuple[str, Optional[str], bool, bool]] = []
+        # (callee key, method name or None, under no_grad, in a loop, call, its location outside loops)
+        self.calls: List[Tuple[str, Optional[str], bool, bool, cst.Call, Optional[Location]]] = []
         self.needs_grad = False
         self.asserts = False
         self.nested = False  # defined inside another function
@@ -388,7 +389,10 @@ class EvalWithoutNoGrad(Rule):
             return
         if named and not frame.evals and not frame.has_params and frame.name.lower().lstrip("_").startswith("test"):
             return  # `def test(): net = Net(); print(net(x).shape)`: a smoke test
-        model_calls = [(covered, looped) for key, method, covered, looped in frame.calls
+        # A call on dummy inputs outside any loop (`model(torch.randn(2, 3, 32, 32))`
+        # to read feature shapes) runs once, on a tiny batch: it costs nothing.
+        model_calls = [(covered or (where is not None and runs_on_dummy_inputs(call, self.context, where)), looped)
+                       for key, method, covered, looped, call, where in frame.calls
                        if is_model_call(self.context, key, frame.evals, named, frame.module_class)]
         if any(covered and looped for covered, looped in model_calls):
             # The loop over the data already runs without gradients: a call
@@ -476,14 +480,10 @@ class EvalWithoutNoGrad(Rule):
         if frame.node is None or ctx.qualname(func) is not None:
             return  # module-level code, or an imported callable
         looped = ctx.enclosing_loop() is not None
-        # A call on dummy inputs outside any loop (`model(torch.randn(2, 3, 32, 32))`
-        # to read feature shapes) runs once, on a tiny batch: it costs nothing.
-        covered = covered or (not looped and runs_on_dummy_inputs(node, ctx))
-        if name in FORWARD_METHODS:
-            key = dotted_name(func.value)  # type: ignore[union-attr]
-            if key is not None:
-                frame.calls.append((key, name, covered, looped))
-            return
-        key = dotted_name(func)
+        key = dotted_name(func.value if name in FORWARD_METHODS else func)  # type: ignore[union-attr]
         if key is not None:
-            frame.calls.append((key, None, covered, looped))
+            # Outside a loop, where it is kept to ask, once the function is known
+            # to be a candidate, whether its inputs are dummies made up on the spot.
+            plain = node.args and all(type(a.value) in (cst.Name, cst.Call) for a in node.args if not a.keyword)
+            where = ctx.location() if not covered and not looped and plain else None
+            frame.calls.append((key, name if name in FORWARD_METHODS else None, covered, looped, node, where))
