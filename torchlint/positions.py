@@ -96,19 +96,27 @@ def node_positions(module: cst.Module) -> Dict[cst.CSTNode, Span]:
 
 # Line breaks as the code generation counts them (LibCST's NEWLINE_RE).
 _NEWLINE = re.compile(r"\r\n?|\n")
-# The statements whose body's statements are placed on their own.
-_CONTAINERS = frozenset({cst.ClassDef, cst.FunctionDef})
+# The statements whose body's statements are placed on their own (a node in an
+# `else`, `except` or `finally` block, or in a header, is placed from the whole
+# statement).
+_CONTAINERS = frozenset({cst.ClassDef, cst.FunctionDef, cst.If, cst.For, cst.While, cst.With, cst.Try})
 
 
-def _within(node: cst.CSTNode, wanted: set) -> set:
-    """The ids in ``wanted`` of ``node`` and the nodes below it."""
-    found = set()
-    todo: List[cst.CSTNode] = [node]
+def _paths(root: cst.CSTNode, wanted: set) -> Dict[int, Tuple[cst.CSTNode, ...]]:
+    """For each id in ``wanted`` of a node under ``root``: the nodes from
+    ``root`` down to it (one walk, which stops once all are found)."""
+    found: Dict[int, Tuple[cst.CSTNode, ...]] = {}
+    path: List[cst.CSTNode] = []
+    todo: List[Tuple[cst.CSTNode, int]] = [(root, 0)]
     while todo:
-        current = todo.pop()
-        if id(current) in wanted:
-            found.add(id(current))
-        todo.extend(iter_children(current))
+        node, depth = todo.pop()
+        del path[depth:]
+        path.append(node)
+        if id(node) in wanted:
+            found[id(node)] = tuple(path)
+            if len(found) == len(wanted):
+                break
+        todo.extend((child, depth + 1) for child in iter_children(node))
     return found
 
 
@@ -120,9 +128,11 @@ class Positions:
     code generation (with the indentation of the blocks around it) shifted by
     the lines before it; and LibCST gives back the text it parsed, so the
     statement's code is in the text: where it occurs once, at a line start,
-    there it is.  A node in a method or function is placed from its statement
-    in the body of the class or function (classes are most of a model file),
-    else from its top-level statement.  A node that is in no top-level
+    there it is.  A node in the body of a class, a function or a compound
+    statement (`if`, `for`, `while`, `with`, `try`) is placed from its
+    statement in that body, recursively (classes are most of a model file, and
+    a script's training loop may be most of its `__main__` block), else from
+    its top-level statement.  A node that is in no top-level
     statement (the module, its header and footer), not reached by the walk,
     or in a statement whose code is not found once at a line start (written
     twice, the module's last line without a newline), gets the whole module's
@@ -143,34 +153,34 @@ class Positions:
         wanted = {id(n) for n in nodes if isinstance(n, cst.CSTNode) and n not in self._computed}
         if not wanted or self._full:
             return
-        for statement in self.module.body:
-            inside = _within(statement, wanted)
-            if inside:
-                if not self._place(statement, (), inside):
-                    self._everything()
-                    return
-                wanted -= inside
-                if not wanted:
-                    return
-        self._everything()  # some node is in no statement, or not walked
+        paths = _paths(self.module, wanted)
+        top = {id(statement) for statement in self.module.body}
+        groups: Dict[int, List[Tuple[cst.CSTNode, ...]]] = {}
+        for path in paths.values():
+            if len(path) < 2 or id(path[1]) not in top:
+                break  # the module itself, or its header or footer
+            groups.setdefault(id(path[1]), []).append(path)
+        else:
+            if len(paths) == len(wanted) and all(self._place(group[0][1], 1, (), group) for group in groups.values()):
+                return
+        self._everything()  # some node is in no statement, not walked, or not found in the text
 
-    def _place(self, statement: cst.CSTNode, indents: Tuple[str, ...], nodes: set) -> bool:
-        """Positions for ``nodes`` (ids), all in ``statement``, whose blocks
-        around it are indented by ``indents``: from the statements of its body
-        when it is a class or a function and they hold them all, else from the
-        statement itself."""
+    def _place(self, statement: cst.CSTNode, depth: int, indents: Tuple[str, ...],
+               paths: List[Tuple[cst.CSTNode, ...]]) -> bool:
+        """Positions for the nodes at the end of ``paths``, all in ``statement``
+        (``path[depth]``), whose blocks around it are indented by ``indents``:
+        from the statements of its body when it is a class, a function or a
+        compound statement and they hold them all, else from the statement itself."""
         body = getattr(statement, "body", None)
-        if type(statement) in _CONTAINERS and type(body) is cst.IndentedBlock:
+        if type(statement) in _CONTAINERS and type(body) is cst.IndentedBlock and all(
+            len(path) > depth + 2 and path[depth + 1] is body for path in paths
+        ):
             inner = (*indents, self.module.default_indent if body.indent is None else body.indent)
-            rest = set(nodes)
-            for child in body.body:
-                inside = _within(child, rest)
-                if inside:
-                    if not self._place(child, inner, inside):
-                        break
-                    rest -= inside
-                    if not rest:
-                        return True
+            children: Dict[int, List[Tuple[cst.CSTNode, ...]]] = {}
+            for path in paths:
+                children.setdefault(id(path[depth + 2]), []).append(path)
+            if all(self._place(group[0][depth + 2], depth + 2, inner, group) for group in children.values()):
+                return True
         return self._generate(statement, indents)
 
     def _generate(self, statement: cst.CSTNode, indents: Tuple[str, ...]) -> bool:
