@@ -7,6 +7,8 @@ import json
 from pathlib import Path
 from urllib.parse import unquote, urlparse
 
+import pytest
+
 from tests.test_add_noqa import _notebook
 from tests.test_cli import run
 from torchlint.fix_edits import text_edit
@@ -197,3 +199,35 @@ def test_edits_from_the_checks_own_analysis_equal_a_second_analysis():
         assert of_analysis(text, lint_text(text, path.name, Settings(), codes)) == expected, path
         compared += sum(1 for edits in expected.values() if edits)
     assert compared > 50
+
+
+@pytest.mark.parametrize("newline", ["\n", "\r\n"])
+@pytest.mark.parametrize("indent", ["    ", "\t", "  "])
+def test_statement_fixes_regenerate_only_their_statement(indent, newline):
+    """A fix that replaces a statement (a decorator added to a method) is spliced
+    from the innermost statement's own code, with the indentation around it;
+    the result is what regenerating the whole module gives."""
+    from torchlint import engine, fix_edits
+    from torchlint.config import Settings
+    from torchlint.engine import single_fixes
+    from torchlint.registry import all_codes
+
+    text = newline.join([
+        "import torch",
+        "",
+        "",
+        "class Runner:",
+        f"{indent}# evaluation",
+        f"{indent}def evaluate(self, model, loader):",
+        f"{indent}{indent}model.eval()",
+        f"{indent}{indent}for x in loader:",
+        f"{indent}{indent}{indent}yield model(x)",
+        "",
+    ])
+    expected = single_fixes(text, "train.py", Settings(), all_codes(), True)
+    assert [fixed for _, fixed in expected if fixed is not None], "TL302 offers its decorator"
+    assert fix_edits.alone(text, "train.py", Settings(), all_codes()) == expected
+    result = engine._lint_text(text, "train.py", Settings(), ["TL302"])
+    (finding,) = [f for f in result.findings if f.fix is not None]
+    spliced = fix_edits._splice_statement(text, result.module, finding.node, finding.fix.build(), engine)
+    assert spliced is not None and spliced == engine._apply(result.module, [(finding, finding.fix.build())])

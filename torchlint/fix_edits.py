@@ -133,6 +133,8 @@ def _alone_in(text: str, result) -> List[Tuple[Diagnostic, Optional[str]]]:
         target = finding.fix.target if finding.fix.target is not None else finding.node
         fixed = _splice(text, starts, result, target, replacement, cst)
         if fixed is None:
+            fixed = _splice_statement(text, result.module, target, replacement, engine)
+        if fixed is None:
             fixed = engine._apply(result.module, [(finding, replacement)])
         valid = _parses(fixed, ast) if compiles else engine._valid(fixed, False)
         out.append((finding.diagnostic, fixed if valid and fixed != text else None))
@@ -154,6 +156,49 @@ def _splice(text: str, starts: List[int], result, target, replacement, cst) -> O
         return None
     start, end = starts[line - 1] + column, starts[line - 1] + end_column
     return text[:start] + code + text[end:]
+
+
+def _splice_statement(text: str, module, target, replacement, engine) -> Optional[str]:
+    """``text`` with the innermost statement of a body that holds ``target``
+    regenerated with ``target`` replaced (the same replacement as
+    ``engine._apply`` over the whole module, which costs a transformation and a
+    code generation of every node): the statement's code, with the indentation
+    of the blocks around it, is found once at a line start in the text, and
+    its new code goes there.  None when it is not found so (or the statement
+    itself is removed), for the whole module to be regenerated."""
+    import libcst as cst
+    from libcst._nodes.internal import CodegenState
+
+    from torchlint.positions import paths_to
+
+    path = paths_to(module, {id(target)}).get(id(target))
+    if path is None or len(path) < 2 or not any(path[1] is statement for statement in module.body):
+        return None
+    indents: List[str] = []
+    statement, around = None, None
+    for i in range(1, len(path)):
+        parent = path[i - 1]
+        if type(parent) is cst.IndentedBlock:
+            indents.append(module.default_indent if parent.indent is None else parent.indent)
+        if i == 1 or type(parent) is cst.IndentedBlock:
+            statement, around = path[i], list(indents)
+    if statement is None:
+        return None
+
+    def code_of(node) -> str:
+        state = CodegenState(default_indent=module.default_indent, default_newline=module.default_newline,
+                             indent_tokens=list(around))
+        node._codegen(state)
+        return "".join(state.tokens)
+
+    old = code_of(statement)
+    at = text.find(old)
+    if at < 0 or text.find(old, at + 1) >= 0 or (at > 0 and text[at - 1] not in "\r\n"):
+        return None
+    new = statement.visit(engine._Replacer({id(target): replacement}))
+    if not isinstance(new, cst.CSTNode):
+        return None
+    return text[:at] + code_of(new) + text[at + len(old):]
 
 
 def _parses(text: str, ast) -> bool:

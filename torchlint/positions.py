@@ -102,7 +102,7 @@ _NEWLINE = re.compile(r"\r\n?|\n")
 _CONTAINERS = frozenset({cst.ClassDef, cst.FunctionDef, cst.If, cst.For, cst.While, cst.With, cst.Try})
 
 
-def _paths(root: cst.CSTNode, wanted: set) -> Dict[int, Tuple[cst.CSTNode, ...]]:
+def paths_to(root: cst.CSTNode, wanted: set) -> Dict[int, Tuple[cst.CSTNode, ...]]:
     """For each id in ``wanted`` of a node under ``root``: the nodes from
     ``root`` down to it (one walk, which stops once all are found)."""
     found: Dict[int, Tuple[cst.CSTNode, ...]] = {}
@@ -153,7 +153,7 @@ class Positions:
         wanted = {id(n) for n in nodes if isinstance(n, cst.CSTNode) and n not in self._computed}
         if not wanted or self._full:
             return
-        paths = _paths(self.module, wanted)
+        paths = paths_to(self.module, wanted)
         top = {id(statement) for statement in self.module.body}
         groups: Dict[int, List[Tuple[cst.CSTNode, ...]]] = {}
         for path in paths.values():
