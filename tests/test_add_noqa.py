@@ -5,6 +5,8 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import pytest
+
 from tests.helpers import fix, lint
 from tests.test_cli import run
 
@@ -175,3 +177,24 @@ def test_noqa_rows_of_strings_and_continuations():
     assert new == ('x = f"""a {1}\nb\n""".upper()  # noqa: TL1, TL2\ny = 1 + \\\n    2  # noqa: TL3\n'
                    'z = 3  # noqa: TL4\n')
     compile(new, "x.py", "exec")
+
+
+
+@pytest.mark.parametrize(
+    "text, line, needed",
+    [
+        ('x = f"""\n{loss.item()}\n"""\n', 2, True),  # code inside a triple-quoted f-string
+        ('print(loss.item(), """a\nb""")\n', 1, True),  # a multi-line string starts on the line
+        ("y = loss.item() + \\\n    1\n", 1, True),  # a backslash continues the line
+        ('"""doc"""\ny = loss.item()\nz = 1\n', 2, False),  # nothing to map
+        ("s = \'\'\'\nnot code\n\'\'\'\ny = loss.item()\n", 4, False),
+    ],
+)
+def test_the_tokenizer_is_skipped_only_where_it_maps_nothing(text, line, needed):
+    from torchlint.noqa import noqa_rows, rows_needed
+
+    assert rows_needed(text, [line]) is needed
+    if not needed:
+        assert noqa_rows(text).get(line, line) == line
+    else:
+        assert noqa_rows(text).get(line, line) != line

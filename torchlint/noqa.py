@@ -225,6 +225,26 @@ _STRING_STARTS = {getattr(tokenize, name) for name in ("FSTRING_START", "TSTRING
 _STRING_ENDS = {getattr(tokenize, name) for name in ("FSTRING_END", "TSTRING_END") if hasattr(tokenize, name)}
 
 
+# A triple-quoted f-string (or t-string): code inside it may span its lines.
+_TRIPLE_FORMATTED = re.compile(r"""(?<![\w])(?:[fFtT][rR]?|[rR][fFtT])(?:\"\"\"|\'\'\')""")
+
+
+def rows_needed(text: str, lines: Iterable[int]) -> bool:
+    """Whether ``noqa_rows`` can map any of ``lines`` (the first lines of code
+    that diagnostics point at) elsewhere: when one of them has a quote (a
+    multi-line string may start there) or ends with a backslash, or the text
+    has a triple-quoted f-string (code inside one spans its lines).  Other
+    lines of code hold their own comment, and the tokenizer is not needed."""
+    if _TRIPLE_FORMATTED.search(text):
+        return True
+    split = text.splitlines()
+    for line in lines:
+        content = split[line - 1] if 0 < line <= len(split) else ""
+        if "'" in content or '"' in content or content.rstrip().endswith("\\"):
+            return True
+    return False
+
+
 def noqa_rows(text: str) -> Dict[int, int]:
     """Line -> the line whose end can hold a comment for it, for the lines that
     cannot (as Ruff's ``noqa_row``): a line inside a multi-line string maps to the

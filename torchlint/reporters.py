@@ -179,14 +179,19 @@ def format_json(diagnostics: Sequence[Diagnostic], sources: Dict[str, str], colo
     ``edits`` (given by the caller, see torchlint/fix_edits.py) and ``noqa_row``,
     the line where a ``# noqa`` for it goes."""
     from torchlint.fix_edits import key
-    from torchlint.noqa import noqa_rows
+    from torchlint.noqa import noqa_rows, rows_needed
 
+    lines: Dict[str, List[int]] = {}
+    for d in diagnostics:
+        if d.code:
+            lines.setdefault(d.source_key, []).append(d.line)
     rows: Dict[str, Dict[int, int]] = {}
+    for source_key, found in lines.items():
+        text = sources.get(source_key)
+        # (tokenizing a file costs more than the rest of a cached run's output)
+        rows[source_key] = noqa_rows(text) if text is not None and rows_needed(text, found) else {}
     items = []
     for d in diagnostics:
-        if d.source_key not in rows:
-            text = sources.get(d.source_key)
-            rows[d.source_key] = noqa_rows(text) if text is not None and d.code else {}
         items.append(
             {
                 "code": d.code,
@@ -202,7 +207,7 @@ def format_json(diagnostics: Sequence[Diagnostic], sources: Dict[str, str], colo
                 if d.fix is None
                 else {"applicability": d.fix.applicability.value, "message": d.fix.message,
                       "edits": (edits or {}).get(key(d), [])},
-                "noqa_row": rows[d.source_key].get(d.line, d.line),
+                "noqa_row": rows.get(d.source_key, {}).get(d.line, d.line),
                 "url": rule_url(d.code, d.name) if d.code else None,
                 # For the rules that report only code running every step: how often
                 # it runs, and the call that makes it so ("path:line") when inferred.
