@@ -65,6 +65,7 @@ from typing import Dict, List, Optional, Sequence, Tuple
 import libcst as cst
 
 from torchlint.rule import Context, contains_modulo, is_test_path, tests_periodic_flag
+from torchlint.rules._helpers import last_name
 from torchlint.rules._models import MODEL_WORDS
 from torchlint.rules._sync import target_names
 from torchlint.nodes import iter_children
@@ -458,17 +459,12 @@ def _non_finite_test(test: cst.BaseExpression) -> bool:
     # `.any()`/`.all()` of the element-wise test, or `torch.any(...)`
     if type(test) is cst.Call and not test.args and type(test.func) is cst.Attribute and test.func.attr.value in ("any", "all"):
         test = test.func.value
-    elif type(test) is cst.Call and len(test.args) == 1 and _called_name(test) in ("any", "all"):
+    elif type(test) is cst.Call and len(test.args) == 1 and last_name(test.func) in ("any", "all"):
         test = test.args[0].value
     if type(test) is not cst.Call:
         return False
-    name = _called_name(test)
+    name = last_name(test.func)
     return name == "isfinite" if negated else name in _NON_FINITE
-
-
-def _called_name(call: cst.Call) -> str:
-    func = call.func
-    return func.attr.value if type(func) is cst.Attribute else func.value if type(func) is cst.Name else ""
 
 
 _PROGRESS_WORDS = ("step", "tick", "nimg", "iter", "count", "seen", "accum")

@@ -23,7 +23,7 @@ types:
   ``ensemble``, ``self.modules()``);
 * ``module_method_follows(stack, top_index)``: a method chain goes on with a
   method only an ``nn.Module`` has (``m.cpu().state_dict()``);
-* ``runs_on_dummy_inputs(call, ctx)``: a call whose inputs are all made up on
+* ``runs_on_dummy_inputs(call, ctx, location)``: a call whose inputs are all made up on
   the spot (``model(torch.randn(2, 3, 32, 32))``): a probe of output shapes.
 """
 

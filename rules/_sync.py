@@ -716,13 +716,15 @@ def _copies_to_host(expr: cst.BaseExpression) -> bool:
     """A chain that copies a tensor to host memory: ``x.cpu()...``,
     ``x.detach().cpu().numpy()``, ``x.to("cpu")``, ``x.tolist()``."""
     node = expr
-    while isinstance(node, cst.Call) and isinstance(node.func, cst.Attribute):
-        if node.func.attr.value == "tolist" or _moves_to_host(node):
-            return True
-        node = node.func.value
-    if isinstance(node, cst.Subscript):  # `x.cpu().numpy()[0]`
-        return _copies_to_host(node.value)
-    return False
+    while True:
+        if isinstance(node, cst.Call) and isinstance(node.func, cst.Attribute):
+            if node.func.attr.value == "tolist" or _link_moves_to_host(node):
+                return True
+            node = node.func.value
+        elif isinstance(node, cst.Subscript):  # `x.cpu().numpy()[0]`
+            node = node.value
+        else:
+            return False
 
 
 def waits_every_iteration(ctx: Context, loop: cst.CSTNode, cache: Dict[int, LoopFacts]) -> bool:
@@ -1276,12 +1278,17 @@ def _moves_to_host(call: cst.Call) -> bool:
     """``x.cpu()``, ``x.to("cpu")`` (a chain containing one)."""
     node: cst.BaseExpression = call
     while isinstance(node, cst.Call) and isinstance(node.func, cst.Attribute):
-        name = node.func.attr.value
-        if name == "cpu" or (name == "to" and node.args and isinstance(node.args[0].value, cst.SimpleString)
-                             and "cpu" in node.args[0].value.value):
+        if _link_moves_to_host(node):
             return True
         node = node.func.value
     return False
+
+
+def _link_moves_to_host(call: cst.Call) -> bool:
+    """``.cpu()`` or ``.to("cpu")`` itself (``call.func`` an attribute)."""
+    name = call.func.attr.value  # type: ignore[union-attr]
+    return name == "cpu" or (name == "to" and bool(call.args) and isinstance(call.args[0].value, cst.SimpleString)
+                             and "cpu" in call.args[0].value.value)
 
 
 def offloads_state(loop: cst.CSTNode, cache: Dict[int, bool]) -> bool:

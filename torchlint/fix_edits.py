@@ -169,21 +169,18 @@ def _splice_statement(text: str, module, target, replacement, engine) -> Optiona
     import libcst as cst
     from libcst._nodes.internal import CodegenState
 
-    from torchlint.positions import paths_to
+    from torchlint.positions import block_indent, found_once, paths_to
 
     path = paths_to(module, {id(target)}).get(id(target))
-    if path is None or len(path) < 2 or not any(path[1] is statement for statement in module.body):
+    if path is None or len(path) < 2 or not any(path[1] is top for top in module.body):
         return None
     indents: List[str] = []
-    statement, around = None, None
-    for i in range(1, len(path)):
+    statement, around = path[1], []
+    for i in range(2, len(path)):
         parent = path[i - 1]
         if type(parent) is cst.IndentedBlock:
-            indents.append(module.default_indent if parent.indent is None else parent.indent)
-        if i == 1 or type(parent) is cst.IndentedBlock:
+            indents.append(block_indent(module, parent))
             statement, around = path[i], list(indents)
-    if statement is None:
-        return None
 
     def code_of(node) -> str:
         state = CodegenState(default_indent=module.default_indent, default_newline=module.default_newline,
@@ -192,8 +189,8 @@ def _splice_statement(text: str, module, target, replacement, engine) -> Optiona
         return "".join(state.tokens)
 
     old = code_of(statement)
-    at = text.find(old)
-    if at < 0 or text.find(old, at + 1) >= 0 or (at > 0 and text[at - 1] not in "\r\n"):
+    at = found_once(text, old)
+    if at is None:
         return None
     new = statement.visit(engine._Replacer({id(target): replacement}))
     if not isinstance(new, cst.CSTNode):

@@ -102,6 +102,20 @@ _NEWLINE = re.compile(r"\r\n?|\n")
 _CONTAINERS = frozenset({cst.ClassDef, cst.FunctionDef, cst.If, cst.For, cst.While, cst.With, cst.Try})
 
 
+def found_once(text: str, code: str) -> Optional[int]:
+    """Where a statement's generated ``code`` is in ``text``: its only
+    occurrence, at a line start; None when it is not found so."""
+    at = text.find(code)
+    if at < 0 or text.find(code, at + 1) >= 0 or (at > 0 and text[at - 1] not in "\r\n"):
+        return None
+    return at
+
+
+def block_indent(module: cst.Module, block: cst.IndentedBlock) -> str:
+    """The indentation a block adds to the blocks around it."""
+    return module.default_indent if block.indent is None else block.indent
+
+
 def paths_to(root: cst.CSTNode, wanted: set) -> Dict[int, Tuple[cst.CSTNode, ...]]:
     """For each id in ``wanted`` of a node under ``root``: the nodes from
     ``root`` down to it (one walk, which stops once all are found)."""
@@ -175,7 +189,7 @@ class Positions:
         if type(statement) in _CONTAINERS and type(body) is cst.IndentedBlock and all(
             len(path) > depth + 2 and path[depth + 1] is body for path in paths
         ):
-            inner = (*indents, self.module.default_indent if body.indent is None else body.indent)
+            inner = (*indents, block_indent(self.module, body))
             children: Dict[int, List[Tuple[cst.CSTNode, ...]]] = {}
             for path in paths:
                 children.setdefault(id(path[depth + 2]), []).append(path)
@@ -197,11 +211,10 @@ class Positions:
         )
         statement._codegen(state)
         code = "".join(state.tokens)
-        text = self.text
-        at = text.find(code)
-        if at < 0 or text.find(code, at + 1) >= 0 or (at > 0 and text[at - 1] not in "\r\n"):
+        at = found_once(self.text, code)
+        if at is None:
             return False
-        shift = len(_NEWLINE.findall(text, 0, at))
+        shift = len(_NEWLINE.findall(self.text, 0, at))
         for node, ((line, column), (end_line, end_column)) in computed._computed.items():
             self._computed[node] = ((line + shift, column), (end_line + shift, end_column))
         self._done.add(id(statement))
