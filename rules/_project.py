@@ -44,7 +44,7 @@ from torchlint.rules._project_text import (  # noqa: F401 - DDP, HOST_ARGS: for 
     PINNED_CALL,
     WITH_GRAD,
     module_parts,
-    names_module,
+    names_in_module,
     split_note,
     trait_key,
 )
@@ -136,12 +136,6 @@ def _dotted(expr) -> Optional[str]:
         return None
     parts.append(expr.value)
     return ".".join(reversed(parts))
-
-
-def _splits(dotted: str, target: Sequence[str], qualname: str) -> bool:
-    """Whether ``dotted`` names ``qualname`` of the module ``target``."""
-    suffix = "." + qualname
-    return dotted.endswith(suffix) and names_module(dotted[: -len(suffix)], target)
 
 
 class Finder:
@@ -275,11 +269,11 @@ class Finder:
         func = call.func
         if not cls_name:  # a function
             dotted = self.imports.resolve(func)
-            return dotted is not None and _splits(dotted, target, qualname)
+            return dotted is not None and names_in_module(dotted, target, qualname)
         if not isinstance(func, cst.Attribute) or func.attr.value != method:
             return False
         for dotted in self._classes_of(func.value, call):
-            if _splits(dotted, target, cls_name):
+            if names_in_module(dotted, target, cls_name):
                 return True
         return False
 

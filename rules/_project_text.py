@@ -163,5 +163,10 @@ def could_reach(summary: Optional[CallsSummary], target_path: str, qualname: str
         if method not in methods:
             return False
         qualname = cls_name
+    return any(names_in_module(dotted, target, qualname) for dotted in resolved)
+
+
+def names_in_module(dotted: str, target: Sequence[str], qualname: str) -> bool:
+    """Whether ``dotted`` names ``qualname`` of the module ``target``."""
     suffix = "." + qualname
-    return any(dotted.endswith(suffix) and names_module(dotted[: -len(suffix)], target) for dotted in resolved)
+    return dotted.endswith(suffix) and names_module(dotted[: -len(suffix)], target)
