@@ -14,7 +14,10 @@ values, ``torch.from_numpy``, ``torch.tensor(data)``/factories without a device
 ``.tolist()``/``.item()`` results, ``.to("cpu")``, tokenizer outputs, what
 an environment step given host actions returns (``envs.step(np_actions)``), a
 parameter annotated as a host type or converted under
-``isinstance(x, torch.Tensor)``, and methods, indexes and arithmetic of such
+``isinstance(x, torch.Tensor)``, the batches a loader yields (also through
+``metric_logger.log_every(loader, ...)`` and the matching part of a ``zip`` or
+``enumerate``), the items of a dataset parameter, an array updated in place
+(``box /= ratio``), and methods, indexes and arithmetic of such
 values.  Anything else (a parameter, a model's output, a value moved with
 ``.cuda()``/``.to(device)``) may be on the device, and the answer is no.
 """
@@ -66,6 +69,9 @@ _RETURN_TYPES = frozenset(
 _HOST_BUILTINS = frozenset({"len", "int", "float", "bool", "str", "range", "list", "dict", "sorted"})
 # Builtins whose elements are those of their (first) iterable arguments.
 _ITERATION_BUILTINS = frozenset({"enumerate", "zip", "reversed", "sorted", "iter", "list", "tuple"})
+# Methods that yield the items of their first argument, timing or logging each
+# (the `MetricLogger.log_every` of DeiT, DINO, MAE, BLIP...; `rich.progress.track`).
+_PASS_THROUGH_ITERATORS = frozenset({"log_every", "track"})
 # Functions named like these may move their result to a device (or are models).
 _MOVING_WORDS = ("device", "cuda", "gpu", "accelerat", "move", "load", "model")
 # Mappings of these are long (one entry per parameter): not a few named values.
@@ -403,12 +409,17 @@ class HostValues:
                 return bool(args) and all(self._iterable_is_host(a.value, at, depth + 1, seen) for a in args)
             if isinstance(func, cst.Attribute) and func.attr.value in ("items", "values", "keys"):
                 return False
+            if isinstance(func, cst.Attribute) and func.attr.value in _PASS_THROUGH_ITERATORS and args:
+                # `metric_logger.log_every(data_loader, print_freq, header)` yields the loader's batches
+                return self._iterable_is_host(args[0].value, at, depth + 1, seen)
             if (isinstance(func, cst.Attribute) and not args and _names_a_loader(func.value)
                     and not _MOVING_LOADER.search(func.attr.value) and self._yields_host_batches(func.value, at)):
                 return True  # `for data in data_loader.load_data():` the loader's own batches
             return self._is_host(expr, at, depth + 1, seen)
         if _names_a_loader(expr) and self._yields_host_batches(expr, at):
             return True  # a DataLoader collates its batches in host memory
+        if isinstance(expr, cst.Name) and _DATASET_NAME.search(expr.value) and self._is_parameter(expr.value, at):
+            return True  # `for img, labels in dataset:` a Dataset's `__getitem__` builds its samples on the host
         if isinstance(expr, cst.Name) and at is not None and ctx.qualname(expr) is None:
             bindings = self.semantic.reaching(expr.value, at)
             if not bindings:
@@ -439,6 +450,13 @@ class HostValues:
             for b in bindings
         )
 
+    def _is_parameter(self, name: str, at) -> bool:
+        """Whether every binding of ``name`` that reaches ``at`` is a parameter."""
+        if at is None:
+            return False
+        bindings = self.semantic.reaching(name, at)
+        return bool(bindings) and all(b.kind == "param" for b in bindings)
+
     def _name_is_host(self, name: str, at, depth: int, seen: Set[tuple]) -> bool:
         if at is None:
             return False
@@ -458,18 +476,60 @@ class HostValues:
         if kind in ("value", "aug", "with"):
             if iterable:
                 return self._iterable_is_host(value, at, depth + 1, seen)
+            if kind == "aug":
+                # `box /= ratio` leaves a NumPy array or host tensor where it is;
+                # a Python number takes the other operand's type instead
+                # (`total = 0; total += loss` is a device tensor from there on)
+                if not self._is_host(value, at, depth + 1, seen):
+                    return self._updates_host_array(b, depth + 1, seen)
+                before = [x for x in self.semantic.reaching(b.name, at) if x is not b]
+                return all(self._binding_is_host(x, depth + 1, seen) for x in before)
             return self._is_host(value, at, depth + 1, seen)
         if kind == "part":  # `a, b = value`
             if isinstance(value, (cst.ListComp, cst.SetComp, cst.GeneratorExp)):
                 value = value.elt
             return self._is_host(value, at, depth + 1, seen)
         if kind in ("iter", "iter_part"):  # `for name in value`, `for name, other in value`
+            if kind == "iter_part" and b.index is not None:
+                part = self._zipped_part(value, b.index)
+                if part is not None:  # `for caption, img_id in zip(captions, image_ids)`: img_id is an image_ids item
+                    return part is True or self._iterable_is_host(part, at, depth + 1, seen)
             return self._iterable_is_host(value, at, depth + 1, seen)
         if kind == "param":
             if b.name in self._converted(at):
                 return True  # `if isinstance(x, torch.Tensor): x = x.cpu().numpy()`
             return value is not None and self._annotation_is_host(value)
         return False
+
+    def _updates_host_array(self, b: Binding, depth: int, seen: Set[tuple]) -> bool:
+        """Whether the in-place update ``b`` (``box /= ratio``) applies to a
+        NumPy array or host tensor: every binding before it is one (assigned,
+        or itself updated in place)."""
+        if depth > _MAX_DEPTH:
+            return False
+        before = [x for x in self.semantic.reaching(b.name, b.location) if x is not b]
+        return bool(before) and all(
+            self._updates_host_array(x, depth + 1, seen) if x.kind == "aug"
+            else x.kind == "value" and self._is_host_array(x.value, x.location, depth + 1, set())
+            and self._binding_is_host(x, depth + 1, seen)
+            for x in before
+        )
+
+    def _zipped_part(self, value: Optional[cst.CSTNode], index: int):
+        """For ``for a, b in zip(xs, ys)`` the iterable whose items the
+        ``index``-th target takes (``ys`` for ``b``); True for the counter of
+        ``enumerate(xs)``; None when the value is neither."""
+        if not isinstance(value, cst.Call) or not isinstance(value.func, cst.Name) or any(a.star for a in value.args):
+            return None
+        name = value.func.value
+        if name in self.context.imports.defined or self.context.imports.resolve(name) is not None:
+            return None
+        args = positional(value)
+        if name == "zip" and index < len(args) and len(args) == len(value.args):
+            return args[index].value
+        if name == "enumerate" and args:
+            return True if index == 0 else args[0].value if index == 1 else None
+        return None
 
     def _annotation_is_host(self, annotation: cst.BaseExpression) -> bool:
         if isinstance(annotation, cst.Subscript):
@@ -482,6 +542,8 @@ class HostValues:
 
 
 _LOADER_NAME = re.compile(r"(?:^|_)(?:data)?loader$", re.IGNORECASE)
+# A dataset handed to a function (`def create_dataset_table(self, dataset, ...)`).
+_DATASET_NAME = re.compile(r"(?:^|_)dataset$", re.IGNORECASE)
 _MOVING_LOADER = re.compile(r"prefetch|device|cuda|gpu", re.IGNORECASE)
 
 

@@ -165,7 +165,9 @@ class FrequencyModel:
             if kind is cst.FunctionDef:
                 info = _Function(node, cls, fn)
                 name = node.name.value
-                if _STEP_ROLES.match(name) and (name not in ("step",) or cls is not None):
+                if name == "forward" and cls is not None and _defines_symbolic(cls):
+                    info.role = ONCE  # an export-only op (`symbolic` for ONNX): its forward runs when tracing
+                elif _STEP_ROLES.match(name) and (name not in ("step",) or cls is not None):
                     info.role = PER_STEP
                 elif _ONCE_ROLES.match(name):
                     info.role = ONCE
@@ -414,6 +416,14 @@ def qualified_name(info: "_Function") -> Optional[str]:
     if info.cls is not None:
         return f"{info.cls.name.value}.{info.node.name.value}"
     return info.node.name.value
+
+
+def _defines_symbolic(cls: cst.ClassDef) -> bool:
+    """Whether a class defines ``symbolic``: a `torch.autograd.Function` that
+    stands for an ONNX or TensorRT op (NMS) while a model is exported; its
+    ``forward`` only makes up outputs of the right shape for the tracer."""
+    body = cls.body.body if isinstance(cls.body, cst.IndentedBlock) else ()
+    return any(type(s) is cst.FunctionDef and s.name.value == "symbolic" for s in body)
 
 
 def _loops_for_child(node: cst.CSTNode, child: cst.CSTNode, loops: Tuple[object, ...]) -> Tuple[object, ...]:

@@ -96,6 +96,10 @@ def names_a_module(expr: cst.BaseExpression) -> bool:
     return last in _MODULE_NAMES or last.endswith("net") or last.endswith("model")
 
 
+# A CapWords name (`Detector`, `ResNet`): a class, whose call builds a model.
+_CLASS_NAME = re.compile(r"^_*[A-Z][A-Za-z0-9]*[a-z][A-Za-z0-9]*$")
+
+
 def names_a_model(name: str) -> bool:
     """A callee name that says it is a network, not a factory or helper of one."""
     return bool(_MODEL_NAME.match(name)) and not _FACTORY.match(name)
@@ -125,6 +129,8 @@ def is_model_call(ctx: Context, key: str, evaluated: Set[str], by_name: bool, mo
     last = key.rsplit(".", 1)[-1]
     if key.split(".", 1)[0] != "self" and ctx.imports.resolve(key.split(".", 1)[0]) is not None:
         return False  # an imported callable (`from utils import model_fn`)
+    if _CLASS_NAME.match(last):
+        return False  # `detector = Detector(opt)`: builds one, runs nothing
     return names_a_model(last)
 
 

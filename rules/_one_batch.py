@@ -116,3 +116,25 @@ def _mentions(
             todo.extend((child, below, True) for child in iter_children(node) if child is not node.iter)
             continue
         todo.extend((child, below, looping) for child in iter_children(node))
+
+
+def in_dataset_demo(ctx) -> bool:
+    """Whether the node being visited is in the ``if __name__ == "__main__":``
+    block of a module that defines a dataset (a ``__getitem__``) and trains
+    nothing (no ``.backward(``), a block that moves nothing to a device: the
+    module's own demo, which loads samples to print their shapes or plot a
+    few, once, by hand (an evaluation script that defines its dataset moves
+    its batches to the device)."""
+    source = ctx.source
+    if "__getitem__" not in source or ".backward(" in source or "__main__" not in source:
+        return False
+    for node in ctx.stack:
+        if (
+            type(node) is cst.If
+            and type(node.test) is cst.Comparison
+            and type(node.test.left) is cst.Name
+            and node.test.left.value == "__name__"
+        ):
+            code = cst.Module([]).code_for_node(node)
+            return not any(word in code for word in (".cuda(", ".to(", "device"))
+    return False

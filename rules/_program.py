@@ -570,3 +570,30 @@ def is_verification_path(path: str) -> bool:
     reference (``convert_checkpoint.py``, ``compare_outputs.py``,
     ``verify_export.py``): it runs once, and must be reproducible to compare."""
     return bool(_VERIFICATION_STEM.search(PurePath(path.replace("\\", "/")).stem))
+
+
+# What a self-contained program without convolutions may import: the standard
+# library, torch, and data, text or plotting libraries (no model zoo).
+_PLAIN_IMPORTS = frozenset(
+    {
+        "__future__", "abc", "argparse", "collections", "contextlib", "copy", "csv", "dataclasses", "datasets",
+        "enum", "evaluate", "functools", "glob", "gzip", "heapq", "io", "itertools", "json", "logging", "math",
+        "matplotlib", "nltk", "numpy", "operator", "os", "pandas", "pathlib", "pickle", "random", "re",
+        "scipy", "seaborn", "sentencepiece", "shutil", "sklearn", "spacy", "statistics", "string", "sys",
+        "time", "tokenizers", "torch", "torchtext", "tqdm", "typing", "unicodedata", "urllib", "warnings",
+        "zipfile",
+    }
+)
+_IMPORT_ROOT = re.compile(r"^[ \t]*(?:import|from)[ \t]+(\.*[\w]*)", re.M)
+_OWN_MODEL = re.compile(r"^[ \t]*class[ \t]+\w+[ \t]*\([^)]*Module[^)]*\)", re.M)
+
+
+def runs_no_convolution(source: str) -> bool:
+    """Whether a program visibly has no convolution: it defines its own
+    ``nn.Module`` models, never says ``conv`` (any case), and imports only the
+    standard library, torch and data, text or plotting libraries (no model zoo,
+    no module of its own project, whose models it cannot see)."""
+    if re.search("conv", source, re.IGNORECASE) or not _OWN_MODEL.search(source):
+        return False
+    roots = [m.group(1) for m in _IMPORT_ROOT.finditer(source)]
+    return all(root in _PLAIN_IMPORTS for root in roots)

@@ -18,13 +18,21 @@ and name:
   (``posterior = self.encode(x)``; ``posterior.sample()``).
 
 Receivers of unknown type are not guessed (no "every method named ``m``"):
-precision first.  How often a call runs is the caller module's own frequency
+precision first.  The one exception is TL302's question (GRADS: does every
+call run without gradients, does one feed a training step?): there
+``self.policy.predict_values(...)`` with ``self.policy`` of unknown class
+counts as a call of ``ActorCriticPolicy.predict_values``, in any module of the
+run that calls a method of that name (``network.predict(x)`` in a helper that
+is handed the algorithm).  A wrong guess can only keep the
+finding (a call with gradients on) or drop it where every call of that name
+runs without gradients anyway.  How often a call runs is the caller module's own frequency
 model (``rules/_frequency.py``), so a call in a training loop, in a
 ``forward`` or in a function its module calls every step counts as per step.
 """
 
 from __future__ import annotations
 
+import re
 from functools import cached_property
 from typing import Dict, List, Optional, Sequence, Tuple
 
@@ -42,6 +50,7 @@ from torchlint.rules._project_text import (  # noqa: F401 - DDP, HOST_ARGS: for 
     NO_GRAD,
     PINNED,
     PINNED_CALL,
+    TRAINS,
     WITH_GRAD,
     module_parts,
     names_in_module,
@@ -169,13 +178,14 @@ class Finder:
         # its name (``f(...)``, ``mod.f(...)``, ``obj.method(...)``); the
         # frequency model's sites are some of the module's calls, so when none
         # of the calls so named reaches it, no site does.
-        if not any(self._reaches(call, target, qualname, cls_name, method, None)
+        untyped = note == GRADS
+        if not any(self._reaches(call, target, qualname, cls_name, method, None, untyped)
                    for call in self._calls_named(method)):
             return []
         found: List[Site] = []
         for site in self.frequency.sites:
             call = site.call
-            if not self._reaches(call, target, qualname, cls_name, method, site.caller):
+            if not self._reaches(call, target, qualname, cls_name, method, site.caller, untyped):
                 continue
             level = self.frequency._site_level(site.caller, site.loops)
             caller = None
@@ -183,8 +193,12 @@ class Finder:
                 info = self.frequency.functions.get(site.caller)
                 caller = qualified_name(info) if info is not None else None
             if note == GRADS:
-                trait = NO_GRAD if self._without_gradients(call) else WITH_GRAD
-                found.append((level, self._line(call), caller, False, (("callee", trait_key(qualname, trait)),)))
+                facts: Tuple[Tuple[str, str], ...] = (("callee", trait_key(qualname, NO_GRAD)),)
+                if not self._without_gradients(call):
+                    facts = (("callee", trait_key(qualname, WITH_GRAD)),)
+                    if site.caller is not None and _trains(site.caller):
+                        facts += (("callee", trait_key(qualname, TRAINS)),)
+                found.append((level, self._line(call), caller, False, facts))
             elif note is not None:
                 found.append((level, self._line(call), caller, False, self._loader_facts(call, qualname, note)))
             else:
@@ -265,17 +279,19 @@ class Finder:
                 return False
         return True
 
-    def _reaches(self, call: cst.Call, target, qualname, cls_name, method, caller) -> bool:
+    def _reaches(self, call: cst.Call, target, qualname, cls_name, method, caller, untyped=False) -> bool:
+        """Whether ``call`` calls the function; ``untyped``: also a call of the
+        method's name on a receiver of unknown class (TL302's question)."""
         func = call.func
         if not cls_name:  # a function
             dotted = self.imports.resolve(func)
             return dotted is not None and names_in_module(dotted, target, qualname)
         if not isinstance(func, cst.Attribute) or func.attr.value != method:
             return False
-        for dotted in self._classes_of(func.value, call):
-            if names_in_module(dotted, target, cls_name):
-                return True
-        return False
+        classes = self._classes_of(func.value, call)
+        if not classes:
+            return untyped
+        return any(names_in_module(dotted, target, cls_name) for dotted in classes)
 
     def _classes_of(self, expr: cst.BaseExpression, at_node: cst.CSTNode, depth: int = 0) -> List[str]:
         """The dotted names of the imported classes ``expr`` is visibly an instance of."""
@@ -407,6 +423,19 @@ class Finder:
         return span[0][0] if span is not None else 1
 
 
+# A function that trains: it backpropagates or steps an optimizer (or a grad
+# scaler), or is named `forward`/`__call__`/`*train*`/`*loss*` (as TL302 judges
+# its own module's callers).
+_TRAINING_NAME = re.compile(r"^(forward|__call__)$|train|loss", re.IGNORECASE)
+_TRAINING_CALL = re.compile(r"\.backward\(|\b(optim\w*|scaler)\.step\(", re.IGNORECASE)
+
+
+def _trains(function: cst.FunctionDef) -> bool:
+    return bool(_TRAINING_NAME.search(function.name.value)) or bool(
+        _TRAINING_CALL.search(cst.Module([]).code_for_node(function.body))
+    )
+
+
 # Grad-mode contexts and decorators -> whether they leave gradients on.
 _GRAD_MODES = {"no_grad": False, "inference_mode": False, "enable_grad": True, "set_grad_enabled": None}
 
@@ -446,6 +475,14 @@ def caller_trait(ctx, qualname: str, trait: str) -> Optional[str]:
     project index found it for this file; None when it found none."""
     fact = ctx.project.get("frequency", {}).get(trait_key(qualname, trait))
     return fact[1] if fact else None
+
+
+def called_elsewhere_for_training(ctx, qualname: Optional[str]) -> bool:
+    """Whether the project index found a call of ``qualname`` in another
+    module, with gradients on, in a function that trains (TRAINS): its result
+    feeds a loss.  Asked after ``called_elsewhere_without_gradients``, which
+    notes the question."""
+    return qualname is not None and caller_trait(ctx, qualname, TRAINS) is not None
 
 
 def called_elsewhere_without_gradients(ctx, qualname: Optional[str]) -> bool:

@@ -83,9 +83,13 @@ PINNED_CALL = "pinned_call"
 # ``trait_key(function, NO_GRAD)`` when it runs without gradients (under
 # ``with torch.no_grad():`` or in a function decorated so), else
 # ``trait_key(function, WITH_GRAD)``.
+# A call with gradients on in a function that trains (backpropagates, steps an
+# optimizer, or is named `forward`/`*train*`/`*loss*`) also gives
+# ``trait_key(function, TRAINS)``: the function's result feeds a training step.
 GRADS = "grads"
 NO_GRAD = "no_grad"
 WITH_GRAD = "with_grad"
+TRAINS = "trains"
 _NOTES = (LOADER, PINNED, GRADS)
 
 
@@ -117,7 +121,9 @@ def might_call(text: str, target_path: str, qualname: str) -> bool:
     module (``from pkg.misc import ...``, ``import pkg.misc as m``,
     ``from pkg import misc``, ``from . import misc``, ``from .misc import ...``).
     For a loader's question (``split_note``) the file must also copy something
-    (``.cuda(`` or ``.to(``)."""
+    (``.cuda(`` or ``.to(``).  For TL302's question about a method (GRADS), a
+    call ``.m(`` is enough: the receiver may be of unknown class
+    (``_project.Finder._reaches``)."""
     qualname, note = split_note(qualname)
     if note in (LOADER, PINNED) and ".cuda(" not in text and ".to(" not in text:
         return False  # a loader's batches are copied nowhere in this file
@@ -127,6 +133,10 @@ def might_call(text: str, target_path: str, qualname: str) -> bool:
     name = qualname.rsplit(".", 1)[-1]
     if f"{name}(" not in text:
         return False
+    if note == GRADS and "." in qualname:
+        # a method called on a receiver of unknown class (`network.predict(x)`
+        # with `network` a parameter) needs no import of the class's module
+        return f".{name}(" in text
     stem = parts[-1]
     if stem not in text:
         return False
@@ -156,12 +166,14 @@ def could_reach(summary: Optional[CallsSummary], target_path: str, qualname: str
     if summary is None:
         return True
     resolved, methods = summary
-    qualname = split_note(qualname)[0]
     target = module_parts(target_path)
+    qualname, note = split_note(qualname)
     cls_name, _, method = qualname.rpartition(".")
     if cls_name:
         if method not in methods:
             return False
+        if note == GRADS:
+            return True  # a receiver of unknown class may be one (``Finder._reaches``)
         qualname = cls_name
     return any(names_in_module(dotted, target, qualname) for dotted in resolved)
 

@@ -29,7 +29,7 @@ from torchlint.rule import Context
 from torchlint.nodes import iter_children, target_names, walk_nodes
 from torchlint.rules._helpers import last_name, method_name, receiver, source_mentions
 from torchlint.rules._models import MODULE_COLLECTIONS, names_a_module
-from torchlint.rules._training import is_backward, is_optimizer_step
+from torchlint.rules._training import is_backward, is_optimizer_step, with_grad_modes
 
 _SCOPES = (cst.FunctionDef, cst.Lambda, cst.ClassDef)
 
@@ -510,6 +510,12 @@ class LoopFacts:
     own body and not under a condition: it waits for the device every
     iteration already, so one more read of a value there costs nothing (the
     sync itself is TL103's finding)."""
+    exits_on_read: bool = False
+    """Ends the loop on a value its body read earlier (``token = ....item()``
+    ... ``if token == eos: break``); ``loop_facts`` counts it as
+    ``exits_on_value`` for a loop that counts or runs until told (``for _ in
+    range(max_len)``, ``while True``), not for one over a tensor's items,
+    whose values could be read in one go before the loop."""
     exits_on_value: bool = False
     """Ends the loop (``break``/``return``, not an error exit) on a device value
     read in its own body (``if token.item() in stop_tokens: break``):
@@ -619,8 +625,11 @@ def _scan(ctx: Context, roots: List[cst.CSTNode]) -> LoopFacts:
                 facts.generates = True
             elif isinstance(func, cst.Name) and func.value == "input" and q is None:
                 facts.prompts_user = True
-        elif isinstance(node, cst.If) and direct and _ends_loop(node.body) and _reads_value(node.test):
-            facts.exits_on_value = True
+        elif isinstance(node, cst.If) and direct and _ends_loop(node.body):
+            if _reads_value(node.test):
+                facts.exits_on_value = True
+            else:
+                body.exits.append(node)  # `if token == eos: break`, `token` read earlier in the body?
         elif isinstance(node, cst.Del):
             target = node.target
             targets = [e.value for e in target.elements] if isinstance(target, (cst.Tuple, cst.List)) else [target]
@@ -636,6 +645,7 @@ def _scan(ctx: Context, roots: List[cst.CSTNode]) -> LoopFacts:
         todo.extend((child, inner, plain) for child in iter_children(node))
     facts.round_trips = body.round_trips()
     facts.guards_finite = body.guards_finite()
+    facts.exits_on_read = body.exits_on_read()
     return facts
 
 
@@ -661,6 +671,7 @@ class _BodyFacts:
         self.steps: List[cst.Call] = []  # environment steps, not under a condition
         self.tensors: set = set()  # names given to `torch.Tensor(...)`/`torch.tensor(...)`
         self.guards: List[cst.CSTNode] = []  # `if`/`assert` statements not under a condition
+        self.exits: List[cst.If] = []  # `if ...: break` whose test reads no device value itself
 
     def see(self, node: cst.CSTNode, always: bool) -> None:
         kind = type(node)
@@ -675,6 +686,16 @@ class _BodyFacts:
                 self.tensors.add(node.args[0].value.value)
         elif always and (kind is cst.If or kind is cst.Assert):
             self.guards.append(node)
+
+    def exits_on_read(self) -> bool:
+        """An exit whose test names a value the body read from the device
+        (``pred_token = output.argmax(1).item()`` ... ``if pred_token == eos:
+        break``): greedy decoding, which waits for each token by design."""
+        if not self.exits:
+            return False
+        read = {n for a in self.assigns if type(a) is cst.Assign and _reads_item(a.value)
+                for t in a.targets for n in target_names(t.target)}
+        return bool(read) and any(mentions_name(e.test, list(read)) for e in self.exits)
 
     def round_trips(self) -> bool:
         """An environment step given a host copy, or a call given one whose
@@ -845,6 +866,10 @@ def loop_facts(ctx: Context, loop: cst.CSTNode, cache: Dict[int, LoopFacts]) -> 
             facts.waits_on_data = True  # `while not done.all():`
         if isinstance(loop, cst.For) and _timed_iterable(loop.iter):
             facts.reads_clock = True
+        if facts.exits_on_read and (isinstance(loop, cst.While) or (
+            isinstance(loop, cst.For) and isinstance(loop.iter, cst.Call) and last_name(loop.iter.func) == "range"
+        )):
+            facts.exits_on_value = True  # greedy decoding: each token decides whether to go on
         cache[id(loop)] = facts
     return facts
 
@@ -854,7 +879,11 @@ def in_training_code(ctx: Context, cache: Dict[int, LoopFacts]) -> bool:
     it (in its function) runs a training step (``LoopFacts.optimizes``), or its
     function is one, by name (``train_step``) or by its body (a backward or an
     optimizer step outside any loop, such as a ``training_step`` that one loop
-    calls per batch)."""
+    calls per batch).  A loop that runs no training step itself, inside a
+    ``with torch.no_grad():`` block, is evaluation even in a function that
+    also trains (a validation pass between epochs)."""
+    if _evaluation_loop(ctx, cache):
+        return False
     for loop in ctx.enclosing_loops(periodic_guard=False):
         if loop_facts(ctx, loop, cache).optimizes:
             return True
@@ -864,6 +893,25 @@ def in_training_code(ctx: Context, cache: Dict[int, LoopFacts]) -> bool:
     if _TRAIN_STEP.match(function.name.value):
         return True
     return loop_facts(ctx, function, cache).optimizes
+
+
+def _evaluation_loop(ctx: Context, cache: Dict[int, LoopFacts]) -> bool:
+    """Whether the innermost loop around the node being visited runs no
+    training step and sits in a grad-disabling ``with`` block of its function."""
+    stack = ctx.stack
+    looped = False
+    for i in range(len(stack) - 2, -1, -1):
+        node = stack[i]
+        kind = type(node)
+        if kind in (cst.FunctionDef, cst.Lambda, cst.ClassDef):
+            return False
+        if not looped and (kind is cst.For or kind is cst.While):
+            if loop_facts(ctx, node, cache).optimizes:
+                return False
+            looped = True
+        elif looped and kind is cst.With and with_grad_modes(node, ctx)[1]:
+            return True
+    return False
 
 
 # -- a guard that stops on a non-finite loss ---------------------------------------------
@@ -1175,14 +1223,51 @@ def in_timing_loop(ctx: Context, step: cst.CSTNode, cache: Dict[int, LoopFacts])
     TL103's question.  (A loop *around* ``step`` that times whole passes does
     not make ``step``'s iterations wait.)"""
     past_step = False
-    for loop in ctx.enclosing_loops():
+    loops = list(ctx.enclosing_loops())
+    for k, loop in enumerate(loops):
         facts = loop_facts(ctx, loop, cache)
         if facts.synchronizes and facts.reads_clock:
             return True
         past_step = past_step or loop is step
         if past_step and not only_reads(loop):
+            if k + 1 < len(loops) and not facts.trains and over_iteration_results(loop, loops[k + 1]):
+                continue  # `for si, pred in enumerate(out):` the items of what this iteration computed
             break  # (a comprehension that only reads runs within one iteration of the loop around it)
     return False
+
+
+def over_iteration_results(inner: cst.CSTNode, outer: cst.CSTNode) -> bool:
+    """Whether ``inner`` is a ``for`` over values that the body of the loop
+    ``outer`` around it computes (``out = nms(model(img))`` ... ``for si, pred
+    in enumerate(out):``): it walks the per-item results of one iteration, so
+    when ``outer`` waits for the device every iteration, the reads in
+    ``inner`` find the results ready and wait only for the small work queued
+    since (not for a step)."""
+    if not isinstance(inner, cst.For) or not isinstance(outer, (cst.For, cst.While)):
+        return False
+    iterable = inner.iter
+    parts = [iterable]
+    if isinstance(iterable, cst.Call) and isinstance(iterable.func, cst.Name) and iterable.func.value in ("enumerate", "zip"):
+        parts = [a.value for a in iterable.args if not a.keyword]
+    roots = [_root_name(p) for p in parts]
+    if not roots or None in roots:
+        return False
+    assigned = set()
+    for node in _walk_shallow_body(outer.body, inner):
+        if isinstance(node, cst.Assign):
+            assigned.update(n for t in node.targets for n in target_names(t.target))
+    return all(r in assigned for r in roots)
+
+
+def _walk_shallow_body(body: cst.CSTNode, skip: cst.CSTNode):
+    """The nodes of a loop body, not entering ``skip``, nested loops or definitions."""
+    todo: List[cst.CSTNode] = [body]
+    while todo:
+        node = todo.pop()
+        if node is skip or isinstance(node, _SCOPES) or (node is not body and isinstance(node, (cst.For, cst.While))):
+            continue
+        yield node
+        todo.extend(iter_children(node))
 
 
 # Words of a test that asks whether the code runs on (or the value lives on) an accelerator.
@@ -1518,6 +1603,35 @@ def gathered_for_concatenation(ctx: Context, top_index: int, cache: Dict[int, se
                 joined.add(cst.Module([]).code_for_node(node.args[0].value))
         cache[id(scope)] = joined
     return cst.Module([]).code_for_node(owner) in joined
+
+
+def offloaded_and_restored(ctx: Context, top_index: int) -> bool:
+    """Whether the host copy whose chain ends at ``ctx.stack[top_index]`` is
+    appended to a list whose items the function moves back to the device
+    later, piece by piece (``feats.append(f.cpu())`` ... ``feats =
+    torch.cat(feats)`` ... ``feats[i].to(device)``): the results are parked in
+    host memory because all of them would not fit on the device (every
+    image's patch features for a retrieval re-ranking).  The copy is the
+    point."""
+    stack = ctx.stack
+    if top_index < 2:
+        return False
+    arg, call = stack[top_index - 1], stack[top_index - 2]
+    if not (isinstance(arg, cst.Arg) and isinstance(call, cst.Call) and method_name(call) in ("append", "extend")):
+        return False
+    owner = receiver(call)
+    scope = ctx.enclosing_function()
+    if not isinstance(owner, cst.Name) or scope is None:
+        return False
+    name = owner.value
+    for node in walk_nodes(scope):
+        if isinstance(node, cst.Call) and method_name(node) in ("to", "cuda"):
+            part = receiver(node)
+            while isinstance(part, (cst.Call, cst.Attribute, cst.Subscript)):
+                if isinstance(part, cst.Subscript) and isinstance(part.value, cst.Name) and part.value.value == name:
+                    return True
+                part = part.func if isinstance(part, cst.Call) else part.value
+    return False
 
 
 def gathered_once(ctx: Context, loop: cst.CSTNode, recv: cst.BaseExpression) -> bool:

@@ -58,7 +58,15 @@ class ItemInLoop(Rule):
     environment step given host actions returns (`s, r, d, info =
     envs.step(np_actions)`: Gym and envpool answer with NumPy arrays; an
     environment given device actions, such as Isaac Gym, may answer on the
-    device), and literals.
+    device), the batch parts a `DataLoader` collates (also through
+    `metric_logger.log_every(loader, ...)` or `track(loader)`, which yield the
+    loader's batches, and the matching part of a `zip(...)`/`enumerate(...)`
+    over them: `for caption, img_id in zip(captions, image_ids)`), the items of
+    a dataset handed to the function (a parameter named `dataset`: its
+    `__getitem__` builds them on the host), a NumPy array or host tensor
+    updated in place (`box /= ratio` leaves it on the host; a Python number
+    updated with a tensor, `total = 0; total += loss`, becomes that tensor),
+    and literals.
 
     Not reported either, because the wait is not paid once per step:
     - a call that runs at most once per loop or a fixed number of times: in a
@@ -73,6 +81,10 @@ class ItemInLoop(Rule):
       `metric_logger.log_every(...)`, which times each iteration); one more wait
       there costs nothing (a sync without a clock is TL103's finding, and
       the reads after it are reported: they become the wait once it goes);
+      this holds in a loop inside it that walks the items of what the
+      iteration computed (`out = nms(model(img))` ... `for si, pred in
+      enumerate(out):` in a detector's validation), whose reads find the
+      results ready and wait only for the little work queued since;
     - a loop that waits for the device every iteration anyway, in its own
       body and not under a condition, through an operation whose result size
       or control flow depends on device values (`idx = mask.nonzero()`,
@@ -80,6 +92,12 @@ class ItemInLoop(Rule):
       `assert torch.isfinite(loss).all()`; the right operand of `and`/`or`
       may not run and does not count): one more read there adds little,
       and removing it would not remove the loop's wait;
+    - a loop that decides on a value read in it whether to go on
+      (`if token.item() == eos: break`, or `token = ....item()` then `if token
+      == eos: break` in a `for _ in range(max_len)` or `while` loop): greedy
+      decoding waits for each token by design (a loop over a tensor's items
+      that breaks on one of them is reported: those values can be read in
+      one go before the loop);
     - a loop that hands a host copy of device values to host code every
       iteration and needs the answer (`LoopFacts.round_trips`): an
       environment step on the policy's actions (`envs.step(a.cpu().numpy())`,

@@ -34,6 +34,7 @@ from torchlint.rules._sync import (
     loop_clauses,
     loop_facts,
     normalises_to_host,
+    offloaded_and_restored,
     reading_loops,
     runs_once,
     runs_once_per_pass,
@@ -56,7 +57,9 @@ class HostCopyInLoop(Rule):
     this rule, so the two rules never report the same chain).
 
     Outside training (a loop that runs no backward or optimizer step, in a
-    function that runs none and is not named like a training step), only the
+    function that runs none and is not named like a training step, or a loop
+    that runs none inside a `with torch.no_grad():` block, such as a
+    validation pass in the function that trains), only the
     copies that the device could spare are reported: results appended to a
     list that the function later joins with `torch.cat`/`torch.stack` (the
     rule's example: one copy after the loop does the same), a copy that is an
@@ -87,6 +90,11 @@ class HostCopyInLoop(Rule):
       (`xs.append(x_next.to("cpu"))` ... `xt = xs[-1].to("cuda")`, a sampler
       keeping a long trajectory in host memory); keeping the copies on the
       device would hold every step's state in device memory;
+    - a copy appended to a list whose items the function moves back to the
+      device later (`feats.append(f.cpu())` ... `feats = torch.cat(feats)` ...
+      `feats[i].to(device)`): every image's features for a retrieval
+      re-ranking, parked in host memory because all of them would not fit on
+      the device;
     - code in benchmark scripts (`bench.py`, `benchmark_*.py`, `*_bench.py`,
       a `benchmarks/` directory), as in tests and export scripts: their loops
       are the measurement;
@@ -368,6 +376,8 @@ class HostCopyInLoop(Rule):
             return  # a sampler that keeps its trajectory on the host to bound device memory
         if feeds_host_sink(ctx, index, loop, gathered=True) or feeds_host_api(ctx):
             return  # copied to be written, drawn or decoded on the host: the copy is the point
+        if offloaded_and_restored(ctx, index):
+            return  # parked in host memory and moved back piece by piece: it spares device memory
         if stored_in_host_buffer(ctx, index, loop, host_values(ctx).is_host):
             return  # `aux_pi[:, idx] = logits.cpu()`: results kept in a host buffer on purpose
         if serialised(ctx, index):

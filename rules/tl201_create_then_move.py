@@ -74,6 +74,13 @@ class CreateThenMove(Rule):
       `*_like` creates the tensor on
       `x`'s device, and in practice `x` is nearly always on the accelerator
       already, where the `.to(device)` copies nothing;
+    - a factory with a literal `0` in its shape (`torch.empty(0).to(device)`,
+      `torch.zeros((0, 4)).cuda()`: an empty start for `torch.cat`): the tensor
+      holds nothing, so the move copies nothing;
+    - the `forward` of a class that also defines `symbolic` (a
+      `torch.autograd.Function` standing for an ONNX or TensorRT op such as
+      NMS while a model is exported): it only makes up outputs of the right
+      shape for the tracer, once per export;
     - test files (`test_*.py`, `*_test.py`, `conftest.py`, `tests/`): tensors
       built once as test inputs cost nothing worth optimising, and tests often
       draw random inputs on the CPU on purpose so that seeded values (and the
@@ -386,6 +393,8 @@ class CreateThenMove(Rule):
             return  # `torch.tensor(data)`: host data is copied whatever you write (see the docs)
         if moves_to_device(node, self.context) is None:
             return
+        if _no_elements(factory, kind):
+            return  # `torch.empty(0).to(device)`: an empty start for `torch.cat`, no bytes to copy
         if any(arg.star == "**" for arg in factory.args):
             return  # the keywords may already hold a device
         if keyword(factory, "generator") is not None:
@@ -453,3 +462,21 @@ class CreateThenMove(Rule):
             f"Pass {names} to `torch.{kind}`",
             lambda: calls.parenthesized_like(node, calls.add_keywords(factory, keywords)),
         )
+
+
+_SHAPED = frozenset({"empty", "zeros", "ones", "rand", "randn", "full"})
+
+
+def _no_elements(factory: cst.Call, kind: str) -> bool:
+    """Whether the factory's shape has a literal 0 in it (``torch.empty(0)``,
+    ``torch.zeros((0, 4))``): the tensor holds nothing, so moving it copies
+    nothing."""
+    if kind not in _SHAPED:
+        return False
+    args = [a for a in factory.args if a.keyword is None and not a.star]
+    if not args:
+        return False
+    dims = args[:1] if kind == "full" else args
+    if len(dims) == 1 and isinstance(dims[0].value, (cst.Tuple, cst.List)):
+        dims = dims[0].value.elements
+    return any(isinstance(d.value, cst.Integer) and d.value.evaluated_value == 0 for d in dims)

@@ -32,7 +32,7 @@ from torchlint.rules._loaders import (
 )
 from torchlint.rules._project import COPIED, caller_trait
 from torchlint.rules._project_text import LOADER, trait_key
-from torchlint.rules._one_batch import loader_fetches_one_batch
+from torchlint.rules._one_batch import in_dataset_demo, loader_fetches_one_batch
 
 # Device types for which pinned host memory does not help (MPS shares memory
 # with the host and does not support pinning; meta tensors hold no data).
@@ -198,6 +198,10 @@ class DataLoaderPinMemory(Rule):
       iter(loader)` then `next(it)` / `it.next()`, to show sample images):
       there is no stream of copies to overlap; a loader that is also iterated,
       passed on, or read with `next(it)` in a loop is still reported;
+    - a loader built in the `if __name__ == "__main__":` block of a dataset
+      module (it defines a `__getitem__` and trains nothing), a block that
+      moves nothing to a device: the module's demo, which prints a few
+      shapes or plots a few samples, once, by hand;
     - a module that uses `torch_xla`: TPU input pipelines copy batches with
       their own device loader, and pinning is a CUDA feature;
     - test files (`test_*.py`, `*_test.py`, `conftest.py`, `tests/`): a
@@ -387,8 +391,8 @@ class DataLoaderPinMemory(Rule):
                 kwargs = kwargs_keyword(node, "num_workers", location, self.context)
             if not known or given is not None and literal_bool(given) is not False:
                 return
-            if loader_fetches_one_batch(node, self.context):
-                return  # `next(iter(loader))`: one batch, nothing to overlap
+            if loader_fetches_one_batch(node, self.context) or in_dataset_demo(self.context):
+                return  # `next(iter(loader))`, a dataset module's `__main__` demo: nothing to overlap
             self._candidates.append((node, arg, location, kwargs))
             return
         if not self._moves and self._is_move(node):

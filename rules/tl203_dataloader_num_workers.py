@@ -24,7 +24,7 @@ from torchlint.rules._loaders import (
     placement,
 )
 from torchlint.semantic import Location
-from torchlint.rules._one_batch import loader_fetches_one_batch
+from torchlint.rules._one_batch import in_dataset_demo, loader_fetches_one_batch
 
 # A dataset named like an iterator (`train_iter`, `valid_iterator`): by
 # convention an iterable-style dataset (torchtext, datapipes).
@@ -120,6 +120,10 @@ class DataLoaderNumWorkers(Rule):
       `it.next()` (a grid of sample images): starting workers costs more than
       it saves; a loader that is also iterated, passed on, or read with
       `next(it)` in a loop is still reported;
+    - a loader built in the `if __name__ == "__main__":` block of a dataset
+      module (it defines a `__getitem__` and trains nothing), a block that
+      moves nothing to a device: the module's demo, which prints a few
+      shapes or plots a few samples, once, by hand;
     - a `num_workers` given as a variable or expression (`num_workers=args.workers`),
       or a call with `*args`, or a `**kwargs` the rule cannot read (a
       parameter, a dict from a call, one updated under a condition or passed
@@ -240,8 +244,8 @@ class DataLoaderNumWorkers(Rule):
             given = "dict" if workers is not None else None
         if not known or workers is not None and literal_number(workers) != 0:
             return
-        if self._one_batch(node) or loader_fetches_one_batch(node, ctx):
-            return
+        if self._one_batch(node) or loader_fetches_one_batch(node, ctx) or in_dataset_demo(ctx):
+            return  # (a dataset module's `__main__` demo loads a few samples to look at, once)
         self._candidates.append((node, location, given))
 
     def _one_batch(self, node: cst.Call) -> bool:

@@ -1,17 +1,20 @@
 from __future__ import annotations
 
 import re
-from typing import Dict, List, Optional, Tuple
+from typing import Dict, List, Tuple
 
 import libcst as cst
 
 from torchlint.codemods import statements
 from torchlint.model import Applicability, Fix, FixAvailability
 from torchlint.names import dotted_name
+from torchlint.nodes import target_names
 from torchlint.rule import Benchmark, Invalid, Rule, Valid
-from torchlint.rules._helpers import chain_root, has_parameters, last_name, method_name
+from torchlint.rules._eval_calls import CallSites, Frame, mentions, runs_evaluated, runs_rarely
+from torchlint.rules._helpers import chain_root, last_name, literal_bool, method_name
 from torchlint.rules._models import FORWARD_METHODS, is_model_call, module_like_base, runs_on_dummy_inputs
-from torchlint.rules._project import called_elsewhere_without_gradients
+from torchlint.rules._project import called_elsewhere_for_training, called_elsewhere_without_gradients
+from torchlint.rules._sync import feeds_model_runtime
 from torchlint.rules._training import (
     GRAD_OFF,
     GRAD_ON,
@@ -24,39 +27,12 @@ from torchlint.rules._training import (
     needs_gradients,
     with_grad_modes,
 )
-from torchlint.semantic import Location
 
 # Function names that say "this runs a model for evaluation or inference".
 _EVAL_NAME = re.compile(r"^_*(eval|valid|test|predict|infer)", re.IGNORECASE)
 # Functions whose name says they train or compute a loss: a `.eval()` in them
 # freezes a submodule (a teacher, a mask generator) inside a training step.
 _TRAINING_NAME = re.compile(r"^(forward|__call__)$|train|loss", re.IGNORECASE)
-
-
-class _Function:
-    __slots__ = (
-        "node", "name", "module_class", "method", "skip", "grad_off", "depth", "evals", "calls",
-        "needs_grad", "torch_alias", "asserts", "nested", "has_params", "qualname",
-    )
-
-    def __init__(self, node: Optional[cst.FunctionDef]) -> None:
-        self.node = node
-        self.name = node.name.value if node is not None else ""
-        self.module_class = False  # a method of a class that looks like an nn.Module
-        self.method = False
-        self.skip = False  # never reported (decorators, name)
-        self.grad_off = False  # the whole body runs without gradients
-        self.depth = 0  # how many grad-disabling `with` blocks enclose the current node
-        self.evals: set = set()
-        # (callee key, method name or None, under no_grad, in a loop, call, its location outside loops)
-        self.calls: List[Tuple[str, Optional[str], bool, bool, cst.Call, Optional[Location]]] = []
-        self.needs_grad = False
-        self.asserts = False
-        self.nested = False  # defined inside another function
-        self.has_params = node is not None and has_parameters(node.params)
-        self.qualname: Optional[str] = None  # how other modules name it (`f`, `Class.m`); None when nested
-        # how the decorator spells torch: (`torch`, True) or (`no_grad`, False)
-        self.torch_alias: Optional[Tuple[str, bool]] = None
 
 
 class EvalWithoutNoGrad(Rule):
@@ -74,11 +50,16 @@ class EvalWithoutNoGrad(Rule):
       block. "Calls a model" means calling (or calling `.forward(...)` on)
       something the function put in eval mode (`model.eval()` ... `model(x)`);
       in a function named like evaluation, also `self` in a class with an
-      `nn.Module`-like base, or a name that says it is a network (`model`,
+      `nn.Module`-like base, a name that says it is a network (`model`,
       `self.net`, `netG`, `module`, `backbone`, `text_encoder`, `ema_model`,
-      `model_without_ddp`...). Other calls are not model calls:
+      `model_without_ddp`...), and, in a loop, a method of the model put in
+      eval mode given data (`agent.get_action(obs)` after `agent.eval()`;
+      not one that sets it up or moves it: `load_state_dict`, `to`, `fuse`,
+      `set_*`...). Other calls are not model calls:
       `compute_metrics(preds, labels)`, `np.mean(...)`, factories such as
-      `get_model(cfg)`/`build_net()`, imported functions, and
+      `get_model(cfg)`/`build_net()`, a class (`Detector(opt)` builds a
+      model, it runs nothing), imported functions, a method of something else
+      put in eval mode (`env.eval()` then `env.step(action)`), and
       `model.generate(...)` (Hugging Face's and LitGPT's `generate` already
       run without gradients);
     - does nothing that needs gradients: no `.backward()`, `torch.autograd.*`,
@@ -97,19 +78,36 @@ class EvalWithoutNoGrad(Rule):
       calls `torch.set_grad_enabled(False)` at the top level;
     - functions whose every call site in the same module runs without
       gradients: under `no_grad` there, or inside a function whose own call
-      sites all do (followed a few levels up). A function called nowhere in
+      sites all do (followed a few levels up); for a method, a
+      `self.name(...)` call counts only in its class, a base or a subclass
+      (in another algorithm class, `self.predict(x)` is that class's own).
+      A function called nowhere in
       its module (or only from such functions) is asked of the other modules
       of the run through the project index: silent when every call found
       there runs under `with torch.no_grad():`/`torch.inference_mode()` (the
       innermost grad mode around the call) or in a function decorated so,
       and reported when one runs with gradients on or none is found (with
       pre-commit, which passes only the changed files, the callers may not be
-      in the run; see docs/precision.md). A function known only by its name (no `.eval()`) that is
+      in the run; see docs/precision.md). For a method, the index also counts
+      calls of its name on a receiver of unknown class, in any module
+      (`self.policy.predict_values(obs)`, `network.predict(x)` in a helper
+      handed the algorithm). A function known only by its name (no `.eval()`) that is
       called, with gradients on, from a training function (one that
-      backpropagates or steps, or is named `forward`/`*train*`/`*loss*`) is
+      backpropagates or steps, or is named `forward`/`*train*`/`*loss*`), in
+      its module or another, is
       not reported either: its result may feed a loss (`predict_noise` in a
-      diffusion model). Nor is a nested function known only by its name and
+      diffusion model, `evaluate_actions` in PPO's update). Nor is a nested function known only by its name and
       never called in the module (a callback handed to an evaluator);
+    - a function that switches the model to training mode and then runs it
+      (`if train: model.train() ... else: model.eval()`, then `model(x)`): it
+      serves training too (`model.train()` at the end, restoring the mode
+      after evaluation, does not count);
+    - a sample of one batch (`imgs = next(iter(val_loader))`, the model run
+      on it or on its items, not over a loader) in a function whose callers
+      run it once or every N steps: a few images to look at, a small graph
+      freed when the function returns;
+    - modules that run their models with ONNX Runtime, TensorRT, Triton or
+      OpenVINO (their engines record no autograd graph);
     - `eval`/`train` methods (overrides of `nn.Module.eval`/`train`), and
       functions named `forward`, `__call__`, `*train*` or `*loss*` that call
       `.eval()` (they freeze a submodule, such as a teacher, inside a training
@@ -338,24 +336,25 @@ class EvalWithoutNoGrad(Rule):
 
     def __init__(self, context) -> None:
         super().__init__(context)
-        self._frames: List[_Function] = [_Function(None)]
-        self._candidates: List[Tuple[_Function, str]] = []
-        # Call sites of functions by name: name -> [(under no_grad?, calling function)]
-        self._call_sites: Dict[str, List[Tuple[bool, _Function]]] = {}
+        self._frames: List[Frame] = [Frame(None)]
+        self._candidates: List[Tuple[Frame, str]] = []
+        self._call_sites = CallSites()  # by callee name: (without gradients?, calling function)
         self._module_grad_off = False
         self._class_is_module: Dict[int, bool] = {}
 
     # -- scopes ----------------------------------------------------------------
     def visit_ClassDef(self, node: cst.ClassDef) -> None:
+        self._call_sites.add_class(node.name.value, [n for n in (last_name(a.value) for a in node.bases) if n])
         self._class_is_module[id(node)] = any(module_like_base(arg.value, self.context) for arg in node.bases)
 
     def visit_FunctionDef(self, node: cst.FunctionDef) -> None:
         ctx = self.context
-        frame = _Function(node)
+        frame = Frame(node)
         stack = ctx.stack  # a method: its def is a statement of a class body
         in_class = len(stack) >= 3 and isinstance(ctx.parent, cst.IndentedBlock) and isinstance(stack[-3], cst.ClassDef)
         cls = stack[-3] if in_class else None
         frame.method = cls is not None
+        frame.cls_name = cls.name.value if cls is not None else None
         frame.nested = self._frames[-1].node is not None
         frame.module_class = cls is not None and self._class_is_module.get(id(cls), False)
         if not frame.nested and (cls is None or len(stack) == 4):  # a module-level function or class's method
@@ -391,9 +390,14 @@ class EvalWithoutNoGrad(Rule):
             return  # `def test(): net = Net(); print(net(x).shape)`: a smoke test
         # A call on dummy inputs outside any loop (`model(torch.randn(2, 3, 32, 32))`
         # to read feature shapes) runs once, on a tiny batch: it costs nothing.
+        runs = [i for i, (key, _, _, looped, call, _) in enumerate(frame.calls)
+                if is_model_call(self.context, key, frame.evals, named, frame.module_class)
+                or (named and looped and runs_evaluated(key, call, frame.evals))]
         model_calls = [(covered or (where is not None and runs_on_dummy_inputs(call, self.context, where)), looped)
-                       for key, method, covered, looped, call, where in frame.calls
-                       if is_model_call(self.context, key, frame.evals, named, frame.module_class)]
+                       for key, method, covered, looped, call, where in (frame.calls[i] for i in runs)]
+        if frame.train_mode_at is not None and any(i >= frame.train_mode_at for i in runs):
+            return  # `if train: model.train() ... else: model.eval()`, then the model: it serves training too
+        frame.looped_model = any(frame.calls[i][3] and id(frame.calls[i][4]) not in frame.batch_calls for i in runs)
         if any(covered and looped for covered, looped in model_calls):
             # The loop over the data already runs without gradients: a call
             # outside it (a warm-up on a dummy input) runs once.
@@ -408,18 +412,20 @@ class EvalWithoutNoGrad(Rule):
         self._candidates.append((frame, why))
 
     def leave_Module(self, node: cst.Module) -> None:
-        if self._module_grad_off:
-            return
+        if self._module_grad_off or feeds_model_runtime(self.context.source):
+            return  # (a module that runs its models with TensorRT or ONNX Runtime records no graph)
         for frame, why in self._candidates:
-            sites = self._call_sites.get(frame.name, [])
+            sites = self._call_sites.of(frame)
             elsewhere = lambda f: called_elsewhere_without_gradients(self.context, f.qualname)  # noqa: E731
-            if called_without_gradients(frame, self._call_sites, elsewhere=elsewhere):
+            if called_without_gradients(frame, {**self._call_sites.by_name, frame.name: sites}, elsewhere=elsewhere):
                 continue  # every caller (in this module, or through the project index) disabled gradients
             if not frame.evals and frame.nested and not sites:
                 continue  # a closure handed to someone else (a callback): its caller decides
-            if not frame.evals and any(
-                not covered and (caller.needs_grad or _TRAINING_NAME.search(caller.name))
-                for covered, caller in sites
+            if frame.one_batch and not frame.looped_model and runs_rarely(self.context, frame.node):
+                continue  # a sample of one batch every N steps (images to look at): a tiny graph, freed at return
+            if not frame.evals and (
+                any(not covered and (caller.needs_grad or _TRAINING_NAME.search(caller.name)) for covered, caller in sites)
+                or called_elsewhere_for_training(self.context, frame.qualname)
             ):
                 continue  # named like inference, but its result feeds a training step
             fix = None
@@ -460,13 +466,26 @@ class EvalWithoutNoGrad(Rule):
         covered = frame.depth > 0 or frame.grad_off
         callee = last_name(func)
         if callee is not None:
-            self._call_sites.setdefault(callee, []).append((covered, frame))
+            on_self = type(func) is cst.Attribute and type(func.value) is cst.Name and func.value.value == "self"
+            self._call_sites.add(callee, covered, frame, on_self)
         name = method_name(node)
+        if (
+            type(func) is cst.Name and func.value == "next" and node.args
+            and type(node.args[0].value) is cst.Call and last_name(node.args[0].value.func) == "iter"
+        ):
+            assign = ctx.parent
+            if type(assign) is cst.Assign:
+                frame.one_batch.update(n for t in assign.targets for n in target_names(t.target))
         if name == "enter_context" and len(node.args) == 1 and grad_mode(node.args[0].value, ctx) == GRAD_OFF:
             frame.skip = frame.grad_off = True  # `stack.enter_context(torch.no_grad())`
             return
         if name == "eval" and not node.args:
             frame.evals.add(chain_root(func.value) or "")  # type: ignore[union-attr]
+            return
+        if name == "train" and frame.train_mode_at is None and (
+            not node.args or literal_bool(node.args[0].value) is True
+        ):
+            frame.train_mode_at = len(frame.calls)  # `model.train()`: a model call after it trains
             return
         if needs_gradients(node, ctx):  # `requires_grad=True`, an optimizer step, a `torch.func` transform
             frame.needs_grad = True  # (the calls of a function that needs gradients are never looked at)
@@ -484,6 +503,10 @@ class EvalWithoutNoGrad(Rule):
         if key is not None:
             # Outside a loop, where it is kept to ask, once the function is known
             # to be a candidate, whether its inputs are dummies made up on the spot.
+            loop = ctx.enclosing_loop() if looped and frame.one_batch else None
+            if type(loop) is cst.For and mentions(loop.iter, frame.one_batch):
+                frame.batch_calls.add(id(node))  # `for a, b in zip(imgs["A"], imgs["B"]):`
             plain = node.args and all(type(a.value) in (cst.Name, cst.Call) for a in node.args if not a.keyword)
             where = ctx.location() if not covered and not looped and plain else None
             frame.calls.append((key, name if name in FORWARD_METHODS else None, covered, looped, node, where))
+

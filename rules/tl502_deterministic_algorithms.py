@@ -10,6 +10,7 @@ from torchlint.rules._program import (
     REPRODUCIBILITY_SWITCH,
     in_scope_named,
     is_benchmark_path,
+    runs_no_convolution,
     is_verification_path,
     under_switch,
 )
@@ -46,7 +47,14 @@ class DeterministicAlgorithms(Rule):
       `convert_*`, `compare_*`, `verify_*` or `check_*`), which run once and
       compare a model's outputs with a reference, bit for bit;
     - `with torch.backends.cudnn.flags(deterministic=True):`, a scoped
-      setting used almost only in tests.
+      setting used almost only in tests;
+    - `cudnn.deterministic = True` in a program that visibly has no
+      convolution: it defines its own `nn.Module` models, never mentions a
+      convolution (`Conv1d`/`Conv2d`/`conv2d`...), and imports only the
+      standard library, torch and data, text or plotting libraries (no model
+      zoo such as torchvision or timm, no module of its own project): the
+      flag restricts only cuDNN's convolution algorithms, so in an LSTM or
+      Transformer tutorial it changes nothing.
 
     ## Why is this bad?
     Deterministic mode makes PyTorch choose, for every operation that has
@@ -174,8 +182,8 @@ class DeterministicAlgorithms(Rule):
             return
         if not any(self.context.qualname(t.target) == _CUDNN_DETERMINISTIC for t in node.targets):
             return
-        if self._switched():
-            return
+        if self._switched() or runs_no_convolution(self.context.source):
+            return  # (the flag restricts only convolution algorithms)
         self.report(
             node,
             "`cudnn.deterministic = True` restricts cuDNN to deterministic convolution algorithms, "

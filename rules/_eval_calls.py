@@ -1,0 +1,136 @@
+"""What TL302 learns about a function while it walks it, and the questions it
+asks of its calls: which calls run a model, which ``self.name(...)`` calls
+can reach a given class's method, and whether a one-batch sample runs rarely.
+
+Kept apart from the rule so that the rule module holds only its policy."""
+
+from __future__ import annotations
+
+import re
+from typing import Dict, List, Optional, Tuple
+
+import libcst as cst
+
+from torchlint.nodes import walk_nodes
+from torchlint.rules._frequency import ONCE, PER_EPOCH, model_for
+from torchlint.rules._helpers import has_parameters
+from torchlint.rules._models import names_a_model
+from torchlint.semantic import Location
+
+
+class Frame:
+    """One function being walked (``node`` None for module-level code)."""
+
+    __slots__ = (
+        "node", "name", "module_class", "method", "skip", "grad_off", "depth", "evals", "calls",
+        "needs_grad", "torch_alias", "asserts", "nested", "has_params", "qualname", "one_batch", "batch_calls",
+        "looped_model", "train_mode_at", "cls_name",
+    )
+
+    def __init__(self, node: Optional[cst.FunctionDef]) -> None:
+        self.node = node
+        self.name = node.name.value if node is not None else ""
+        self.module_class = False  # a method of a class that looks like an nn.Module
+        self.method = False
+        self.skip = False  # never reported (decorators, name)
+        self.grad_off = False  # the whole body runs without gradients
+        self.depth = 0  # how many grad-disabling `with` blocks enclose the current node
+        self.evals: set = set()
+        # (callee key, method name or None, under no_grad, in a loop, call, its location outside loops)
+        self.calls: List[Tuple[str, Optional[str], bool, bool, cst.Call, Optional[Location]]] = []
+        self.needs_grad = False
+        self.asserts = False
+        self.nested = False  # defined inside another function
+        self.has_params = node is not None and has_parameters(node.params)
+        self.qualname: Optional[str] = None  # how other modules name it (`f`, `Class.m`); None when nested
+        self.one_batch: set = set()  # names bound to a single batch: `imgs = next(iter(loader))`
+        self.batch_calls: set = set()  # ids of calls in a loop over such a batch's items
+        self.looped_model = False  # calls a model in a loop
+        self.train_mode_at: Optional[int] = None  # len(calls) at its first `model.train()`
+        self.cls_name: Optional[str] = None  # the class of a method
+        # how the decorator spells torch: (`torch`, True) or (`no_grad`, False)
+        self.torch_alias: Optional[Tuple[str, bool]] = None
+
+
+class CallSites:
+    """A module's call sites by callee name, ``(without gradients?, calling
+    frame)``, with the ``self.name(...)`` ones marked and each class's bases,
+    so that a method is asked only about the calls that can reach it."""
+
+    def __init__(self) -> None:
+        self.by_name: Dict[str, List[Tuple[bool, Frame]]] = {}
+        self._self_calls: set = set()
+        self._bases: Dict[str, List[str]] = {}
+
+    def add_class(self, name: str, bases: List[str]) -> None:
+        self._bases.setdefault(name, []).extend(bases)
+
+    def add(self, callee: str, covered: bool, frame: Frame, on_self: bool) -> None:
+        entry = (covered, frame)
+        self.by_name.setdefault(callee, []).append(entry)
+        if on_self:
+            self._self_calls.add(id(entry))
+
+    def of(self, frame: Frame) -> List[Tuple[bool, Frame]]:
+        """The call sites by the function's name; for a method, a
+        ``self.name(...)`` call counts only in its class, a base or a subclass
+        of it (``self.predict(x)`` in another algorithm class calls that
+        class's own ``predict``)."""
+        sites = self.by_name.get(frame.name, [])
+        if frame.cls_name is None:
+            return sites
+        related = self._lineage(frame.cls_name)
+        return [e for e in sites if id(e) not in self._self_calls or e[1].cls_name in related]
+
+    def _lineage(self, name: str) -> set:
+        """The class, its bases and its subclasses, as far as this module defines them."""
+        found = {name} | self._ancestors(name)
+        found.update(cls for cls in self._bases if name in self._ancestors(cls))
+        return found
+
+    def _ancestors(self, name: str) -> set:
+        seen: set = set()
+        todo = [name]
+        while todo:
+            for base in self._bases.get(todo.pop(), ()):
+                if base not in seen:
+                    seen.add(base)
+                    todo.append(base)
+        return seen
+
+
+def runs_rarely(ctx, function: Optional[cst.FunctionDef]) -> bool:
+    """Whether the function's callers run it once or every N steps (not per step, and known)."""
+    return function is not None and model_for(ctx).of_function(function).level in (ONCE, PER_EPOCH)
+
+
+def mentions(expr: cst.BaseExpression, names: set) -> bool:
+    return any(type(n) is cst.Name and n.value in names for n in walk_nodes(expr))
+
+
+# Methods of a model that set it up or move it rather than run it.
+_SETUP_METHODS = re.compile(
+    r"^_*(to|cuda|cpu|half|float|double|bfloat16|type|apply|eval|train|fuse|generate|share_memory"
+    r"|requires_grad_|zero_grad|add_module|register_\w*|load\w*|save\w*|set_\w*|get_\w*_(config|params?)"
+    r"|state_dict|parameters|named_\w*|modules|children|buffers|info|summary|compile)$"
+)
+# What reinforcement learning calls its network (`agent.get_action_and_value(obs)`).
+_AGENTS = frozenset({"agent", "policy", "actor", "critic", "q_network", "qnetwork", "qf1", "qf2"})
+
+
+def runs_evaluated(key: str, call: cst.Call, evaluated: set) -> bool:
+    """``model.get_action(obs)`` after ``model.eval()``: a method of the model
+    put in eval mode (named like a network, not an environment), given data
+    (a positional argument that is not a literal), that is not one that sets
+    the model up or moves it.  (Asked of calls in a loop of a function named
+    like evaluation: an episode or data loop that runs the model through its
+    own methods.)"""
+    owner, _, method = key.rpartition(".")
+    last = owner.rsplit(".", 1)[-1]
+    if owner not in evaluated or not (names_a_model(last) or last.lower() in _AGENTS) or _SETUP_METHODS.match(method):
+        return False  # (`env.eval()` then `env.step(action)`: an environment, not a model)
+    return any(
+        a.keyword is None and not a.star and not isinstance(a.value, (cst.SimpleString, cst.Integer, cst.Float, cst.Name))
+        or (a.keyword is None and isinstance(a.value, cst.Name) and a.value.value not in ("True", "False", "None"))
+        for a in call.args
+    )
