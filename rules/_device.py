@@ -16,7 +16,8 @@ an environment step given host actions returns (``envs.step(np_actions)``), a
 parameter annotated as a host type or converted under
 ``isinstance(x, torch.Tensor)``, the batches a loader yields (also through
 ``metric_logger.log_every(loader, ...)`` and the matching part of a ``zip`` or
-``enumerate``), the items of a dataset parameter, an array updated in place
+``enumerate``), the items of a dataset (a parameter, or a name bound to the
+call that builds it: ``dataset[i]``), an array updated in place
 (``box /= ratio``), and methods, indexes and arithmetic of such
 values.  Anything else (a parameter, a model's output, a value moved with
 ``.cuda()``/``.to(device)``) may be on the device, and the answer is no.
@@ -161,6 +162,8 @@ class HostValues:
         if isinstance(expr, cst.Subscript):
             if _optimizer_setting(expr):
                 return True
+            if isinstance(expr.value, cst.Name) and self._is_dataset(expr.value.value, at):
+                return True  # `sample = dataset[i]`: a Dataset's `__getitem__` builds it on the host
             return self._is_host(expr.value, at, depth + 1, seen)
         if isinstance(expr, cst.BinaryOperation):
             return self._is_host(expr.left, at, depth + 1, seen) and self._is_host(
@@ -418,7 +421,7 @@ class HostValues:
             return self._is_host(expr, at, depth + 1, seen)
         if _names_a_loader(expr) and self._yields_host_batches(expr, at):
             return True  # a DataLoader collates its batches in host memory
-        if isinstance(expr, cst.Name) and _DATASET_NAME.search(expr.value) and self._is_parameter(expr.value, at):
+        if isinstance(expr, cst.Name) and self._is_dataset(expr.value, at):
             return True  # `for img, labels in dataset:` a Dataset's `__getitem__` builds its samples on the host
         if isinstance(expr, cst.Name) and at is not None and ctx.qualname(expr) is None:
             bindings = self.semantic.reaching(expr.value, at)
@@ -450,12 +453,18 @@ class HostValues:
             for b in bindings
         )
 
-    def _is_parameter(self, name: str, at) -> bool:
-        """Whether every binding of ``name`` that reaches ``at`` is a parameter."""
-        if at is None:
+    def _is_dataset(self, name: str, at) -> bool:
+        """A name that says it holds a dataset (``dataset``, ``val_dataset``)
+        and is a parameter or built by a call that moves nothing
+        (``dataset = dataset_dict[name](**kwargs)``; not ``x.to(device)``)."""
+        if at is None or not _DATASET_NAME.search(name):
             return False
         bindings = self.semantic.reaching(name, at)
-        return bool(bindings) and all(b.kind == "param" for b in bindings)
+        return bool(bindings) and all(
+            b.kind == "param"
+            or (b.kind == "value" and isinstance(b.value, cst.Call) and method_name(b.value) not in _DEVICE_METHODS)
+            for b in bindings
+        )
 
     def _name_is_host(self, name: str, at, depth: int, seen: Set[tuple]) -> bool:
         if at is None:

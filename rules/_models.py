@@ -61,7 +61,7 @@ _FACTORY = re.compile(
     r"^_*(get|build|load|create|make|init|initialize|setup|save|prepare|restore|wrap|unwrap|export"
     r"|compile|configure|print|log|freeze|unfreeze|set|count|update|register|convert|replace|copy"
     r"|download|validate|evaluate|eval|test|train|run|check|compute|summarize|profile|benchmark"
-    r"|plot|show|visualize|infer|predict|apply|fuse|quantize|prune|sync|average|merge|split"
+    r"|plot|show|visualize|infer|predict|apply|fuse|quantize|prune|sync|average|merge|split|clone"
     r"|choose|select|switch|pick|swap|reset|move|change|use|add|remove|delete|clear|enable|disable)_",
     re.IGNORECASE,
 )

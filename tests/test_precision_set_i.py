@@ -122,9 +122,14 @@ def test_the_items_of_a_dataset_parameter_are_host_values():
     assert found(TABLE, "TL101") == []
 
 
-def test_a_dataset_built_in_the_function_is_not_assumed_to_be_on_the_host():
+def test_other_iterables_are_not_assumed_to_be_on_the_host():
+    code = TABLE.replace("dataset", "batches")
+    assert found(code, "TL101") == [("TL101", 7)]
+
+
+def test_a_dataset_built_in_the_function_yields_host_samples_too():
     code = TABLE.replace("def create_table(self, dataset, rows):\n", "def create_table(self, make, rows):\n    dataset = make()\n")
-    assert found(code, "TL101") == [("TL101", 8)]
+    assert found(code, "TL101") == []
 
 
 # -- TL101: per-item loops of a batch loop that synchronizes to time itself ---------------

@@ -195,3 +195,49 @@ def test_a_program_that_imports_its_models_is_reported():
 def test_a_program_using_a_model_zoo_is_reported():
     code = SEQ2SEQ.replace("import torch.nn as nn\n", "import torch.nn as nn\nimport torchvision\n")
     assert found(code, "TL502") == [("TL502", 12)]
+
+
+# -- set M: a dataset's items, and a factory verb -----------------------------------------
+
+RENDER_EVAL = """
+import numpy as np
+import torch
+
+
+def evaluate(models, dataset_dict, name, psnr, render):
+    dataset = dataset_dict[name](split="test")
+    psnrs = []
+    for i in range(len(dataset)):
+        sample = dataset[i]
+        pred = render(models, sample["rays"].cuda()).cpu().numpy()
+        psnrs.append(psnr(sample["rgbs"], pred).item())
+    return np.mean(psnrs)
+"""
+
+
+def test_an_item_of_a_dataset_is_a_host_value():
+    assert found(RENDER_EVAL, "TL101") == []
+
+
+def test_an_item_moved_to_the_device_is_not():
+    code = RENDER_EVAL.replace('psnr(sample["rgbs"], pred)', 'psnr(sample["rgbs"].cuda(), pred)')
+    assert found(code, "TL101") == [("TL101", 12)]
+
+
+def test_a_dataset_moved_to_the_device_is_not_a_host_source():
+    code = RENDER_EVAL.replace('dataset = dataset_dict[name](split="test")', 'dataset = dataset_dict[name](split="test").to("cuda")')
+    assert found(code, "TL101") == [("TL101", 12)]
+
+
+def test_cloning_an_averaged_model_runs_no_model():
+    code = """
+import torch
+
+
+def eval_model(model, ema, x, clone_as_averaged_model):
+    model = clone_as_averaged_model(model, ema)
+    model.eval()
+    with torch.no_grad():
+        return model.incremental_forward(x)
+"""
+    assert found(code, "TL302") == []
