@@ -183,9 +183,19 @@ class FrequencyModel:
                 self.sites.append(_Site(node, fn, cls if fn is None else self.functions[fn].cls, loops))
             if kind in _LOOPS and fn is not None:
                 self.functions[fn].has_loop = True
+            if kind is cst.IndentedBlock:
+                # `_loop_marker`'s periodic `continue`, in one pass over the block
+                # (not one pass over the statements before each statement)
+                child_loops = loops
+                for child in iter_children(node):
+                    todo.append((child, fn, cls, child_loops))
+                    if child_loops is loops and _periodic_continue(child):
+                        child_loops = (*loops, _PERIODIC)  # after `if cur_nimg < tick_end: continue`
+                continue
             flagged = kind is cst.If and fn is not None and tests_periodic_flag(node.test, fn, self._flags)
+            marks = kind in _MARKERS
             for child in iter_children(node):
-                child_loops = _loops_for_child(node, child, loops)
+                child_loops = _loops_for_child(node, child, loops) if marks else loops
                 if flagged and child is node.body and child_loops is loops:
                     child_loops = (*loops, _PERIODIC)  # `if log_now:` where `log_now = step % every == 0`
                 todo.append((child, fn, cls if kind is not cst.FunctionDef else None, child_loops))
@@ -419,6 +429,11 @@ def qualified_name(info: "_Function") -> Optional[str]:
 def _loops_for_child(node: cst.CSTNode, child: cst.CSTNode, loops: Tuple[object, ...]) -> Tuple[object, ...]:
     marker = _loop_marker(node, child)
     return loops if marker is None else (*loops, marker)
+
+
+# The node types under which ``_loop_marker`` may find a marker, besides an
+# ``IndentedBlock`` (which ``FrequencyModel._collect`` handles itself).
+_MARKERS = frozenset({cst.For, cst.While, cst.ListComp, cst.SetComp, cst.GeneratorExp, cst.DictComp, cst.If})
 
 
 def _loop_marker(node: cst.CSTNode, child: cst.CSTNode) -> Optional[object]:
