@@ -217,8 +217,20 @@ def _for_notebook(text: str, display: str, settings, codes: Sequence[str]) -> Di
         notebook = parse(text)
     except NotebookError:
         return {}
+    return _notebook_edits(notebook, alone(notebook.program, display, settings, codes))
+
+
+def of_notebook_analysis(notebook, result) -> Dict[Key, List[Dict[str, Any]]]:
+    """``for_file`` of a notebook from the analysis of its program
+    (``engine.lint_text``'s result on ``notebook.program``, with the same
+    settings and codes): the check's worker gives the edits, without a second
+    analysis in the main process."""
+    return _notebook_edits(notebook, _alone_in(notebook.program, result))
+
+
+def _notebook_edits(notebook, pairs: List[Tuple[Diagnostic, Optional[str]]]) -> Dict[Key, List[Dict[str, Any]]]:
     out: Dict[Key, List[Dict[str, Any]]] = {}
-    for diagnostic, fixed in alone(notebook.program, display, settings, codes):
+    for diagnostic, fixed in pairs:
         located = notebook.locate(diagnostic)
         cells = None if fixed is None else notebook.split(fixed)
         edits = []

@@ -176,8 +176,8 @@ class NotebookInput(Input):
     def analyse(self, text, settings, codes, project=None, edits=False) -> Analysis:
         from torchlint.notebook import lint_notebook
 
-        linted = lint_notebook(text, self.display, settings, codes)
-        return Analysis(linted.diagnostics, linted.sources, linted.warnings)
+        linted = lint_notebook(text, self.display, settings, codes, edits)
+        return Analysis(linted.diagnostics, linted.sources, linted.warnings, edits=linted.edits)
 
     def fix(self, text, settings, codes, unsafe, project=None, diff=False) -> Fixed:
         from torchlint.notebook import fix_notebook
