@@ -895,9 +895,9 @@ def _finite_guard(node: cst.CSTNode, names: Optional[List[str]] = None) -> bool:
     else:
         return False
     for n in walk_nodes(test):
-        if isinstance(n, cst.Call):
+        if type(n) is cst.Call:
             func = n.func
-            name = func.attr.value if isinstance(func, cst.Attribute) else func.value if isinstance(func, cst.Name) else ""
+            name = func.attr.value if type(func) is cst.Attribute else func.value if type(func) is cst.Name else ""
             if name in _FINITE_CHECKS and (
                 names is None or any(isinstance(a.value, cst.Name) and a.value.value in names for a in n.args)
             ):
@@ -1046,11 +1046,12 @@ def feeds_host_sink(ctx: Context, top_index: int, loop: cst.CSTNode, gathered: b
     todo: List[cst.CSTNode] = [body]
     while todo:
         node = todo.pop()
-        if isinstance(node, _SCOPES):
+        kind = type(node)
+        if kind in _SCOPE_TYPES:
             continue
-        if isinstance(node, cst.Call) and _is_sink(node):
+        if kind is cst.Call and _is_sink(node):
             sinks.append(node)
-        elif isinstance(node, cst.Assign):
+        elif kind is cst.Assign:
             assigns.append((node.value, [n for t in node.targets for n in target_names(t.target)]))
         todo.extend(iter_children(node))
     # A name that looks the value up in a host table counts too (`word_id =
@@ -1446,7 +1447,7 @@ def stored_in_host_buffer(ctx: Context, top_index: int, loop: cst.CSTNode, is_ho
         return False
     body = loop.body if isinstance(loop, (cst.For, cst.While)) else loop
     return any(
-        isinstance(node, cst.Assign) and len(node.targets) == 1 and isinstance(node.targets[0].target, cst.Subscript)
+        type(node) is cst.Assign and len(node.targets) == 1 and type(node.targets[0].target) is cst.Subscript
         and mentions_name(node.value, names) and _host_buffer(ctx, node.targets[0].target, is_host)
         for node in walk_nodes(body)
     )

@@ -34,10 +34,7 @@ _COMPREHENSIONS = frozenset({cst.ListComp, cst.SetComp, cst.DictComp, cst.Genera
 
 def contains_modulo(node: cst.CSTNode) -> bool:
     """Whether an expression uses the ``%`` operator anywhere."""
-    return any(
-        isinstance(n, cst.BinaryOperation) and isinstance(n.operator, cst.Modulo)
-        for n in walk_nodes(node)
-    )
+    return any(type(n) is cst.BinaryOperation and type(n.operator) is cst.Modulo for n in walk_nodes(node))
 
 
 def _flag_names(test: cst.BaseExpression) -> List[str]:
