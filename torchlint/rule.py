@@ -115,6 +115,11 @@ class Context:
         # the module does not show how often they run: the index looks for
         # their callers in the other modules.
         self.pending: Set[str] = set()
+        # The path from the module down to each node reported while it or a
+        # node in it was being visited (by id): the walk's stack, which
+        # positions need and would otherwise find again (``Positions.prepare``'s
+        # ``known``).
+        self.paths: Dict[int, Tuple[cst.CSTNode, ...]] = {}
 
     # -- names ----------------------------------------------------------------
     def qualname(self, node: Optional[cst.BaseExpression]) -> Optional[str]:
@@ -356,7 +361,13 @@ class Rule:
             call = getattr(frequency, "via", None)
             if via is None and call is not None:
                 via = call  # a call in this module: its line is known once positions are
-        self.context.findings.append(
+        context = self.context
+        stack = context.stack
+        for i in range(len(stack) - 1, -1, -1):
+            if stack[i] is node:  # the node being visited, or one around it
+                context.paths[id(node)] = tuple(stack[:i + 1])
+                break
+        context.findings.append(
             Finding(code=self.code, name=self.name, node=node, message=message, fix=fix, runs=runs, via=via)
         )
 
