@@ -557,7 +557,10 @@ class NotebookLint:
     diagnostics: List[Diagnostic]
     sources: Dict[str, str]
     warnings: List[str] = field(default_factory=list)  # suppression comments, located in cells
-    edits: Optional[dict] = None  # the fixes' JSON edits, when asked (``lint_notebook``'s ``edits``)
+    # The parsed notebook and the analysis of its program (``engine.lint_text``'s
+    # result), for the fixes' JSON edits (``fix_edits.of_notebook_analysis``).
+    notebook: Optional["Notebook"] = None
+    result: object = None
 
 
 def _located_warnings(notebook: "Notebook", display: str, warnings, program: Optional[str] = None) -> List[str]:
@@ -570,9 +573,8 @@ def _located_warnings(notebook: "Notebook", display: str, warnings, program: Opt
     return out
 
 
-def lint_notebook(text: str, display: str, settings, codes: Sequence[str], edits: bool = False) -> NotebookLint:
-    """The diagnostics of a notebook's code cells, positioned in their cells;
-    ``edits``: also the fixes' JSON edits (``fix_edits.for_file``), from this analysis."""
+def lint_notebook(text: str, display: str, settings, codes: Sequence[str]) -> NotebookLint:
+    """The diagnostics of a notebook's code cells, positioned in their cells."""
     from torchlint.engine import lint_text
 
     try:
@@ -580,15 +582,9 @@ def lint_notebook(text: str, display: str, settings, codes: Sequence[str], edits
     except NotebookError as exc:
         return NotebookLint([read_error(display, exc)], {})
     linted = lint_text(notebook.program, display, settings, codes)
-    found = None
-    if edits and any(d.fix is not None and d.code for d in linted.diagnostics):
-        from torchlint.fix_edits import of_notebook_analysis
-        from torchlint.threads import on_large_stack
-
-        found = on_large_stack(of_notebook_analysis, notebook, linted)
     return NotebookLint(
         [notebook.locate(d) for d in linted.diagnostics], notebook.sources(display),
-        _located_warnings(notebook, display, linted.warnings), found,
+        _located_warnings(notebook, display, linted.warnings), notebook, linted,
     )
 
 
