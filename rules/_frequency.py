@@ -68,7 +68,7 @@ from torchlint.rule import Context, contains_modulo, is_test_path, tests_periodi
 from torchlint.rules._helpers import last_name
 from torchlint.rules._models import MODEL_WORDS
 from torchlint.rules._sync import target_names
-from torchlint.nodes import iter_children
+from torchlint.nodes import inner_children, iter_children
 
 UNKNOWN, ONCE, PER_EPOCH, PER_STEP = 0, 1, 2, 3
 NAMES = {UNKNOWN: "unknown", ONCE: "once", PER_EPOCH: "per epoch", PER_STEP: "per step"}
@@ -194,7 +194,7 @@ class FrequencyModel:
                 continue
             flagged = kind is cst.If and fn is not None and tests_periodic_flag(node.test, fn, self._flags)
             marks = kind in _MARKERS
-            for child in iter_children(node):
+            for child in inner_children(node):  # nothing above is done at a leaf
                 child_loops = _loops_for_child(node, child, loops) if marks else loops
                 if flagged and child is node.body and child_loops is loops:
                     child_loops = (*loops, _PERIODIC)  # `if log_now:` where `log_now = step % every == 0`

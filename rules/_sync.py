@@ -26,7 +26,7 @@ from typing import Dict, List, Optional, Tuple, Union
 import libcst as cst
 
 from torchlint.rule import Context
-from torchlint.nodes import iter_children, target_names, walk_nodes
+from torchlint.nodes import inner_children, iter_children, target_names, walk_nodes
 from torchlint.rules._helpers import last_name, method_name, receiver, source_mentions
 from torchlint.rules._models import MODULE_COLLECTIONS, names_a_module
 from torchlint.rules._training import is_backward, is_optimizer_step
@@ -644,7 +644,7 @@ def _scan(ctx: Context, roots: List[cst.CSTNode]) -> LoopFacts:
             facts.waits_on_data = True  # `if (x > 0).any():`, `assert torch.isfinite(loss).all()`
         inner = direct and kind not in _LOOP_TYPES
         plain = always and inner and kind not in _CONDITION_TYPES
-        for child in iter_children(node):
+        for child in inner_children(node):  # nothing above is done at a leaf
             todo.append((child, inner, plain))
     facts.round_trips = body.round_trips()
     facts.guards_finite = body.guards_finite()
