@@ -68,7 +68,7 @@ from torchlint.rule import Context, contains_modulo, is_test_path, tests_periodi
 from torchlint.rules._helpers import last_name
 from torchlint.rules._models import MODEL_WORDS
 from torchlint.rules._sync import target_names
-from torchlint.nodes import iter_children
+from torchlint.nodes import inner_children, iter_children
 
 UNKNOWN, ONCE, PER_EPOCH, PER_STEP = 0, 1, 2, 3
 NAMES = {UNKNOWN: "unknown", ONCE: "once", PER_EPOCH: "per epoch", PER_STEP: "per step"}
@@ -185,9 +185,19 @@ class FrequencyModel:
                 self.sites.append(_Site(node, fn, cls if fn is None else self.functions[fn].cls, loops))
             if kind in _LOOPS and fn is not None:
                 self.functions[fn].has_loop = True
+            if kind is cst.IndentedBlock:
+                # `_loop_marker`'s periodic `continue`, in one pass over the block
+                # (not one pass over the statements before each statement)
+                child_loops = loops
+                for child in iter_children(node):
+                    todo.append((child, fn, cls, child_loops))
+                    if child_loops is loops and _periodic_continue(child):
+                        child_loops = (*loops, _PERIODIC)  # after `if cur_nimg < tick_end: continue`
+                continue
             flagged = kind is cst.If and fn is not None and tests_periodic_flag(node.test, fn, self._flags)
-            for child in iter_children(node):
-                child_loops = _loops_for_child(node, child, loops)
+            marks = kind in _MARKERS
+            for child in inner_children(node):  # nothing above is done at a leaf
+                child_loops = _loops_for_child(node, child, loops) if marks else loops
                 if flagged and child is node.body and child_loops is loops:
                     child_loops = (*loops, _PERIODIC)  # `if log_now:` where `log_now = step % every == 0`
                 todo.append((child, fn, cls if kind is not cst.FunctionDef else None, child_loops))
@@ -429,6 +439,11 @@ def _defines_symbolic(cls: cst.ClassDef) -> bool:
 def _loops_for_child(node: cst.CSTNode, child: cst.CSTNode, loops: Tuple[object, ...]) -> Tuple[object, ...]:
     marker = _loop_marker(node, child)
     return loops if marker is None else (*loops, marker)
+
+
+# The node types under which ``_loop_marker`` may find a marker, besides an
+# ``IndentedBlock`` (which ``FrequencyModel._collect`` handles itself).
+_MARKERS = frozenset({cst.For, cst.While, cst.ListComp, cst.SetComp, cst.GeneratorExp, cst.DictComp, cst.If})
 
 
 def _loop_marker(node: cst.CSTNode, child: cst.CSTNode) -> Optional[object]:

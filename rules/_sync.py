@@ -26,7 +26,7 @@ from typing import Dict, List, Optional, Tuple, Union
 import libcst as cst
 
 from torchlint.rule import Context
-from torchlint.nodes import iter_children, target_names, walk_nodes
+from torchlint.nodes import inner_children, iter_children, target_names, walk_nodes
 from torchlint.rules._helpers import last_name, method_name, receiver, source_mentions
 from torchlint.rules._models import MODULE_COLLECTIONS, names_a_module
 from torchlint.rules._training import is_backward, is_optimizer_step, with_grad_modes
@@ -581,6 +581,16 @@ def _generates(func: cst.BaseExpression) -> bool:
     return name == "generate" or name.startswith("generate_text") or name.endswith("_generate")
 
 
+# The same sets, as concrete types for ``type(node) in ...`` (LibCST's node
+# classes are never subclassed, and ``isinstance`` against them goes through
+# ABCMeta's slow path: ``_scan`` asks it of every node of every loop body).
+_SCOPE_TYPES = frozenset(_SCOPES)
+_LOOP_TYPES = frozenset(_LOOPS)
+_CONDITION_TYPES = frozenset(_CONDITIONS)
+_TRY_TYPES = frozenset({cst.Try, getattr(cst, "TryStar", cst.Try)})
+_TESTED_TYPES = frozenset({cst.If, cst.While, cst.Assert})
+
+
 def _scan(ctx: Context, roots: List[cst.CSTNode]) -> LoopFacts:
     facts = LoopFacts()
     body = _BodyFacts()
@@ -588,15 +598,16 @@ def _scan(ctx: Context, roots: List[cst.CSTNode]) -> LoopFacts:
     todo: List[Tuple[cst.CSTNode, bool, bool]] = [(root, True, True) for root in roots]
     while todo:
         node, direct, always = todo.pop()
-        if isinstance(node, _SCOPES):
+        kind = type(node)
+        if kind in _SCOPE_TYPES:
             continue  # a function defined in the loop does not run there
         if direct:
             body.see(node, always)
-        if isinstance(node, cst.Call):
+        if kind is cst.Call:
             func = node.func
             q = ctx.qualname(func)
-            attr = func.attr.value if isinstance(func, cst.Attribute) else None
-            name = attr if attr is not None else func.value if isinstance(func, cst.Name) else ""
+            attr = func.attr.value if type(func) is cst.Attribute else None
+            name = attr if attr is not None else func.value if type(func) is cst.Name else ""
             if q in CLOCKS or attr == "elapsed_time" or _TIMER_CALL.match(name):
                 facts.reads_clock = True
             elif _SYNCED_CLOCK.match(name):
@@ -612,7 +623,7 @@ def _scan(ctx: Context, roots: List[cst.CSTNode]) -> LoopFacts:
                 facts.steps_directly = facts.steps_directly or (direct and attr == "backward")
                 facts.optimizes = facts.optimizes or is_backward(node, ctx) or is_optimizer_step(node)
             elif _TRAIN_STEP.match(name) or q == "torch.autograd.backward" or (
-                q is None and isinstance(func, cst.Name) and func.value == "step"
+                q is None and type(func) is cst.Name and func.value == "step"
             ):
                 facts.optimizes = True
             elif always and direct and _waits_on_data(node, name, q):
@@ -623,26 +634,27 @@ def _scan(ctx: Context, roots: List[cst.CSTNode]) -> LoopFacts:
                 facts.writes_output = True
             elif always and _generates(func):
                 facts.generates = True
-            elif isinstance(func, cst.Name) and func.value == "input" and q is None:
+            elif type(func) is cst.Name and func.value == "input" and q is None:
                 facts.prompts_user = True
-        elif isinstance(node, cst.If) and direct and _ends_loop(node.body):
+        elif kind is cst.If and direct and _ends_loop(node.body):
             if _reads_value(node.test):
                 facts.exits_on_value = True
             else:
                 body.exits.append(node)  # `if token == eos: break`, `token` read earlier in the body?
-        elif isinstance(node, cst.Del):
+        elif kind is cst.Del:
             target = node.target
             targets = [e.value for e in target.elements] if isinstance(target, (cst.Tuple, cst.List)) else [target]
             if any(names_a_module(t) for t in targets):
                 facts.deletes_model = True
-        elif isinstance(node, cst.Try) or isinstance(node, getattr(cst, "TryStar", cst.Try)):
+        elif kind in _TRY_TYPES:
             if any(_is_oom_handler(ctx, h) for h in node.handlers):
                 facts.retries_on_oom = True
-        if isinstance(node, (cst.If, cst.While, cst.Assert)) and direct and always and _tests_tensor(ctx, node.test):
+        if kind in _TESTED_TYPES and direct and always and _tests_tensor(ctx, node.test):
             facts.waits_on_data = True  # `if (x > 0).any():`, `assert torch.isfinite(loss).all()`
-        inner = direct and not isinstance(node, _LOOPS)
-        plain = always and inner and not isinstance(node, _CONDITIONS)
-        todo.extend((child, inner, plain) for child in iter_children(node))
+        inner = direct and kind not in _LOOP_TYPES
+        plain = always and inner and kind not in _CONDITION_TYPES
+        for child in inner_children(node):  # nothing above is done at a leaf
+            todo.append((child, inner, plain))
     facts.round_trips = body.round_trips()
     facts.guards_finite = body.guards_finite()
     facts.exits_on_read = body.exits_on_read()
@@ -931,9 +943,9 @@ def _finite_guard(node: cst.CSTNode, names: Optional[List[str]] = None) -> bool:
     else:
         return False
     for n in walk_nodes(test):
-        if isinstance(n, cst.Call):
+        if type(n) is cst.Call:
             func = n.func
-            name = func.attr.value if isinstance(func, cst.Attribute) else func.value if isinstance(func, cst.Name) else ""
+            name = func.attr.value if type(func) is cst.Attribute else func.value if type(func) is cst.Name else ""
             if name in _FINITE_CHECKS and (
                 names is None or any(isinstance(a.value, cst.Name) and a.value.value in names for a in n.args)
             ):
@@ -1082,11 +1094,12 @@ def feeds_host_sink(ctx: Context, top_index: int, loop: cst.CSTNode, gathered: b
     todo: List[cst.CSTNode] = [body]
     while todo:
         node = todo.pop()
-        if isinstance(node, _SCOPES):
+        kind = type(node)
+        if kind in _SCOPE_TYPES:
             continue
-        if isinstance(node, cst.Call) and _is_sink(node):
+        if kind is cst.Call and _is_sink(node):
             sinks.append(node)
-        elif isinstance(node, cst.Assign):
+        elif kind is cst.Assign:
             assigns.append((node.value, [n for t in node.targets for n in target_names(t.target)]))
         todo.extend(iter_children(node))
     # A name that looks the value up in a host table counts too (`word_id =
@@ -1519,7 +1532,7 @@ def stored_in_host_buffer(ctx: Context, top_index: int, loop: cst.CSTNode, is_ho
         return False
     body = loop.body if isinstance(loop, (cst.For, cst.While)) else loop
     return any(
-        isinstance(node, cst.Assign) and len(node.targets) == 1 and isinstance(node.targets[0].target, cst.Subscript)
+        type(node) is cst.Assign and len(node.targets) == 1 and type(node.targets[0].target) is cst.Subscript
         and mentions_name(node.value, names) and _host_buffer(ctx, node.targets[0].target, is_host)
         for node in walk_nodes(body)
     )

@@ -117,7 +117,7 @@ def _lint_suppressed(
         return LintResult([], module, pending=pending, calls=calls)
 
     positions = Positions(module, text)
-    positions.prepare([n for f in context.findings for n in (f.node, f.via)])
+    positions.prepare([n for f in context.findings for n in (f.node, f.via)], context.paths)
     kept: List[Finding] = []
     diagnostics: List[Diagnostic] = []
     seen = set()

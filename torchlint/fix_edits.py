@@ -25,15 +25,36 @@ def key(d: Diagnostic) -> Key:
 def changed_span(before: str, after: str) -> Tuple[int, int, int]:
     """``(start, end in before, end in after)``: the span between the common
     beginning and the common end of two texts, in character offsets."""
-    start = 0
     limit = min(len(before), len(after))
-    while start < limit and before[start] == after[start]:
-        start += 1
+    start = _longest(limit, lambda n: before[:n] == after[:n])
     end_before, end_after = len(before), len(after)
-    while end_before > start and end_after > start and before[end_before - 1] == after[end_after - 1]:
-        end_before -= 1
-        end_after -= 1
-    return start, end_before, end_after
+    # the common end, not overlapping the common beginning
+    common = _longest(limit - start, lambda n: before[end_before - n:] == after[end_after - n:])
+    return start, end_before - common, end_after - common
+
+
+def _longest(limit: int, holds) -> int:
+    """The largest ``n <= limit`` for which ``holds(n)``, given that it holds
+    for 0 and, when it holds for some ``n``, for every smaller one: a bisection
+    of slice comparisons, not a loop over the characters of the file."""
+    low, high = 0, limit
+    while low < high:
+        middle = (low + high + 1) // 2
+        if holds(middle):
+            low = middle
+        else:
+            high = middle - 1
+    return low
+
+
+def line_starts(text: str) -> List[int]:
+    """The offset of each line's first character (lines end at ``\\n``)."""
+    starts = [0]
+    at = text.find("\n")
+    while at != -1:
+        starts.append(at + 1)
+        at = text.find("\n", at + 1)
+    return starts
 
 
 def text_edit(before: str, after: str) -> Optional[Dict[str, Any]]:
@@ -49,7 +70,7 @@ def text_edit(before: str, after: str) -> Optional[Dict[str, Any]]:
             end_before > start and _word(before[end_before - 1])):
         end_before += 1
         end_after += 1
-    starts = [0] + [i + 1 for i, ch in enumerate(before) if ch == "\n"]
+    starts = line_starts(before)
     return {
         "content": after[start:end_after],
         "location": _point(starts, start),
@@ -119,7 +140,7 @@ def _alone_in(text: str, result) -> List[Tuple[Diagnostic, Optional[str]]]:
 
     if result.module is None or result.positions is None:
         return []
-    starts = [0] + [i + 1 for i, ch in enumerate(text) if ch == "\n"]
+    starts = line_starts(text)
     compiles = _parses(text, ast)
     out: List[Tuple[Diagnostic, Optional[str]]] = []
     for finding in result.findings:
@@ -217,8 +238,20 @@ def _for_notebook(text: str, display: str, settings, codes: Sequence[str]) -> Di
         notebook = parse(text)
     except NotebookError:
         return {}
+    return _notebook_edits(notebook, alone(notebook.program, display, settings, codes))
+
+
+def of_notebook_analysis(notebook, result) -> Dict[Key, List[Dict[str, Any]]]:
+    """``for_file`` of a notebook from the analysis of its program
+    (``engine.lint_text``'s result on ``notebook.program``, with the same
+    settings and codes): the check's worker gives the edits, without a second
+    analysis in the main process."""
+    return _notebook_edits(notebook, _alone_in(notebook.program, result))
+
+
+def _notebook_edits(notebook, pairs: List[Tuple[Diagnostic, Optional[str]]]) -> Dict[Key, List[Dict[str, Any]]]:
     out: Dict[Key, List[Dict[str, Any]]] = {}
-    for diagnostic, fixed in alone(notebook.program, display, settings, codes):
+    for diagnostic, fixed in pairs:
         located = notebook.locate(diagnostic)
         cells = None if fixed is None else notebook.split(fixed)
         edits = []

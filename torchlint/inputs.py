@@ -177,7 +177,13 @@ class NotebookInput(Input):
         from torchlint.notebook import lint_notebook
 
         linted = lint_notebook(text, self.display, settings, codes)
-        return Analysis(linted.diagnostics, linted.sources, linted.warnings)
+        found = None
+        if edits and linted.result is not None and any(d.fix is not None and d.code for d in linted.result.diagnostics):
+            from torchlint.fix_edits import of_notebook_analysis
+            from torchlint.threads import on_large_stack
+
+            found = on_large_stack(of_notebook_analysis, linted.notebook, linted.result)
+        return Analysis(linted.diagnostics, linted.sources, linted.warnings, edits=found)
 
     def fix(self, text, settings, codes, unsafe, project=None, diff=False) -> Fixed:
         from torchlint.notebook import fix_notebook

@@ -59,13 +59,32 @@ def _is_node(value: object) -> bool:
     return known
 
 
+# The fields of each node type that may hold a node (its child fields, less
+# those declared ``str`` or ``bool``): none for a leaf (``Name``, numbers,
+# strings), a third of all nodes.
+_NODE_FIELDS: Dict[type, Tuple[str, ...]] = {}
+
+
+def _node_fields(node_type: type) -> Tuple[str, ...]:
+    fields = _NODE_FIELDS.get(node_type)
+    if fields is None:
+        types = {f.name: f.type for f in dataclasses.fields(node_type)}
+        fields = _NODE_FIELDS[node_type] = tuple(
+            name for name in _child_fields(node_type) if types[name] not in (str, bool)
+        )
+    return fields
+
+
 def iter_children(node: cst.CSTNode) -> List[cst.CSTNode]:
     """The children of ``node`` that rules care about (no whitespace or tokens), in field order."""
     children: List[cst.CSTNode] = []
     add = children.append
     is_node = _IS_NODE.get
     kind = type(node)
-    for name in _FIELDS.get(kind) or _child_fields(kind):
+    fields = _NODE_FIELDS.get(kind)
+    if fields is None:
+        fields = _node_fields(kind)
+    for name in fields:
         value = getattr(node, name)
         vkind = type(value)
         if vkind is tuple or vkind is list:
@@ -77,6 +96,41 @@ def iter_children(node: cst.CSTNode) -> List[cst.CSTNode]:
             known = is_node(vkind)
             if known or (known is None and _is_node(value)):
                 add(value)
+    return children
+
+
+def inner_children(node: cst.CSTNode) -> List[cst.CSTNode]:
+    """``iter_children`` less the leaves (``Name``, numbers, strings, ``pass``):
+    for a walk that does nothing at a leaf, a third of the nodes it need not visit."""
+    children: List[cst.CSTNode] = []
+    add = children.append
+    is_node = _IS_NODE.get
+    node_fields = _NODE_FIELDS.get
+    kind = type(node)
+    fields = node_fields(kind)
+    if fields is None:
+        fields = _node_fields(kind)
+    for name in fields:
+        value = getattr(node, name)
+        vkind = type(value)
+        if vkind is tuple or vkind is list:
+            for item in value:
+                ikind = type(item)
+                known = is_node(ikind)
+                if known or (known is None and _is_node(item)):
+                    inner = node_fields(ikind)
+                    if inner is None:
+                        inner = _node_fields(ikind)
+                    if inner:
+                        add(item)
+        else:
+            known = is_node(vkind)
+            if known or (known is None and _is_node(value)):
+                inner = node_fields(vkind)
+                if inner is None:
+                    inner = _node_fields(vkind)
+                if inner:
+                    add(value)
     return children
 
 

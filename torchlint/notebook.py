@@ -557,6 +557,10 @@ class NotebookLint:
     diagnostics: List[Diagnostic]
     sources: Dict[str, str]
     warnings: List[str] = field(default_factory=list)  # suppression comments, located in cells
+    # The parsed notebook and the analysis of its program (``engine.lint_text``'s
+    # result), for the fixes' JSON edits (``fix_edits.of_notebook_analysis``).
+    notebook: Optional["Notebook"] = None
+    result: object = None
 
 
 def _located_warnings(notebook: "Notebook", display: str, warnings, program: Optional[str] = None) -> List[str]:
@@ -580,7 +584,7 @@ def lint_notebook(text: str, display: str, settings, codes: Sequence[str]) -> No
     linted = lint_text(notebook.program, display, settings, codes)
     return NotebookLint(
         [notebook.locate(d) for d in linted.diagnostics], notebook.sources(display),
-        _located_warnings(notebook, display, linted.warnings),
+        _located_warnings(notebook, display, linted.warnings), notebook, linted,
     )
 
 

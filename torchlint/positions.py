@@ -162,12 +162,18 @@ class Positions:
         self._done: set = set()  # ids of the statements generated
         self._full = False
 
-    def prepare(self, nodes: Iterable[Optional[cst.CSTNode]]) -> None:
-        """Compute the positions of ``nodes`` (None and non-nodes ignored)."""
+    def prepare(self, nodes: Iterable[Optional[cst.CSTNode]],
+                known: Optional[Dict[int, Tuple[cst.CSTNode, ...]]] = None) -> None:
+        """Compute the positions of ``nodes`` (None and non-nodes ignored);
+        ``known``: the paths from the module down to some of them, by id (as
+        ``paths_to`` gives them: the walk's stack where a rule reported them),
+        so that only the others are looked for."""
         wanted = {id(n) for n in nodes if isinstance(n, cst.CSTNode) and n not in self._computed}
         if not wanted or self._full:
             return
-        paths = paths_to(self.module, wanted)
+        paths = {i: known[i] for i in wanted if i in known} if known else {}
+        if len(paths) < len(wanted):
+            paths.update(paths_to(self.module, wanted.difference(paths)))
         top = {id(statement) for statement in self.module.body}
         groups: Dict[int, List[Tuple[cst.CSTNode, ...]]] = {}
         for path in paths.values():

@@ -34,10 +34,7 @@ _COMPREHENSIONS = frozenset({cst.ListComp, cst.SetComp, cst.DictComp, cst.Genera
 
 def contains_modulo(node: cst.CSTNode) -> bool:
     """Whether an expression uses the ``%`` operator anywhere."""
-    return any(
-        isinstance(n, cst.BinaryOperation) and isinstance(n.operator, cst.Modulo)
-        for n in walk_nodes(node)
-    )
+    return any(type(n) is cst.BinaryOperation and type(n.operator) is cst.Modulo for n in walk_nodes(node))
 
 
 def _flag_names(test: cst.BaseExpression) -> List[str]:
@@ -118,6 +115,11 @@ class Context:
         # the module does not show how often they run: the index looks for
         # their callers in the other modules.
         self.pending: Set[str] = set()
+        # The path from the module down to each node reported while it or a
+        # node in it was being visited (by id): the walk's stack, which
+        # positions need and would otherwise find again (``Positions.prepare``'s
+        # ``known``).
+        self.paths: Dict[int, Tuple[cst.CSTNode, ...]] = {}
 
     # -- names ----------------------------------------------------------------
     def qualname(self, node: Optional[cst.BaseExpression]) -> Optional[str]:
@@ -359,7 +361,13 @@ class Rule:
             call = getattr(frequency, "via", None)
             if via is None and call is not None:
                 via = call  # a call in this module: its line is known once positions are
-        self.context.findings.append(
+        context = self.context
+        stack = context.stack
+        for i in range(len(stack) - 1, -1, -1):
+            if stack[i] is node:  # the node being visited, or one around it
+                context.paths[id(node)] = tuple(stack[:i + 1])
+                break
+        context.findings.append(
             Finding(code=self.code, name=self.name, node=node, message=message, fix=fix, runs=runs, via=via)
         )
 
