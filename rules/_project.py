@@ -23,7 +23,7 @@ call run without gradients, does one feed a training step?): there
 ``self.policy.predict_values(...)`` with ``self.policy`` of unknown class
 counts as a call of ``ActorCriticPolicy.predict_values``, in any module of the
 run that calls a method of that name (``network.predict(x)`` in a helper that
-is handed the algorithm).  A wrong guess can only keep the
+is handed the algorithm) while at most a few do (``_project_text.narrow``).  A wrong guess can only keep the
 finding (a call with gradients on) or drop it where every call of that name
 runs without gradients anyway.  How often a call runs is the caller module's own frequency
 model (``rules/_frequency.py``), so a call in a training loop, in a

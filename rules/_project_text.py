@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import functools
 import re
-from typing import Dict, FrozenSet, Optional, Sequence, Tuple
+from typing import Dict, FrozenSet, List, Optional, Sequence, Tuple
 
 UNKNOWN_LEVEL = 0  # how often a call runs when its module does not say: rules/_frequency.py's UNKNOWN
 
@@ -136,8 +136,29 @@ def might_call(text: str, target_path: str, qualname: str) -> bool:
     if note == GRADS and "." in qualname:
         # a method called on a receiver of unknown class (`network.predict(x)`
         # with `network` a parameter) needs no import of the class's module
+        # (but see `narrow`)
         return f".{name}(" in text
-    stem = parts[-1]
+    return _imports_module(text, parts[-1])
+
+
+# At most this many files are taken as callers of a method by its name alone
+# (TL302's question); when more call a method of that name, only those that
+# import the method's module are (a common name says little).
+_GUESSED_CALLERS = 6
+
+
+def narrow(target_path: str, qualname: str, found: List[str], text_of) -> List[str]:
+    """The callers ``might_call`` found for a question, kept whole unless they
+    were guessed by a method's name alone and are too many to be telling."""
+    qualname, note = split_note(qualname)
+    parts = module_parts(target_path)
+    if note != GRADS or "." not in qualname or len(found) <= _GUESSED_CALLERS or not parts:
+        return found
+    return [other for other in found if _imports_module(text_of(other) or "", parts[-1])]
+
+
+def _imports_module(text: str, stem: str) -> bool:
+    """Whether ``text`` has an import line naming the module ``stem``."""
     if stem not in text:
         return False
     pattern = _IMPORT_LINES.get(stem)

@@ -89,9 +89,10 @@ class EvalWithoutNoGrad(Rule):
       and reported when one runs with gradients on or none is found (with
       pre-commit, which passes only the changed files, the callers may not be
       in the run; see docs/precision.md). For a method, the index also counts
-      calls of its name on a receiver of unknown class, in any module
+      calls of its name on a receiver of unknown class
       (`self.policy.predict_values(obs)`, `network.predict(x)` in a helper
-      handed the algorithm). A function known only by its name (no `.eval()`) that is
+      handed the algorithm), in any module when at most six files call a
+      method of that name, else only in those that import its module. A function known only by its name (no `.eval()`) that is
       called, with gradients on, from a training function (one that
       backpropagates or steps, or is named `forward`/`*train*`/`*loss*`), in
       its module or another, is

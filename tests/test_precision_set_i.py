@@ -495,3 +495,22 @@ def test_a_helper_handed_the_model_needs_no_import_of_its_module(runner, workdir
         "    with torch.no_grad():\n        return [network.predict(x) for x in loader]\n"
     )
     assert _tl302(runner, workdir) == []
+
+
+def test_a_method_name_called_in_many_files_is_not_guessed(runner, workdir):
+    (workdir / "algorithms.py").write_text(
+        "import torch\n\n\nclass SMA(torch.nn.Module):\n    def predict(self, x):\n"
+        "        self.network_sma.eval()\n        return self.network_sma(x)\n"
+    )
+    helper = (
+        "import torch\n\n\ndef accuracy(network, loader):\n    network.eval()\n"
+        "    with torch.no_grad():\n        return [network.predict(x) for x in loader]\n"
+    )
+    for i in range(7):  # `.predict(` in seven files: too common a name to say who calls SMA's
+        (workdir / f"misc{i}.py").write_text(helper)
+    assert _tl302(runner, workdir) == ["algorithms.py:5:5:"]
+    # ... but a file that imports the method's module still counts (and the others do not)
+    (workdir / "misc0.py").write_text("import algorithms\n" + helper)
+    for i in range(1, 7):
+        (workdir / f"misc{i}.py").write_text(helper.replace("    with torch.no_grad():\n        return", "    if True:\n        return"))
+    assert _tl302(runner, workdir) == []

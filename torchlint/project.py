@@ -133,7 +133,7 @@ def derive(
             text = text_of(other)
             if text is not None and hooks.might_call(text, path, qualname):
                 found.append(other)
-        return found
+        return hooks.narrow(path, qualname, found, text_of)
 
     wanted: List[Tuple[str, str]] = [(p, q) for p, names in pending.items() for q in names]
     asked = set(wanted)

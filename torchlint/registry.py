@@ -55,7 +55,7 @@ def project_hooks():
 
 def project_text_hooks():
     """The rules' textual answers for the project index, without LibCST:
-    ``might_call``, ``traits``, ``trait_key``, ``HOST_ARGS`` and ``UNKNOWN_LEVEL``."""
+    ``might_call``, ``narrow``, ``traits``, ``trait_key``, ``HOST_ARGS`` and ``UNKNOWN_LEVEL``."""
     from torchlint.rules import _project_text
 
     return _project_text
