@@ -1598,13 +1598,7 @@ def gathered_for_concatenation(ctx: Context, top_index: int, cache: Dict[int, se
     collected to be joined as tensors, which works as well on the device, with
     one copy after the loop.  ``cache`` keeps, per scope, the sources of the
     joined expressions."""
-    stack = ctx.stack
-    if top_index < 2:
-        return False
-    arg, call = stack[top_index - 1], stack[top_index - 2]
-    if not (isinstance(arg, cst.Arg) and isinstance(call, cst.Call) and method_name(call) in ("append", "extend")):
-        return False
-    owner = receiver(call)
+    owner = _appended_to(ctx, top_index)
     scope = ctx.enclosing_function() or ctx.module
     if owner is None or scope is None:
         return False
@@ -1618,6 +1612,18 @@ def gathered_for_concatenation(ctx: Context, top_index: int, cache: Dict[int, se
     return cst.Module([]).code_for_node(owner) in joined
 
 
+def _appended_to(ctx: Context, top_index: int) -> Optional[cst.BaseExpression]:
+    """The list that the host copy whose chain ends at ``ctx.stack[top_index]``
+    is appended to (``preds`` in ``preds.append(out.cpu())``), or None."""
+    stack = ctx.stack
+    if top_index < 2:
+        return None
+    arg, call = stack[top_index - 1], stack[top_index - 2]
+    if not (isinstance(arg, cst.Arg) and isinstance(call, cst.Call) and method_name(call) in ("append", "extend")):
+        return None
+    return receiver(call)
+
+
 def offloaded_and_restored(ctx: Context, top_index: int) -> bool:
     """Whether the host copy whose chain ends at ``ctx.stack[top_index]`` is
     appended to a list whose items the function moves back to the device
@@ -1626,13 +1632,7 @@ def offloaded_and_restored(ctx: Context, top_index: int) -> bool:
     host memory because all of them would not fit on the device (every
     image's patch features for a retrieval re-ranking).  The copy is the
     point."""
-    stack = ctx.stack
-    if top_index < 2:
-        return False
-    arg, call = stack[top_index - 1], stack[top_index - 2]
-    if not (isinstance(arg, cst.Arg) and isinstance(call, cst.Call) and method_name(call) in ("append", "extend")):
-        return False
-    owner = receiver(call)
+    owner = _appended_to(ctx, top_index)
     scope = ctx.enclosing_function()
     if not isinstance(owner, cst.Name) or scope is None:
         return False
