@@ -11,7 +11,6 @@ from typing import Dict, List, Optional, Tuple
 
 import libcst as cst
 
-from torchlint.nodes import walk_nodes
 from torchlint.rules._frequency import ONCE, PER_EPOCH, model_for
 from torchlint.rules._helpers import has_parameters
 from torchlint.rules._models import names_a_model
@@ -104,10 +103,6 @@ def runs_rarely(ctx, function: Optional[cst.FunctionDef]) -> bool:
     return function is not None and model_for(ctx).of_function(function).level in (ONCE, PER_EPOCH)
 
 
-def mentions(expr: cst.BaseExpression, names: set) -> bool:
-    return any(type(n) is cst.Name and n.value in names for n in walk_nodes(expr))
-
-
 # Methods of a model that set it up or move it rather than run it.
 _SETUP_METHODS = re.compile(
     r"^_*(to|cuda|cpu|half|float|double|bfloat16|type|apply|eval|train|fuse|generate|share_memory"
@@ -129,8 +124,14 @@ def runs_evaluated(key: str, call: cst.Call, evaluated: set) -> bool:
     last = owner.rsplit(".", 1)[-1]
     if owner not in evaluated or not (names_a_model(last) or last.lower() in _AGENTS) or _SETUP_METHODS.match(method):
         return False  # (`env.eval()` then `env.step(action)`: an environment, not a model)
-    return any(
-        a.keyword is None and not a.star and not isinstance(a.value, (cst.SimpleString, cst.Integer, cst.Float, cst.Name))
-        or (a.keyword is None and isinstance(a.value, cst.Name) and a.value.value not in ("True", "False", "None"))
-        for a in call.args
-    )
+    return any(_is_data(a) for a in call.args)
+
+
+def _is_data(arg: cst.Arg) -> bool:
+    """A positional argument that is not a literal (a name other than
+    ``True``/``False``/``None``, starred or not; any other expression, not starred)."""
+    if arg.keyword is not None:
+        return False
+    if isinstance(arg.value, cst.Name):
+        return arg.value.value not in ("True", "False", "None")
+    return not arg.star and not isinstance(arg.value, (cst.SimpleString, cst.Integer, cst.Float))

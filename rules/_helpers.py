@@ -263,3 +263,17 @@ def is_docstring(statement: cst.CSTNode) -> bool:
         and isinstance(statement.body[0], cst.Expr)
         and isinstance(statement.body[0].value, (cst.SimpleString, cst.ConcatenatedString))
     )
+
+
+def is_main_guard(node: cst.If) -> bool:
+    """``if __name__ == "__main__":`` (either side of the ``==``)."""
+    test = node.test
+    if not (isinstance(test, cst.Comparison) and len(test.comparisons) == 1):
+        return False
+    target = test.comparisons[0]
+    if not isinstance(target.operator, cst.Equal):
+        return False
+    sides = (test.left, target.comparator)
+    return any(isinstance(s, cst.Name) and s.value == "__name__" for s in sides) and any(
+        string_value(s) == "__main__" for s in sides
+    )

@@ -13,6 +13,7 @@ from typing import Iterator, List, Optional, Tuple
 import libcst as cst
 
 from torchlint.nodes import iter_children
+from torchlint.rules._helpers import is_main_guard
 
 _LOOPS = frozenset({cst.For, cst.While, cst.ListComp, cst.SetComp, cst.DictComp, cst.GeneratorExp})
 
@@ -129,12 +130,7 @@ def in_dataset_demo(ctx) -> bool:
     if "__getitem__" not in source or ".backward(" in source or "__main__" not in source:
         return False
     for node in ctx.stack:
-        if (
-            type(node) is cst.If
-            and type(node.test) is cst.Comparison
-            and type(node.test.left) is cst.Name
-            and node.test.left.value == "__name__"
-        ):
+        if type(node) is cst.If and is_main_guard(node):
             code = cst.Module([]).code_for_node(node)
             return not any(word in code for word in (".cuda(", ".to(", "device"))
     return False

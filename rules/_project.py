@@ -57,6 +57,7 @@ from torchlint.rules._project_text import (  # noqa: F401 - DDP, HOST_ARGS: for 
     split_note,
     trait_key,
 )
+from torchlint.rules._training import TRAINING_NAME
 from torchlint.semantic import Location, SemanticModel, location_of
 
 # (level, line, qualified name of the calling function, whether every argument
@@ -424,14 +425,13 @@ class Finder:
 
 
 # A function that trains: it backpropagates or steps an optimizer (or a grad
-# scaler), or is named `forward`/`__call__`/`*train*`/`*loss*` (as TL302 judges
-# its own module's callers).
-_TRAINING_NAME = re.compile(r"^(forward|__call__)$|train|loss", re.IGNORECASE)
+# scaler), or is named `forward`/`__call__`/`*train*`/`*loss*` (TRAINING_NAME,
+# as TL302 judges its own module's callers).
 _TRAINING_CALL = re.compile(r"\.backward\(|\b(optim\w*|scaler)\.step\(", re.IGNORECASE)
 
 
 def _trains(function: cst.FunctionDef) -> bool:
-    return bool(_TRAINING_NAME.search(function.name.value)) or bool(
+    return bool(TRAINING_NAME.search(function.name.value)) or bool(
         _TRAINING_CALL.search(cst.Module([]).code_for_node(function.body))
     )
 

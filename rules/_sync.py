@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import re
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Dict, List, Optional, Tuple, Union
 
 import libcst as cst
@@ -510,6 +510,9 @@ class LoopFacts:
     own body and not under a condition: it waits for the device every
     iteration already, so one more read of a value there costs nothing (the
     sync itself is TL103's finding)."""
+    assigns: List[cst.CSTNode] = field(default_factory=list)
+    """The ``a = ...`` and ``a += ...`` statements of its own body (not of a
+    loop inside it)."""
     exits_on_read: bool = False
     """Ends the loop on a value its body read earlier (``token = ....item()``
     ... ``if token == eos: break``); ``loop_facts`` counts it as
@@ -658,6 +661,7 @@ def _scan(ctx: Context, roots: List[cst.CSTNode]) -> LoopFacts:
     facts.round_trips = body.round_trips()
     facts.guards_finite = body.guards_finite()
     facts.exits_on_read = body.exits_on_read()
+    facts.assigns = body.assigns
     return facts
 
 
@@ -1243,19 +1247,21 @@ def in_timing_loop(ctx: Context, step: cst.CSTNode, cache: Dict[int, LoopFacts])
             return True
         past_step = past_step or loop is step
         if past_step and not only_reads(loop):
-            if k + 1 < len(loops) and not facts.trains and over_iteration_results(loop, loops[k + 1]):
+            if k + 1 < len(loops) and not facts.trains and over_iteration_results(
+                loop, loops[k + 1], loop_facts(ctx, loops[k + 1], cache)
+            ):
                 continue  # `for si, pred in enumerate(out):` the items of what this iteration computed
             break  # (a comprehension that only reads runs within one iteration of the loop around it)
     return False
 
 
-def over_iteration_results(inner: cst.CSTNode, outer: cst.CSTNode) -> bool:
+def over_iteration_results(inner: cst.CSTNode, outer: cst.CSTNode, outer_facts: LoopFacts) -> bool:
     """Whether ``inner`` is a ``for`` over values that the body of the loop
     ``outer`` around it computes (``out = nms(model(img))`` ... ``for si, pred
     in enumerate(out):``): it walks the per-item results of one iteration, so
     when ``outer`` waits for the device every iteration, the reads in
     ``inner`` find the results ready and wait only for the small work queued
-    since (not for a step)."""
+    since (not for a step).  ``outer_facts``: ``outer``'s loop facts."""
     if not isinstance(inner, cst.For) or not isinstance(outer, (cst.For, cst.While)):
         return False
     iterable = inner.iter
@@ -1265,22 +1271,8 @@ def over_iteration_results(inner: cst.CSTNode, outer: cst.CSTNode) -> bool:
     roots = [_root_name(p) for p in parts]
     if not roots or None in roots:
         return False
-    assigned = set()
-    for node in _walk_shallow_body(outer.body, inner):
-        if isinstance(node, cst.Assign):
-            assigned.update(n for t in node.targets for n in target_names(t.target))
+    assigned = {n for a in outer_facts.assigns if type(a) is cst.Assign for t in a.targets for n in target_names(t.target)}
     return all(r in assigned for r in roots)
-
-
-def _walk_shallow_body(body: cst.CSTNode, skip: cst.CSTNode):
-    """The nodes of a loop body, not entering ``skip``, nested loops or definitions."""
-    todo: List[cst.CSTNode] = [body]
-    while todo:
-        node = todo.pop()
-        if node is skip or isinstance(node, _SCOPES) or (node is not body and isinstance(node, (cst.For, cst.While))):
-            continue
-        yield node
-        todo.extend(iter_children(node))
 
 
 # Words of a test that asks whether the code runs on (or the value lives on) an accelerator.

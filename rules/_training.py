@@ -227,6 +227,12 @@ def called_without_gradients(
     )
 
 
+# Functions whose name says they train or compute a loss (`forward`,
+# `train_step`, `compute_loss`): a call from one feeds a training step, and a
+# `.eval()` in one freezes a submodule (a teacher) inside the step.
+TRAINING_NAME = re.compile(r"^(forward|__call__)$|train|loss", re.IGNORECASE)
+
+
 # Attributes whose mention says the code wants gradients (saliency maps,
 # adversarial examples, gradient penalties, test-time training...).
 _GRADIENT_ATTRIBUTES = frozenset(

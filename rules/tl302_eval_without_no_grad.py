@@ -10,14 +10,15 @@ from torchlint.model import Applicability, Fix, FixAvailability
 from torchlint.names import dotted_name
 from torchlint.nodes import target_names
 from torchlint.rule import Benchmark, Invalid, Rule, Valid
-from torchlint.rules._eval_calls import CallSites, Frame, mentions, runs_evaluated, runs_rarely
+from torchlint.rules._eval_calls import CallSites, Frame, runs_evaluated, runs_rarely
 from torchlint.rules._helpers import chain_root, last_name, literal_bool, method_name
 from torchlint.rules._models import FORWARD_METHODS, is_model_call, module_like_base, runs_on_dummy_inputs
 from torchlint.rules._project import called_elsewhere_for_training, called_elsewhere_without_gradients
-from torchlint.rules._sync import feeds_model_runtime
+from torchlint.rules._sync import feeds_model_runtime, mentions_name
 from torchlint.rules._training import (
     GRAD_OFF,
     GRAD_ON,
+    TRAINING_NAME,
     called_without_gradients,
     decorator_grad_mode,
     grad_mode,
@@ -30,9 +31,6 @@ from torchlint.rules._training import (
 
 # Function names that say "this runs a model for evaluation or inference".
 _EVAL_NAME = re.compile(r"^_*(eval|valid|test|predict|infer)", re.IGNORECASE)
-# Functions whose name says they train or compute a loss: a `.eval()` in them
-# freezes a submodule (a teacher, a mask generator) inside a training step.
-_TRAINING_NAME = re.compile(r"^(forward|__call__)$|train|loss", re.IGNORECASE)
 
 
 class EvalWithoutNoGrad(Rule):
@@ -385,7 +383,7 @@ class EvalWithoutNoGrad(Rule):
         if frame.asserts and (self.context.is_test_file or frame.name.lower().lstrip("_").startswith("test")):
             return  # a test: its speed does not matter
         named = bool(_EVAL_NAME.match(frame.name))
-        if not named and (not frame.evals or _TRAINING_NAME.search(frame.name)):
+        if not named and (not frame.evals or TRAINING_NAME.search(frame.name)):
             return
         if named and not frame.evals and not frame.has_params and frame.name.lower().lstrip("_").startswith("test"):
             return  # `def test(): net = Net(); print(net(x).shape)`: a smoke test
@@ -425,7 +423,7 @@ class EvalWithoutNoGrad(Rule):
             if frame.one_batch and not frame.looped_model and runs_rarely(self.context, frame.node):
                 continue  # a sample of one batch every N steps (images to look at): a tiny graph, freed at return
             if not frame.evals and (
-                any(not covered and (caller.needs_grad or _TRAINING_NAME.search(caller.name)) for covered, caller in sites)
+                any(not covered and (caller.needs_grad or TRAINING_NAME.search(caller.name)) for covered, caller in sites)
                 or called_elsewhere_for_training(self.context, frame.qualname)
             ):
                 continue  # named like inference, but its result feeds a training step
@@ -505,7 +503,7 @@ class EvalWithoutNoGrad(Rule):
             # Outside a loop, where it is kept to ask, once the function is known
             # to be a candidate, whether its inputs are dummies made up on the spot.
             loop = ctx.enclosing_loop() if looped and frame.one_batch else None
-            if type(loop) is cst.For and mentions(loop.iter, frame.one_batch):
+            if type(loop) is cst.For and mentions_name(loop.iter, list(frame.one_batch)):
                 frame.batch_calls.add(id(node))  # `for a, b in zip(imgs["A"], imgs["B"]):`
             plain = node.args and all(type(a.value) in (cst.Name, cst.Call) for a in node.args if not a.keyword)
             where = ctx.location() if not covered and not looped and plain else None

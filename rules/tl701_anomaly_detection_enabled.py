@@ -7,7 +7,7 @@ import libcst as cst
 from torchlint.codemods import statements
 from torchlint.model import Applicability, Fix, FixAvailability
 from torchlint.rule import Benchmark, Invalid, Rule, Valid
-from torchlint.rules._helpers import argument, literal_bool, string_value
+from torchlint.rules._helpers import argument, is_main_guard, literal_bool
 from torchlint.rules._sync import expression_statement
 
 _SET_DETECT_ANOMALY = frozenset(
@@ -234,7 +234,7 @@ class AnomalyDetectionEnabled(Rule):
         stack = self.context.stack
         for i in range(len(stack) - 2, -1, -1):
             node = stack[i]
-            if isinstance(node, cst.If) and stack[i + 1] is not node.test and not _is_main_guard(node):
+            if isinstance(node, cst.If) and stack[i + 1] is not node.test and not is_main_guard(node):
                 return True
             if isinstance(node, (cst.Else, cst.MatchCase, cst.ExceptHandler, cst.ExceptStarHandler)):
                 return True
@@ -262,17 +262,3 @@ class AnomalyDetectionEnabled(Rule):
             lambda: statements.remove_statement(statement),
             target=statements.removal_target(statement),
         )
-
-
-def _is_main_guard(node: cst.If) -> bool:
-    """``if __name__ == "__main__":``"""
-    test = node.test
-    if not (isinstance(test, cst.Comparison) and len(test.comparisons) == 1):
-        return False
-    target = test.comparisons[0]
-    if not isinstance(target.operator, cst.Equal):
-        return False
-    sides = (test.left, target.comparator)
-    return any(isinstance(s, cst.Name) and s.value == "__name__" for s in sides) and any(
-        string_value(s) == "__main__" for s in sides
-    )

@@ -102,36 +102,15 @@ def iter_children(node: cst.CSTNode) -> List[cst.CSTNode]:
 def inner_children(node: cst.CSTNode) -> List[cst.CSTNode]:
     """``iter_children`` less the leaves (``Name``, numbers, strings, ``pass``):
     for a walk that does nothing at a leaf, a third of the nodes it need not visit."""
-    children: List[cst.CSTNode] = []
-    add = children.append
-    is_node = _IS_NODE.get
-    node_fields = _NODE_FIELDS.get
-    kind = type(node)
-    fields = node_fields(kind)
-    if fields is None:
-        fields = _node_fields(kind)
-    for name in fields:
-        value = getattr(node, name)
-        vkind = type(value)
-        if vkind is tuple or vkind is list:
-            for item in value:
-                ikind = type(item)
-                known = is_node(ikind)
-                if known or (known is None and _is_node(item)):
-                    inner = node_fields(ikind)
-                    if inner is None:
-                        inner = _node_fields(ikind)
-                    if inner:
-                        add(item)
-        else:
-            known = is_node(vkind)
-            if known or (known is None and _is_node(value)):
-                inner = node_fields(vkind)
-                if inner is None:
-                    inner = _node_fields(vkind)
-                if inner:
-                    add(value)
-    return children
+    fields_of = _NODE_FIELDS.get
+    inner = []
+    for child in iter_children(node):
+        fields = fields_of(type(child))
+        if fields is None:
+            fields = _node_fields(type(child))
+        if fields:
+            inner.append(child)
+    return inner
 
 
 def walk_nodes(node: cst.CSTNode) -> Iterable[cst.CSTNode]:
