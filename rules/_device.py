@@ -404,8 +404,8 @@ class HostValues:
             if isinstance(func, cst.Name) and ctx.imports.resolve(func.value) is None and func.value not in ctx.imports.defined:
                 name = func.value
             q = ctx.qualname(func)
-            if name == "range":
-                return True
+            if name == "range" or (not self.prepares_loaders and is_dataloader(expr, ctx)):
+                return True  # (`dl = tqdm(DataLoader(ds, ...))`: batches collated in host memory, whatever the name)
             if name in _ITERATION_BUILTINS or (q is not None and q.split(".", 1)[0] == "tqdm"):
                 if name == "enumerate":
                     args = args[:1]

@@ -28,7 +28,8 @@ visited run?" for the rules that need it, from the module alone:
 * **Functions** run as often as their most frequent caller in the module: a
   call in a step loop makes a function per step, and so does a call from a
   per-step function.  Some functions run per step by their role, whoever
-  calls them: ``forward``, ``__call__``, ``__getitem__``/``__iter__``,
+  calls them: ``forward``, ``__call__`` (one that loops over a loader it is
+  given, an evaluator's ``__call__(net, dl)``, runs once per pass), ``__getitem__``/``__iter__``,
   ``*_step`` (``training_step``, ``train_step``), collate functions (passed
   as ``collate_fn=``) and hooks (passed to ``register_*hook``).  Some run once
   by their role unless a step calls them: ``__init__``, ``main``, and names
@@ -89,6 +90,38 @@ _PARAMETER_WALKS = frozenset(
      "buffers", "named_buffers", "items", "keys", "values", "state_dict"}
 )
 _LOOPS = (cst.For, cst.While, cst.ListComp, cst.SetComp, cst.DictComp, cst.GeneratorExp)
+_LOADER_PARAMETER = re.compile(r"^(?:dl|\w*_dl|\w*loader)$", re.IGNORECASE)
+
+
+def _passes_over_loader(fn: cst.FunctionDef) -> bool:
+    """A function that loops over a loader it is given (``def __call__(self,
+    net, dl): ... for i, (imgs, label) in enumerate(dl):``, also through a
+    name bound to ``enumerate(tqdm(dl))`` first): one call is a whole pass over
+    the data, not a step."""
+    loaders = {p.name.value for p in fn.params.params if _LOADER_PARAMETER.match(p.name.value)}
+    if not loaders:
+        return False
+    todo: List[cst.CSTNode] = list(reversed(fn.body.body))
+    while todo:
+        node = todo.pop()  # (in source order: a binding before the loop that uses it)
+        kind = type(node)
+        if kind is cst.Assign and _names_any(node.value, loaders):
+            loaders |= {n for t in node.targets for n in target_names(t.target)}
+        elif kind is cst.For and _names_any(node.iter, loaders):
+            return True
+        elif kind in (cst.If, cst.Else, cst.With, cst.Try, cst.IndentedBlock, cst.SimpleStatementLine):
+            todo.extend(reversed(iter_children(node)))
+    return False
+
+
+def _names_any(expr: cst.CSTNode, names: set) -> bool:
+    todo: List[cst.CSTNode] = [expr]
+    while todo:
+        node = todo.pop()
+        if type(node) is cst.Name and node.value in names:
+            return True
+        todo.extend(iter_children(node))
+    return False
 
 
 @dataclass(frozen=True)
@@ -168,7 +201,8 @@ class FrequencyModel:
                 if name == "forward" and cls is not None and _defines_symbolic(cls):
                     info.role = ONCE  # an export-only op (`symbolic` for ONNX): its forward runs when tracing
                 elif _STEP_ROLES.match(name) and (name not in ("step",) or cls is not None):
-                    info.role = PER_STEP
+                    # (an evaluator's `__call__(net, dl)` is a whole pass: its loop runs per step)
+                    info.role = PER_EPOCH if name == "__call__" and _passes_over_loader(node) else PER_STEP
                 elif _ONCE_ROLES.match(name):
                     info.role = ONCE
                 self.functions[node] = info

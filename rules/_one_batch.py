@@ -32,7 +32,9 @@ def loader_fetches_one_batch(call: cst.Call, ctx) -> bool:
 
 
 def fetches_one_batch(call: cst.Call, assignment: Optional[cst.Assign], scope: cst.CSTNode) -> bool:
-    """Whether the loader made by ``call`` is only used for single fetches.
+    """Whether the loader made by ``call`` is only used for single fetches
+    (or, in a function, not used at all: ``val_loader = DataLoader(...)`` built
+    beside an evaluation that reads the dataset itself).
 
     ``assignment`` is the statement ``name = call`` (None when the call is not
     assigned to one name) and ``scope`` the function or module it is in; every
@@ -46,8 +48,8 @@ def fetches_one_batch(call: cst.Call, assignment: Optional[cst.Assign], scope: c
     if type(target) is not cst.Name:
         return False
     uses = list(_mentions(scope, target.value, target))
-    if not uses:
-        return False
+    if not uses:  # never used: dead in a function (a module's name might be imported elsewhere)
+        return type(scope) is cst.FunctionDef
     for name, parents, in_loop in uses:
         if in_loop:
             return False

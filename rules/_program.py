@@ -113,6 +113,10 @@ _CONVNET = re.compile(
     r"|alexnet|squeezenet|shufflenet|mnasnet|googlenet|unet)(?:\d|_|v\d|$)",
     re.IGNORECASE,
 )
+_GRAPH = re.compile(
+    r"^(?:edge_index|GAT|GCN|GIN|GraphSAGE|\w*(?:GCN|GAT|SAGE|GIN|Graph)Conv|MessagePassing|torch_geometric|dgl"
+    r"|torch_scatter)$"
+)
 _RECURRENT = frozenset({"LSTM", "GRU", "RNN", "LSTMCell", "GRUCell", "RNNCell", "pack_padded_sequence"})
 
 
@@ -198,6 +202,9 @@ class ProgramFacts:
         # Recurrent layers (`nn.LSTM`, `pack_padded_sequence`): cuDNN's fused RNN
         # kernels and variable lengths leave little for torch.compile.
         self.recurrent = False
+        # A graph neural network is named (`edge_index`, `GAT`, `GCNConv`,
+        # `torch_geometric`): gathers and scatters over edges set its pace.
+        self.graph = False
         # One entry per function, lambda or class (None: a class body, where
         # no step is looked for); [0] is the module's top level.
         self._scopes: List[Optional[_Scope]] = [_Scope(nested=False)]
@@ -295,6 +302,8 @@ class ProgramFacts:
             self.convnet = True
         if not self.recurrent and value in _RECURRENT:
             self.recurrent = True
+        if not self.graph and _GRAPH.match(value):
+            self.graph = True
         for kind in _mentions(value):
             if kind == "reduced":
                 self.reduced_precision = True
@@ -346,12 +355,16 @@ class ProgramFacts:
 
     def quiet_reason(self) -> Optional[str]:
         """Why whole-program speed advice that changes numerics does not apply
-        here: the kernels do not set the pace, or the program asked for
-        reproducible kernels."""
+        here: the kernels do not set the pace, the program asked for
+        reproducible kernels, or it trains a graph network, whose message
+        passing gathers and scatters over edges (tensor cores do not set its
+        pace)."""
         if self.kernels_do_not_matter():
             return "input-bound"
         if self.deterministic:
             return "deterministic"
+        if self.graph:
+            return "graph"
         return None
 
     def matmul_heavy(self) -> bool:

@@ -27,7 +27,7 @@ import libcst as cst
 
 from torchlint.rule import Context
 from torchlint.nodes import inner_children, iter_children, target_names, walk_nodes
-from torchlint.rules._helpers import last_name, method_name, receiver, source_mentions
+from torchlint.rules._helpers import last_name, literal_number, method_name, receiver, source_mentions
 from torchlint.rules._models import MODULE_COLLECTIONS, names_a_module
 from torchlint.rules._training import is_backward, is_optimizer_step, with_grad_modes
 
@@ -501,7 +501,11 @@ class LoopFacts:
     """Calls ``.backward()`` or ``.step()`` anywhere in the body: a training (or
     environment) step loop."""
     prompts_user: bool = False
-    """Calls ``input()``: an interactive loop that waits for the user each time."""
+    """Calls ``input()`` or ``cv2.waitKey(0)``: an interactive loop that waits
+    for the user each time."""
+    disables_grad: bool = False
+    """Has a ``with torch.no_grad():`` (or ``inference_mode``) block in its own
+    body: with no training step, an evaluation loop."""
     steps_directly: bool = False
     """Calls ``.backward()`` in its own body, outside any inner loop or
     comprehension: each iteration is a training step."""
@@ -629,6 +633,8 @@ def _scan(ctx: Context, roots: List[cst.CSTNode]) -> LoopFacts:
                 q is None and type(func) is cst.Name and func.value == "step"
             ):
                 facts.optimizes = True
+            elif always and direct and q is not None and q.startswith(_HOST_LIBRARIES):
+                body.steps.append(node)  # `f1_score(gt, pred)`: takes host arrays, like an environment
             elif always and direct and _waits_on_data(node, name, q):
                 facts.waits_on_data = True
             elif always and direct and q in DEVICE_SYNCS:
@@ -637,8 +643,10 @@ def _scan(ctx: Context, roots: List[cst.CSTNode]) -> LoopFacts:
                 facts.writes_output = True
             elif always and _generates(func):
                 facts.generates = True
-            elif type(func) is cst.Name and func.value == "input" and q is None:
-                facts.prompts_user = True
+            elif (type(func) is cst.Name and func.value == "input" and q is None) or (
+                q == "cv2.waitKey" and (not node.args or literal_number(node.args[0].value) == 0)
+            ):
+                facts.prompts_user = True  # `input()`, `cv2.waitKey(0)`: waits for a key press
         elif kind is cst.If and direct and _ends_loop(node.body):
             if _reads_value(node.test):
                 facts.exits_on_value = True
@@ -649,6 +657,8 @@ def _scan(ctx: Context, roots: List[cst.CSTNode]) -> LoopFacts:
             targets = [e.value for e in target.elements] if isinstance(target, (cst.Tuple, cst.List)) else [target]
             if any(names_a_module(t) for t in targets):
                 facts.deletes_model = True
+        elif kind is cst.With and direct and with_grad_modes(node, ctx)[1]:
+            facts.disables_grad = True
         elif kind in _TRY_TYPES:
             if any(_is_oom_handler(ctx, h) for h in node.handlers):
                 facts.retries_on_oom = True
@@ -684,7 +694,7 @@ class _BodyFacts:
 
     def __init__(self) -> None:
         self.assigns: List[cst.CSTNode] = []  # `a = ...` and `a += ...`
-        self.steps: List[cst.Call] = []  # environment steps, not under a condition
+        self.steps: List[cst.Call] = []  # environment steps and host-library calls, not under a condition
         self.tensors: set = set()  # names given to `torch.Tensor(...)`/`torch.tensor(...)`
         self.guards: List[cst.CSTNode] = []  # `if`/`assert` statements not under a condition
         self.exits: List[cst.If] = []  # `if ...: break` whose test reads no device value itself
@@ -714,8 +724,9 @@ class _BodyFacts:
         return bool(read) and any(mentions_name(e.test, list(read)) for e in self.exits)
 
     def round_trips(self) -> bool:
-        """An environment step given a host copy, or a call given one whose
-        result the body turns into a tensor."""
+        """An environment step or a host-library call (``f1_score(gt, pred)``)
+        given a host copy, or a call given one whose result the body turns
+        into a tensor."""
         if not self.steps and not self.tensors:
             return False
         copies = {n for a in self.assigns if type(a) is cst.Assign and _copies_to_host(a.value)
@@ -742,6 +753,11 @@ class _BodyFacts:
         reads = sorted({n for a in self.assigns if _reads_item(a.value)
                         for t in (a.targets if type(a) is cst.Assign else [a]) for n in target_names(t.target)})
         return any(_finite_guard(g, reads) or _reads_item(g.test) for g in guards)
+
+
+# Libraries whose functions take host arrays only: a copy handed to one every
+# iteration (a scikit-learn metric on each batch) is a round trip by design.
+_HOST_LIBRARIES = ("sklearn.",)
 
 
 def is_env_step_call(call: cst.Call) -> bool:
@@ -817,6 +833,8 @@ def _tests_tensor(ctx: Context, test: cst.BaseExpression) -> bool:
         node = todo.pop()
         if isinstance(node, cst.BooleanOperation):
             todo.append(node.left)  # the right operand may be skipped (`shown < 3 and not x.all()`)
+            if type(node.operator) is cst.Or:
+                todo.append(node.right)  # unless the left is true: `if loss == 0 or not torch.isfinite(loss):`
             continue
         if isinstance(node, cst.Call) and isinstance(node.func, cst.Attribute) and node.func.attr.value in _TRUTH_READS:
             qualname = ctx.qualname(node.func)
@@ -896,8 +914,8 @@ def in_training_code(ctx: Context, cache: Dict[int, LoopFacts]) -> bool:
     function is one, by name (``train_step``) or by its body (a backward or an
     optimizer step outside any loop, such as a ``training_step`` that one loop
     calls per batch).  A loop that runs no training step itself, inside a
-    ``with torch.no_grad():`` block, is evaluation even in a function that
-    also trains (a validation pass between epochs)."""
+    ``with torch.no_grad():`` block or with one in its body, is evaluation
+    even in a function that also trains (a validation pass between epochs)."""
     if _evaluation_loop(ctx, cache):
         return False
     for loop in ctx.enclosing_loops(periodic_guard=False):
@@ -913,7 +931,8 @@ def in_training_code(ctx: Context, cache: Dict[int, LoopFacts]) -> bool:
 
 def _evaluation_loop(ctx: Context, cache: Dict[int, LoopFacts]) -> bool:
     """Whether the innermost loop around the node being visited runs no
-    training step and sits in a grad-disabling ``with`` block of its function."""
+    training step and sits in a grad-disabling ``with`` block of its function,
+    or has one in its own body."""
     stack = ctx.stack
     looped = False
     for i in range(len(stack) - 2, -1, -1):
@@ -922,8 +941,11 @@ def _evaluation_loop(ctx: Context, cache: Dict[int, LoopFacts]) -> bool:
         if kind in (cst.FunctionDef, cst.Lambda, cst.ClassDef):
             return False
         if not looped and (kind is cst.For or kind is cst.While):
-            if loop_facts(ctx, node, cache).optimizes:
+            facts = loop_facts(ctx, node, cache)
+            if facts.optimizes:
                 return False
+            if facts.disables_grad:
+                return True  # `for batch in loader: with torch.no_grad(): out = model(...)`
             looped = True
         elif looped and kind is cst.With and with_grad_modes(node, ctx)[1]:
             return True
@@ -1578,9 +1600,12 @@ def host_arithmetic(ctx: Context, top_index: int) -> bool:
     """Whether the host copy whose chain ends at ``ctx.stack[top_index]`` is an
     operand of a comparison or arithmetic (``(pred.cpu().numpy() ==
     y.cpu().numpy()).sum()``): a metric computed on the host that the device
-    computes as well, without the copy."""
+    computes as well, without the copy.  Not a threshold against a number
+    (``probs.cpu().numpy() > 0.5``): predictions kept whole, not a metric."""
     parent = ctx.stack[top_index - 1] if top_index else None
-    return isinstance(parent, (cst.Comparison, cst.ComparisonTarget, cst.BinaryOperation))
+    if isinstance(parent, cst.Comparison):
+        return not all(literal_number(c.comparator) is not None for c in parent.comparisons)
+    return isinstance(parent, (cst.ComparisonTarget, cst.BinaryOperation))
 
 
 def gathered_for_concatenation(ctx: Context, top_index: int, cache: Dict[int, set]) -> bool:

@@ -414,7 +414,7 @@ DDP_CLASSES = frozenset(
 ACCUMULATION_WORDS = re.compile(r"accum|micro|sync|update", re.IGNORECASE)
 # Any of these in the module means the author handles gradient synchronisation.
 # (Lightning Fabric's `fabric.no_backward_sync(model)` included.)
-SYNC_CONTROL = ("no_sync", "no_backward_sync", "require_backward_grad_sync", ".accumulate(")
+SYNC_CONTROL = ("no_sync", "no_backward_sync", "require_backward_grad_sync", ".accumulate(", "ddp_sync(")
 
 
 def wraps_in_ddp(node: cst.Call) -> bool:

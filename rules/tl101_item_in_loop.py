@@ -89,8 +89,10 @@ class ItemInLoop(Rule):
       body and not under a condition, through an operation whose result size
       or control flow depends on device values (`idx = mask.nonzero()`,
       `torch.unique(labels)`, `if (x > 0).any():`, `while not done.all():`,
-      `assert torch.isfinite(loss).all()`; the right operand of `and`/`or`
-      may not run and does not count): one more read there adds little,
+      `assert torch.isfinite(loss).all()`, `if loss == 0 or not
+      torch.isfinite(loss): continue`; the right operand of `and` may not run
+      and does not count, that of `or` runs whenever the left is false): one
+      more read there adds little,
       and removing it would not remove the loop's wait;
     - a loop that decides on a value read in it whether to go on
       (`if token.item() == eos: break`, or `token = ....item()` then `if token
@@ -101,7 +103,9 @@ class ItemInLoop(Rule):
     - a loop that hands a host copy of device values to host code every
       iteration and needs the answer (`LoopFacts.round_trips`): an
       environment step on the policy's actions (`envs.step(a.cpu().numpy())`,
-      or `actions = ....cpu().numpy()` stepped later in the body), or a call
+      or `actions = ....cpu().numpy()` stepped later in the body), a
+      scikit-learn function given a host copy (`f1_score(y.cpu().numpy(),
+      pred)` on every batch), or a call
       given a host copy whose result the body turns back into a tensor (a
       host model: `out = m.forecast(x.cpu().numpy())` ... `torch.Tensor(out)`);
       this holds in the loops inside it too (an update loop inside the
@@ -121,7 +125,8 @@ class ItemInLoop(Rule):
       full-batch training, where each "epoch" is one step), over a streaming
       generator (`for token in generate_text_stream(...)`: each value is wanted
       as soon as it exists), a loop that runs a text generation every
-      iteration (`model.generate(...)`), or an interactive loop (`input()`);
+      iteration (`model.generate(...)`), or an interactive loop (`input()`,
+      `cv2.waitKey(0)`);
     - a loop over a mapping's entries (`for k, v in metrics.items()`,
       `{k: v.item() for k, v in logs.items()}`, `for key in loss_dict`) or over
       a display of constants (`for split in ["train", "val"]`): it goes over a

@@ -58,13 +58,14 @@ class HostCopyInLoop(Rule):
 
     Outside training (a loop that runs no backward or optimizer step, in a
     function that runs none and is not named like a training step, or a loop
-    that runs none inside a `with torch.no_grad():` block, such as a
-    validation pass in the function that trains), only the
+    that runs none inside a `with torch.no_grad():` block or with one in its
+    body, such as a validation pass in the function that trains), only the
     copies that the device could spare are reported: results appended to a
     list that the function later joins with `torch.cat`/`torch.stack` (the
     rule's example: one copy after the loop does the same), a copy that is an
     operand of a comparison or arithmetic (`(pred.cpu().numpy() ==
-    y.cpu().numpy()).sum()`: a metric the device computes as well), and a
+    y.cpu().numpy()).sum()`: a metric the device computes as well; not a
+    threshold against a number, `probs.cpu().numpy() > 0.5`), and a
     chain that ends in `.item()`/`.tolist()` (`loss.cpu().item()`), as TL101
     reports a bare `.item()`. Other host copies in evaluation and inference
     code are handed to host code (a NumPy or SciPy function, a file, a
@@ -141,7 +142,7 @@ class HostCopyInLoop(Rule):
       full-batch training), over a streaming generator
       (`for token in generate_text_stream(...)`), a loop that runs a text
       generation every iteration (`model.generate(...)`), or an interactive
-      loop (`input()`);
+      loop (`input()`, `cv2.waitKey(0)`);
     - a loop over a mapping's entries (`for k, v in metrics.items()`) or over a
       display of constants (`for c in "RGB"`): the loop around it, if any,
       decides;
@@ -161,10 +162,12 @@ class HostCopyInLoop(Rule):
       body and not under a condition, through an operation whose result size
       or control flow depends on device values (`idx = mask.nonzero()`,
       `torch.unique(labels)`, `if (x > 0).any():`,
-      `assert torch.isfinite(loss).all()`): one more wait there adds little;
+      `assert torch.isfinite(loss).all()`, `if loss == 0 or not
+      torch.isfinite(loss): continue`): one more wait there adds little;
     - a loop that hands a host copy of device values to host code every
       iteration and needs the answer: an environment step on the policy's
-      actions, or a call given a host copy whose result the body turns back
+      actions, a scikit-learn function (`f1_score(gt, pred)` on each batch's
+      copies: the copies are its input), or a call given a host copy whose result the body turns back
       into a tensor (`out, _ = host_model.forecast(inputs=x.cpu().numpy().tolist())`
       ... `torch.Tensor(out).to(device)`: a model that runs on the host);
       also in the loops inside such a loop (a per-episode report inside the

@@ -198,6 +198,9 @@ class DataLoaderPinMemory(Rule):
       iter(loader)` then `next(it)` / `it.next()`, to show sample images):
       there is no stream of copies to overlap; a loader that is also iterated,
       passed on, or read with `next(it)` in a loop is still reported;
+    - a loader that a function binds to a name and never uses again (a
+      validation loader built beside an evaluation that reads the dataset
+      itself);
     - a loader built in the `if __name__ == "__main__":` block of a dataset
       module (it defines a `__getitem__` and trains nothing), a block that
       moves nothing to a device: the module's demo, which prints a few

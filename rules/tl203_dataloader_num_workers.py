@@ -120,6 +120,7 @@ class DataLoaderNumWorkers(Rule):
       `it.next()` (a grid of sample images): starting workers costs more than
       it saves; a loader that is also iterated, passed on, or read with
       `next(it)` in a loop is still reported;
+    - a loader that a function binds to a name and never uses again;
     - a loader built in the `if __name__ == "__main__":` block of a dataset
       module (it defines a `__getitem__` and trains nothing), a block that
       moves nothing to a device: the module's demo, which prints a few

@@ -11,6 +11,7 @@ from torchlint.names import dotted_name
 from torchlint.nodes import target_names
 from torchlint.rule import Benchmark, Invalid, Rule, Valid
 from torchlint.rules._eval_calls import CallSites, Frame, runs_evaluated, runs_rarely
+from torchlint.rules._frequency import runs_once_by_path
 from torchlint.rules._helpers import chain_root, last_name, literal_bool, method_name
 from torchlint.rules._models import FORWARD_METHODS, is_model_call, module_like_base, runs_on_dummy_inputs
 from torchlint.rules._project import called_elsewhere_for_training, called_elsewhere_without_gradients
@@ -107,6 +108,10 @@ class EvalWithoutNoGrad(Rule):
       freed when the function returns;
     - modules that run their models with ONNX Runtime, TensorRT, Triton or
       OpenVINO (their engines record no autograd graph);
+    - export, conversion and benchmark scripts (`export.py`, `convert_*.py`,
+      `*_to_onnx.py`, `bench*.py`, an `export/` or `benchmarks/` directory):
+      they run once (a checkpoint converted and its outputs compared), or their
+      loops are the measurement;
     - `eval`/`train` methods (overrides of `nn.Module.eval`/`train`), and
       functions named `forward`, `__call__`, `*train*` or `*loss*` that call
       `.eval()` (they freeze a submodule, such as a teacher, inside a training
@@ -411,8 +416,8 @@ class EvalWithoutNoGrad(Rule):
         self._candidates.append((frame, why))
 
     def leave_Module(self, node: cst.Module) -> None:
-        if self._module_grad_off or feeds_model_runtime(self.context.source):
-            return  # (a module that runs its models with TensorRT or ONNX Runtime records no graph)
+        if self._module_grad_off or feeds_model_runtime(self.context.source) or runs_once_by_path(self.context.path):
+            return  # (TensorRT or ONNX Runtime record no graph; a conversion script runs once)
         for frame, why in self._candidates:
             sites = self._call_sites.of(frame)
             elsewhere = lambda f: called_elsewhere_without_gradients(self.context, f.qualname)  # noqa: E731

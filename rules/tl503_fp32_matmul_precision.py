@@ -70,6 +70,12 @@ class Fp32MatmulPrecision(ProgramRule):
       literal `False`, often `args.torch_deterministic`) is not reported:
       it chose reproducibility over speed, and TF32 would change its
       results from run to run or against its reference.
+    - A graph neural network (the program names `edge_index`, `GAT`, `GCN`,
+      `GCNConv`, `MessagePassing`, `torch_geometric`, `dgl`, ...) is not
+      reported: gathers and scatters over edges set its pace, and its
+      matmuls are small, so TF32 buys nothing measurable. (A linear probe
+      or a small MLP is reported: from the code alone it cannot be told
+      from a wide MLP that is matmul-bound, such as NeRF's.)
 
     ## Why is this bad?
     On NVIDIA GPUs since Ampere (A100, RTX 30xx and later), float32 matrix

@@ -47,6 +47,12 @@ class NoAutocast(ProgramRule):
       literal `False`, often `args.torch_deterministic`) is not reported:
       it chose reproducibility over speed, and autocast would change its
       results from run to run or against its reference.
+    - A graph neural network (the program names `edge_index`, `GAT`, `GCN`,
+      `GCNConv`, `MessagePassing`, `torch_geometric`, `dgl`, ...) is not
+      reported: gathers and scatters over edges set its pace, and its
+      matmuls are small, so autocast buys nothing measurable. (A linear probe
+      or a small MLP is reported: from the code alone it cannot be told
+      from a wide MLP that is matmul-bound, such as NeRF's.)
     - A module that never mentions CUDA is not reported (CPU autocast
       exists, but the documented gains are on GPUs with tensor cores).
     - Unlike the other whole-program rules, the module need not be an entry

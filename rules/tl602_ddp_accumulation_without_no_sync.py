@@ -69,7 +69,9 @@ class DdpAccumulationWithoutNoSync(Rule):
     sets `require_backward_grad_sync` (nanoGPT's
     `model.require_backward_grad_sync = (micro_step == steps - 1)`, which is
     what `no_sync()` does), or uses Accelerate's `accelerator.accumulate(...)`
-    (which calls `no_sync()` for you) or Fabric's `no_backward_sync`; and
+    (which calls `no_sync()` for you), Fabric's `no_backward_sync`, or the
+    `misc.ddp_sync(module, sync)` helper of NVlabs' StyleGAN2-ADA, StyleGAN3
+    and EDM code (a context manager around `no_sync()`); and
     `accelerator.backward(loss)`/`fabric.backward(loss)`/`manual_backward`,
     whose framework owns the synchronisation. This is checked for the whole module
     rather than only the loop, so a context manager built outside the loop

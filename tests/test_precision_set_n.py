@@ -1,0 +1,380 @@
+"""Precision on a further set of projects never seen before (pytorch-GAT,
+EfficientDet, pytorch-retinanet, EDM, the LoRA repository's copy of the
+transformers examples; synthetic examples written here, not their code): a
+scikit-learn metric fed every batch, a finite guard written with `or`,
+conversion scripts, NVlabs' `ddp_sync` helper, a host loader under any name,
+a loader never used, an interactive viewer, thresholded predictions and an
+evaluation loop that disables gradients in its body.  Each with the
+near-miss that must still be reported."""
+
+from __future__ import annotations
+
+from tests.helpers import lint
+
+
+def found(code: str, select: str, path: str = "train.py"):
+    return [(d.code, d.line) for d in lint(code, select=select.split(","), path=path)]
+
+
+# -- a scikit-learn metric on every batch: the loop waits for its copies by design ------------
+
+SKLEARN = """
+import torch
+from sklearn.metrics import f1_score
+
+
+def train(model, loader, optimizer, writer, device):
+    for step, (x, y) in enumerate(loader):
+        x, y = x.to(device), y.to(device)
+        out = model(x)
+        loss = torch.nn.functional.binary_cross_entropy_with_logits(out, y)
+        optimizer.zero_grad()
+        loss.backward()
+        optimizer.step()
+        pred = (out > 0).float().cpu().numpy()
+        gt = y.cpu().numpy()
+        micro_f1 = f1_score(gt, pred, average="micro")
+        writer.add_scalar("loss", loss.item(), step)
+"""
+
+
+def test_copies_for_a_sklearn_metric_every_batch_are_silent():
+    assert found(SKLEARN, "TL101,TL102") == []
+
+
+def test_a_sklearn_metric_every_n_steps_leaves_the_per_step_reads_reported():
+    code = SKLEARN.replace(
+        '        micro_f1 = f1_score(gt, pred, average="micro")\n',
+        '        if step % 100 == 0:\n            micro_f1 = f1_score(gt, pred, average="micro")\n',
+    )
+    assert found(code, "TL101,TL102") == [("TL102", 14), ("TL102", 15), ("TL101", 18)]
+
+
+def test_copies_for_numpy_code_are_still_reported_in_training():
+    code = SKLEARN.replace("f1_score(gt, pred", "np_f1(gt, pred").replace(
+        "from sklearn.metrics import f1_score\n", ""
+    )
+    assert found(code, "TL101,TL102") == [("TL102", 13), ("TL102", 14), ("TL101", 16)]
+
+
+# -- a finite guard written `if loss == 0 or not torch.isfinite(loss): continue` ------------------
+
+GUARD = """
+import torch
+
+
+def train(model, loader, optimizer, device):
+    for imgs, annot in loader:
+        imgs = imgs.to(device)
+        cls_loss, reg_loss = model(imgs, annot)
+        loss = cls_loss.mean() + reg_loss.mean()
+        if loss == 0 or not torch.isfinite(loss):
+            continue
+        loss.backward()
+        optimizer.step()
+        print(cls_loss.item(), loss.item())
+"""
+
+
+def test_a_loop_that_tests_a_tensor_in_the_right_operand_of_or_is_silent():
+    assert found(GUARD, "TL101") == []
+
+
+def test_the_right_operand_of_and_may_not_run_so_the_reads_are_reported():
+    code = GUARD.replace("if loss == 0 or not", "if loss == 0 and not")
+    assert found(code, "TL101") == [("TL101", 14), ("TL101", 14)]
+
+
+def test_an_or_of_host_tests_is_no_wait():
+    code = GUARD.replace("if loss == 0 or not torch.isfinite(loss):", "if imgs is None or not annot:")
+    assert found(code, "TL101") == [("TL101", 14), ("TL101", 14)]
+
+
+# -- TL302: a conversion script runs once -------------------------------------------------------
+
+CONVERT = """
+import torch
+
+
+def convert_checkpoint(path, dump_path, loader):
+    model = load_original(path)
+    model.eval()
+    ours = MyModel.from_original(model)
+    ours.eval()
+    for x in loader:
+        assert torch.allclose(model(x), ours(x), atol=1e-3)
+    torch.save(ours.state_dict(), dump_path)
+"""
+
+
+def test_a_conversion_script_is_silent():
+    assert found(CONVERT, "TL302", path="convert_original_checkpoint.py") == []
+
+
+def test_the_same_function_in_a_training_module_is_reported():
+    assert found(CONVERT, "TL302", path="utils.py") == [("TL302", 5)]
+
+
+# -- TL602: NVlabs' `misc.ddp_sync(module, sync)` wraps no_sync() -------------------------------
+
+ACCUMULATE = """
+import torch
+from torch.nn.parallel import DistributedDataParallel as DDP
+from torch_utils import misc
+
+
+def train(net, loader, optimizer, rounds, device):
+    ddp = DDP(net, device_ids=[device])
+    it = iter(loader)
+    for step in range(1000):
+        optimizer.zero_grad(set_to_none=True)
+        for round_idx in range(rounds):
+            with misc.ddp_sync(ddp, round_idx == rounds - 1):
+                images = next(it).to(device)
+                loss = ddp(images).sum()
+                loss.backward()
+        optimizer.step()
+"""
+
+
+def test_accumulation_under_ddp_sync_is_silent():
+    assert found(ACCUMULATE, "TL602") == []
+
+
+def test_accumulation_without_it_is_reported():
+    code = ACCUMULATE.replace("misc.ddp_sync(ddp, round_idx == rounds - 1)", 'torch.autocast("cuda")').replace(
+        "from torch_utils import misc\n", ""
+    )
+    assert found(code, "TL602") == [("TL602", 15)]
+
+
+# -- TL101: a DataLoader's batches are host tensors whatever the loader is called ---------------
+
+LENGTHS = """
+import torch
+from torch.utils.data import DataLoader
+from tqdm import tqdm
+
+
+def get_lens(ds, pad):
+    dl = tqdm(DataLoader(ds, batch_size=512, num_workers=8, collate_fn=ds.collate_fn))
+    max_lens = []
+    for batch in dl:
+        src_lens = batch["input_ids"].ne(pad).sum(1).tolist()
+        max_lens.extend(src_lens)
+    return max_lens
+"""
+
+
+def test_lengths_of_a_host_loaders_batches_are_silent():
+    assert found(LENGTHS, "TL101") == []
+
+
+def test_lengths_of_batches_moved_to_the_device_are_reported():
+    code = LENGTHS.replace('batch["input_ids"].ne(pad)', 'batch["input_ids"].cuda().ne(pad)')
+    assert found(code, "TL101") == [("TL101", 11)]
+
+
+# -- TL202/TL203: a loader that a function builds and never uses --------------------------------
+
+UNUSED_LOADER = """
+import torch
+from torch.utils.data import DataLoader
+
+
+def main(train_set, val_set, model, optimizer):
+    train_loader = DataLoader(train_set, batch_size=8, num_workers=4, pin_memory=True)
+    val_loader = DataLoader(val_set, batch_size=1, num_workers=3)
+    for data in train_loader:
+        loss = model(data.cuda(non_blocking=True))
+        loss.backward()
+        optimizer.step()
+    evaluate(val_set, model)
+"""
+
+
+def test_a_loader_never_used_is_silent():
+    assert found(UNUSED_LOADER, "TL202,TL203") == []
+
+
+def test_the_same_loader_used_is_reported():
+    code = UNUSED_LOADER.replace("evaluate(val_set, model)", "evaluate(val_loader, model)")
+    assert found(code, "TL202") == [("TL202", 8)]
+
+
+def test_a_module_level_loader_is_reported_even_if_unused_here():
+    # (another module may import it)
+    code = """
+import torch
+from torch.utils.data import DataLoader
+
+val_loader = DataLoader(val_set, batch_size=1, num_workers=2)
+
+
+def train(model, loader):
+    for x in loader:
+        model(x.cuda())
+"""
+    assert found(code, "TL202") == [("TL202", 5)]
+
+
+# -- TL102: an interactive viewer waits for a key press every image ------------------------------
+
+VIEWER = """
+import cv2
+import numpy as np
+import torch
+
+
+def show(model, images):
+    kept = []
+    for image in images:
+        scores, boxes = model(image.cuda().float())
+        kept.append(scores.cpu())
+        cv2.imshow("detections", draw(image, boxes))
+        cv2.waitKey(0)
+    return torch.cat(kept)
+"""
+
+
+def test_a_viewer_that_waits_for_a_key_is_silent():
+    assert found(VIEWER, "TL102") == []
+
+
+def test_a_video_loop_that_waits_a_millisecond_is_reported():
+    assert found(VIEWER.replace("cv2.waitKey(0)", "cv2.waitKey(1)"), "TL102") == [("TL102", 11)]
+
+
+# -- TL102 in evaluation: thresholded predictions, and `with torch.no_grad()` in the loop ----------
+
+EVALUATE = """
+import numpy as np
+import torch
+
+
+def evaluate(model, loader, criterion, device):
+    preds = None
+    for batch in loader:
+        with torch.no_grad():
+            logits = model(batch[0].to(device))
+        if preds is None:
+            preds = torch.sigmoid(logits).detach().cpu().numpy() > 0.5
+        else:
+            preds = np.append(preds, torch.sigmoid(logits).detach().cpu().numpy() > 0.5, axis=0)
+    return preds
+"""
+
+
+def test_thresholded_predictions_collected_on_the_host_are_silent():
+    assert found(EVALUATE, "TL102") == []
+
+
+def test_a_metric_compared_on_the_host_is_still_reported():
+    # (the labels come from the loader: already on the host, their `.cpu()` is no copy)
+    code = EVALUATE.replace(
+        "torch.sigmoid(logits).detach().cpu().numpy() > 0.5, axis=0",
+        "logits.argmax(1).cpu().numpy() == batch[1].cpu().numpy(), axis=0",
+    )
+    assert found(code, "TL102") == [("TL102", 14)]
+
+
+EVAL_IN_TRAINING_FUNCTION = """
+import numpy as np
+import torch
+
+
+def main(model, train_loader, eval_loader, optimizer, device):
+    for batch in train_loader:
+        loss = model(*[t.to(device) for t in batch])[0]
+        loss.backward()
+        optimizer.step()
+    model.eval()
+    for batch in eval_loader:
+        input_ids, labels = (t.to(device) for t in batch)
+        with torch.no_grad():
+            logits = model(input_ids)[1]
+        logits = logits.detach().cpu().numpy()
+        labels = labels.to("cpu").numpy()
+        accuracy = np.sum(np.argmax(logits, axis=1) == labels)
+"""
+
+
+def test_an_evaluation_loop_with_no_grad_in_its_body_feeds_numpy_metrics():
+    assert found(EVAL_IN_TRAINING_FUNCTION, "TL102") == []
+
+
+def test_the_same_copies_in_the_training_loop_are_reported():
+    code = EVAL_IN_TRAINING_FUNCTION.replace(
+        "        optimizer.step()\n", "        optimizer.step()\n        lg = loss.detach().cpu().numpy()\n"
+    )
+    assert found(code, "TL102") == [("TL102", 11)]
+
+
+# -- TL201: an evaluator's `__call__(net, dl)` is a whole pass, not a step ------------------------
+# (from a later set, BiSeNet: a confusion matrix made once per evaluation)
+
+EVALUATOR = """
+import torch
+import torch.distributed as dist
+from tqdm import tqdm
+
+
+class MscEval(object):
+
+    def __init__(self, n_classes):
+        self.n_classes = n_classes
+
+    @torch.no_grad()
+    def __call__(self, net, dl):
+        hist = torch.zeros(self.n_classes, self.n_classes).cuda()
+        if dist.is_initialized() and dist.get_rank() != 0:
+            diter = enumerate(dl)
+        else:
+            diter = enumerate(tqdm(dl))
+        for i, (imgs, label) in diter:
+            label = label.squeeze(1).cuda()
+            probs = torch.zeros(label.shape).cuda()
+            hist += update(net(imgs.cuda()), probs)
+        return hist
+"""
+
+
+def test_the_evaluators_setup_runs_once_per_pass_and_its_loop_per_step():
+    assert found(EVALUATOR, "TL201") == [("TL201", 21)]
+
+
+def test_a_call_method_given_a_batch_is_still_a_step():
+    code = EVALUATOR.replace("def __call__(self, net, dl):", "def __call__(self, net, batch):").replace(
+        "(dl)", "(batch)"
+    )
+    assert found(code, "TL201") == [("TL201", 14), ("TL201", 21)]
+
+
+# -- TL503/TL504: a graph network: tensor cores do not set its pace ---------------------------
+
+GRAPH = """
+import torch
+from models.definitions.GAT import GAT
+
+
+def train(config, node_features, node_labels, edge_index, train_idx):
+    gat = GAT(num_of_layers=2, num_heads_per_layer=[8, 1]).cuda()
+    optimizer = torch.optim.Adam(gat.parameters(), lr=5e-3)
+    for epoch in range(config["num_of_epochs"]):
+        scores = gat((node_features, edge_index))[0]
+        loss = torch.nn.functional.cross_entropy(scores[train_idx], node_labels[train_idx])
+        optimizer.zero_grad()
+        loss.backward()
+        optimizer.step()
+"""
+
+
+def test_a_graph_network_is_silent():
+    assert found(GRAPH, "TL503,TL504") == []
+
+
+def test_the_same_loop_on_another_model_is_reported():
+    code = GRAPH.replace("from models.definitions.GAT import GAT", "from models import Net").replace(
+        "GAT(", "Net("
+    ).replace("edge_index", "mask")
+    assert found(code, "TL504") == [("TL504", 13)]
