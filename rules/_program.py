@@ -610,3 +610,37 @@ def runs_no_convolution(source: str) -> bool:
         return False
     roots = [m.group(1) for m in _IMPORT_ROOT.finditer(source)]
     return all(root in _PLAIN_IMPORTS for root in roots)
+
+
+# Words that say a program may put work on an accelerator, directly (`.cuda()`,
+# `device`, `.to(...)`, `mps`, `xla`) or through a framework that moves batches
+# for it (Lightning, Accelerate, Fabric, DeepSpeed, Ignite, a `Trainer`).
+_ACCELERATOR_WORDS = re.compile(
+    r"cuda|device|gpu|\b(?:mps|xla|tpu|xpu|hpu|npu)\b|accelerat|\.to\(|distributed|local_rank|lightning|fabric"
+    r"|deepspeed|ignite|Trainer\b|set_default_tensor_type",
+    re.IGNORECASE,
+)
+_ENTRY_LINE = re.compile(r"^(?:if __name__|for |while |with )", re.M)
+# A program that builds its own model or data (a fragment that only uses a
+# `model` and a `loader` defined elsewhere says nothing about where they live).
+_BUILDS_ITS_WORK = re.compile(r"\bnn\.(?!\w*Loss\()[A-Z]\w*\(|\(\s*(?:nn\.|torch\.nn\.)?Module\s*\)|DataLoader\(|datasets\.\w+\(|requires_grad(?:_\(|\s*=\s*True)")
+
+
+def runs_on_host_only(ctx: Context) -> bool:
+    """Whether the module is a program that runs on the CPU alone: a notebook,
+    or a script with an ``if __name__ == "__main__":`` block or a top-level
+    loop, that builds its own model or data (``nn.Linear(...)``, a class of
+    ``nn.Module``, parameters with ``requires_grad=True``, a
+    ``DataLoader(...)``, a ``datasets.MNIST(...)``) and never
+    names an accelerator or a framework that moves data for it.  Its tensors live in host memory: ``.item()`` and ``.cpu()`` wait for
+    nothing, and no accelerator waits for its loaders.  (A module without an
+    entry point may be handed device tensors by its callers, and is not
+    judged so.)"""
+    found = ctx.shared.get("host-only")
+    if found is None:
+        source = ctx.source
+        entry = ctx.path.endswith(".ipynb") or bool(_ENTRY_LINE.search(source))
+        found = ctx.shared["host-only"] = (
+            entry and _BUILDS_ITS_WORK.search(source) is not None and not _ACCELERATOR_WORDS.search(source)
+        )
+    return found

@@ -34,11 +34,11 @@ from __future__ import annotations
 
 import re
 from functools import cached_property
-from typing import Dict, List, Optional, Sequence, Tuple
+from typing import Dict, List, Optional, Sequence, Set, Tuple
 
 import libcst as cst
 
-from torchlint.nodes import iter_children, walk_nodes
+from torchlint.nodes import iter_children, target_names, walk_nodes
 from torchlint.rules._frequency import FrequencyModel, qualified_name, runs_once_by_path
 from torchlint.rules._copies import batches_copied
 from torchlint.rules._project_text import (  # noqa: F401 - DDP, HOST_ARGS: for caller_trait's users
@@ -75,7 +75,13 @@ class _Imports:
         when a walk has collected them already (else found here)."""
         self.package = module_parts(path)[:-1]
         self.names: Dict[str, str] = {}
+        stars: List[str] = []  # `from utils import *` (not torch's): a bare name may come from there
         for node in _statements(module) if imports is None else imports:
+            if isinstance(node, cst.ImportFrom) and isinstance(node.names, cst.ImportStar):
+                base = _dotted(node.module) if node.module is not None and not node.relative else None
+                if base is not None and base.split(".", 1)[0] != "torch":
+                    stars.append(base)
+                continue
             if isinstance(node, cst.Import):
                 for alias in node.names:
                     full = _dotted(alias.name)
@@ -100,15 +106,31 @@ class _Imports:
                     if alias.asname is not None and isinstance(alias.asname.name, cst.Name):
                         local = alias.asname.name.value
                     self.names[local] = f"{base}.{alias.name.value}" if base else alias.name.value
+        self.star = stars[0] if len(stars) == 1 else None
+        self.bound: Set[str] = set()  # the module's own top-level definitions and assignments
+        if self.star is not None:
+            for stmt in module.body:
+                if isinstance(stmt, (cst.FunctionDef, cst.ClassDef)):
+                    self.bound.add(stmt.name.value)
+                elif isinstance(stmt, cst.SimpleStatementLine):
+                    for small in stmt.body:
+                        if isinstance(small, cst.Assign):
+                            self.bound.update(n for t in small.targets for n in target_names(t.target))
 
     def resolve(self, expr: cst.BaseExpression) -> Optional[str]:
-        """``mod.sub.f`` -> the dotted name through the imports, or None."""
+        """``mod.sub.f`` -> the dotted name through the imports, or None.  A
+        bare name that nothing in the module binds, in a module with one star
+        import (``from utils import *``), is that module's."""
         parts: List[str] = []
         while isinstance(expr, cst.Attribute):
             parts.append(expr.attr.value)
             expr = expr.value
-        if not isinstance(expr, cst.Name) or expr.value not in self.names:
+        if not isinstance(expr, cst.Name):
             return None
+        if expr.value not in self.names:
+            if self.star is None or parts or expr.value in self.bound:
+                return None
+            return f"{self.star}.{expr.value}"
         return ".".join([self.names[expr.value], *reversed(parts)])
 
 

@@ -519,7 +519,9 @@ class LoopFacts:
     loop inside it)."""
     exits_on_read: bool = False
     """Ends the loop on a value its body read earlier (``token = ....item()``
-    ... ``if token == eos: break``); ``loop_facts`` counts it as
+    ... ``if token == eos: break``), or builds the next input from it
+    (``output.append(y.argmax().item())`` ... ``torch.tensor([output[-1]])``);
+    ``loop_facts`` counts it as
     ``exits_on_value`` for a loop that counts or runs until told (``for _ in
     range(max_len)``, ``while True``), not for one over a tensor's items,
     whose values could be read in one go before the loop."""
@@ -670,7 +672,7 @@ def _scan(ctx: Context, roots: List[cst.CSTNode]) -> LoopFacts:
             todo.append((child, inner, plain))
     facts.round_trips = body.round_trips()
     facts.guards_finite = body.guards_finite()
-    facts.exits_on_read = body.exits_on_read()
+    facts.exits_on_read = body.exits_on_read() or body.feeds_back()
     facts.assigns = body.assigns
     return facts
 
@@ -698,6 +700,8 @@ class _BodyFacts:
         self.tensors: set = set()  # names given to `torch.Tensor(...)`/`torch.tensor(...)`
         self.guards: List[cst.CSTNode] = []  # `if`/`assert` statements not under a condition
         self.exits: List[cst.If] = []  # `if ...: break` whose test reads no device value itself
+        self.read_lists: set = set()  # lists appended a value read from the device: `out.append(y.item())`
+        self.rebuilt: set = set()  # names a tensor is built from: `torch.tensor([out[-1]])`, `.fill_(tok)`
 
     def see(self, node: cst.CSTNode, always: bool) -> None:
         kind = type(node)
@@ -708,8 +712,17 @@ class _BodyFacts:
             if type(func) is cst.Attribute and func.attr.value == "step":
                 if always and _is_env_step(func):
                     self.steps.append(node)
-            elif last_name(func) in _TO_TENSOR and node.args and type(node.args[0].value) is cst.Name:
-                self.tensors.add(node.args[0].value.value)
+            elif last_name(func) in _TO_TENSOR and node.args:
+                first = node.args[0].value
+                if type(first) is cst.Name:
+                    self.tensors.add(first.value)
+                self.rebuilt.update(n.value for n in walk_nodes(first) if type(n) is cst.Name)
+            elif type(func) is cst.Attribute and node.args:
+                attr = func.attr.value
+                if attr == "append" and _reads_item(node.args[0].value) and type(func.value) is cst.Name:
+                    self.read_lists.add(func.value.value)
+                elif attr == "fill_" and type(node.args[0].value) is cst.Name:
+                    self.rebuilt.add(node.args[0].value.value)
         elif always and (kind is cst.If or kind is cst.Assert):
             self.guards.append(node)
 
@@ -722,6 +735,17 @@ class _BodyFacts:
         read = {n for a in self.assigns if type(a) is cst.Assign and _reads_item(a.value)
                 for t in a.targets for n in target_names(t.target)}
         return bool(read) and any(mentions_name(e.test, list(read)) for e in self.exits)
+
+    def feeds_back(self) -> bool:
+        """A value read from the device in the body (``tok = out.argmax().item()``,
+        ``output.append(int(y.argmax().item()))``) that the body builds a tensor
+        from (``torch.tensor([output[-1]], device=device)``, ``.fill_(tok)``):
+        autoregressive decoding, whose next step needs each token by design."""
+        if not self.rebuilt:
+            return False
+        read = {n for a in self.assigns if type(a) is cst.Assign and _reads_item(a.value)
+                for t in a.targets for n in target_names(t.target)}
+        return bool((read | self.read_lists) & self.rebuilt)
 
     def round_trips(self) -> bool:
         """An environment step or a host-library call (``f1_score(gt, pred)``)

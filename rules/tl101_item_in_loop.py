@@ -7,6 +7,7 @@ import libcst as cst
 from torchlint.codemods import calls
 from torchlint.model import Applicability, Fix, FixAvailability
 from torchlint.rule import Benchmark, Invalid, Rule, Valid
+from torchlint.rules._program import runs_on_host_only
 from torchlint.rules._accumulation import number_initialised_before, read_elsewhere_in_loop
 from torchlint.rules._helpers import method_name, receiver
 from torchlint.rules._device import computes_with_torch, host_values
@@ -42,6 +43,14 @@ class ItemInLoop(Rule):
     function, and not under a periodic guard such as `if step % log_every == 0:`
     (or `if log_now:` where the function only ever assigns `log_now = step %
     log_every == 0`).
+
+    Nothing is reported in a CPU-only program (a notebook, or a script with an `if __name__ ==
+    "__main__":` block or a top-level loop, that never names an accelerator:
+    no `cuda`, `device`, `gpu`, `mps`, `xla`, `.to(...)`, `distributed`, and
+    no framework that moves batches for it, such as Lightning, Accelerate,
+    Fabric, DeepSpeed, Ignite or a `Trainer`): its tensors live in host
+    memory, and `.item()` waits for nothing. A module without an entry point
+    (a library function) may be handed device tensors, and is judged as usual.
 
     Receivers that are certainly not device tensors are not reported: NumPy and
     pandas values (`np.argmax(a).item()`, `x.cpu().numpy().tolist()`,
@@ -99,7 +108,10 @@ class ItemInLoop(Rule):
       == eos: break` in a `for _ in range(max_len)` or `while` loop): greedy
       decoding waits for each token by design (a loop over a tensor's items
       that breaks on one of them is reported: those values can be read in
-      one go before the loop);
+      one go before the loop); so does a `for _ in range(n)` or `while` loop
+      that builds a tensor from the value it read (`output.append(int(
+      y.argmax(1).item()))` ... `torch.tensor([output[-1]], device=device)`,
+      `ys.fill_(token)`): the next step's input is that token;
     - a loop that hands a host copy of device values to host code every
       iteration and needs the answer (`LoopFacts.round_trips`): an
       environment step on the policy's actions (`envs.step(a.cpu().numpy())`,
@@ -425,6 +437,8 @@ class ItemInLoop(Rule):
     def __init__(self, context) -> None:
         super().__init__(context)
         self._facts: Dict[int, LoopFacts] = {}
+        if runs_on_host_only(context):
+            self.walks = False  # a CPU-only program: its values are on the host already
 
     def visit_Call(self, node: cst.Call) -> None:
         name = method_name(node)

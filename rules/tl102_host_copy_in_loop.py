@@ -6,6 +6,7 @@ import libcst as cst
 
 from torchlint.model import FixAvailability
 from torchlint.rule import Invalid, Rule, Valid
+from torchlint.rules._program import runs_on_host_only
 from torchlint.rules._helpers import device_kind, has_star, keyword, literal_bool, method_name, positional, receiver
 from torchlint.rules._device import host_values
 from torchlint.rules._frequency import per_step_here
@@ -70,6 +71,12 @@ class HostCopyInLoop(Rule):
     reports a bare `.item()`. Other host copies in evaluation and inference
     code are handed to host code (a NumPy or SciPy function, a file, a
     drawing, a tokenizer, an evaluation API) and are the point there.
+
+    Nothing is reported in a CPU-only program (a notebook, or a script with an `if __name__ ==
+    "__main__":` block or a top-level loop, that never names an accelerator:
+    no `cuda`, `device`, `gpu`, `mps`, `xla`, `.to(...)`, `distributed`, and
+    no framework that moves batches for it, such as Lightning, Accelerate,
+    Fabric, DeepSpeed, Ignite or a `Trainer`): `.cpu()` copies nothing there.
 
     Not reported (where the copy is not a per-step cost, or is the work itself):
     - a copy in a loop that waits for the device every iteration anyway, to
@@ -341,6 +348,8 @@ class HostCopyInLoop(Rule):
         self._joined: Dict[int, Set[str]] = {}
         # A module that runs models outside PyTorch hands them host arrays.
         self._feeds_runtime = feeds_model_runtime(context.source)
+        if runs_on_host_only(context):
+            self.walks = False  # a CPU-only program: `.cpu()` copies nothing
 
     def visit_Call(self, node: cst.Call) -> None:
         ctx = self.context

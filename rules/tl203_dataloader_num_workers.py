@@ -7,6 +7,7 @@ import libcst as cst
 
 from torchlint.model import FixAvailability
 from torchlint.rule import Invalid, Rule, Valid
+from torchlint.rules._program import runs_on_host_only
 from torchlint.rules._helpers import argument, literal_number
 from torchlint.rules._loaders import (
     DATALOADERS,
@@ -92,6 +93,13 @@ class DataLoaderNumWorkers(Rule):
     defined in a notebook must move to an importable module).
 
     Not reported, because workers would not help or the rule cannot tell:
+    - any loader of a CPU-only program (a notebook, or a script with an `if __name__ ==
+      "__main__":` block or a top-level loop, that never names an accelerator:
+      no `cuda`, `device`, `gpu`, `mps`, `xla`, `.to(...)`, `distributed`, and
+      no framework that moves batches for it, such as Lightning, Accelerate,
+      Fabric, DeepSpeed, Ignite or a `Trainer`): no
+      accelerator waits for its batches, and workers would compete with the
+      training for the same cores;
     - a dataset whose items cost nothing to produce: a `TensorDataset`, or a
       class of this file whose `__getitem__` only indexes what it holds
       (`return self.x[i], self.y[i]`, with at most conversions such as
@@ -221,7 +229,7 @@ class DataLoaderNumWorkers(Rule):
     def __init__(self, context) -> None:
         super().__init__(context)
         # A file that never says `DataLoader` cannot call it; tests are skipped.
-        self._active = not context.is_test_file and "DataLoader" in context.source
+        self._active = not context.is_test_file and "DataLoader" in context.source and not runs_on_host_only(context)
         if not self._active:
             self.walks = False
         # (call, where it is, how `num_workers` is given: "keyword", "dict" or None)

@@ -148,7 +148,7 @@ def test_a_demo_that_moves_batches_to_the_device_is_reported():
 
 
 def test_a_script_that_trains_is_reported():
-    code = DATASET_MODULE.replace("        print(sample.shape)", "        loss = sample.sum()\n        loss.backward()")
+    code = DATASET_MODULE.replace("        print(sample.shape)", "        loss = sample.cuda().sum()\n        loss.backward()")
     assert found(code, "TL203", path="ptsemseg/loader/camvid_loader.py") == [("TL203", 20)]
 
 

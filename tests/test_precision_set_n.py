@@ -378,3 +378,78 @@ def test_the_same_loop_on_another_model_is_reported():
         "GAT(", "Net("
     ).replace("edge_index", "mask")
     assert found(code, "TL504") == [("TL504", 13)]
+
+
+# -- a CPU-only program: no accelerator to wait for (a later set: d2l, MorvanZhou's tutorials) ------
+
+CPU_SCRIPT = """
+import torch
+import torch.utils.data as Data
+import torchvision
+
+train_data = torchvision.datasets.MNIST(root="./mnist/", train=True, transform=torchvision.transforms.ToTensor())
+train_loader = Data.DataLoader(dataset=train_data, batch_size=50, shuffle=True)
+net = torch.nn.Linear(784, 10)
+opt = torch.optim.SGD(net.parameters(), lr=0.1)
+losses = []
+for epoch in range(2):
+    for step, (x, y) in enumerate(train_loader):
+        loss = torch.nn.functional.cross_entropy(net(x.view(-1, 784)), y)
+        opt.zero_grad()
+        loss.backward()
+        opt.step()
+        losses.append(loss.item())
+        preds = net(x.view(-1, 784)).cpu()
+"""
+
+
+def test_a_cpu_only_script_is_silent():
+    assert found(CPU_SCRIPT, "TL101,TL102,TL203") == []
+
+
+def test_the_same_script_on_the_gpu_is_reported():
+    code = CPU_SCRIPT.replace("net(x.view(-1, 784)), y)", "net(x.cuda().view(-1, 784)), y.cuda())")
+    assert found(code, "TL101,TL102,TL203") == [("TL203", 7), ("TL101", 17), ("TL102", 18)]
+
+
+def test_a_library_function_without_an_entry_point_is_still_judged():
+    code = '''
+import torch
+
+
+def evaluate(net, loader):
+    total = 0.0
+    for x, y in loader:
+        total += (net(x).argmax(1) == y).float().sum().item()
+    return total
+'''
+    assert found(code, "TL101") == [("TL101", 8)]
+
+
+# -- TL101: autoregressive decoding builds the next input from the token it read ------------------
+
+GENERATE = """
+import torch
+
+
+def predict_rnn(prefix, num_chars, model, device, idx_to_char, char_to_idx):
+    state = None
+    output = [char_to_idx[prefix[0]]]
+    for t in range(num_chars + len(prefix) - 1):
+        X = torch.tensor([output[-1]], device=device).view(1, 1)
+        Y, state = model(X, state)
+        if t < len(prefix) - 1:
+            output.append(char_to_idx[prefix[t + 1]])
+        else:
+            output.append(int(Y.argmax(dim=1).item()))
+    return "".join(idx_to_char[i] for i in output)
+"""
+
+
+def test_a_token_read_to_build_the_next_input_is_silent():
+    assert found(GENERATE, "TL101") == []
+
+
+def test_tokens_collected_but_not_fed_back_are_reported():
+    code = GENERATE.replace("torch.tensor([output[-1]], device=device)", "torch.tensor([t], device=device)")
+    assert found(code, "TL101") == [("TL101", 14)]

@@ -423,3 +423,53 @@ def test_the_call_named_does_not_depend_on_the_order_workers_finish(runner, work
     process_items = parallel._process_items
     monkeypatch.setattr(parallel, "_process_items", lambda *args: process_items(*args)[::-1])
     assert run(runner, "check", "--select", "TL201", "--no-cache", ".").stdout == in_order
+
+
+METRIC_HELPERS = """\
+import torch
+
+
+def class_average_precision(scores, labels, n_classes, device):
+    aps = []
+    for c in range(1, n_classes):
+        tp = torch.zeros(len(scores)).to(device)
+        aps.append((tp * scores[labels == c]).sum().item())
+    return aps
+"""
+
+EVALUATE_WITH_STAR = """\
+from utils import *
+
+
+def evaluate(model, loader, n_classes, device):
+    scores, labels = [], []
+    for x, y in loader:
+        scores.append(model(x.to(device)))
+        labels.append(y.to(device))
+    return class_average_precision(torch.cat(scores), torch.cat(labels), n_classes, device)
+
+
+if __name__ == "__main__":
+    evaluate(load_model(), load_data(), 21, "cuda")
+"""
+
+
+@pytest.mark.parametrize(
+    "caller, expected",
+    [
+        (EVALUATE_WITH_STAR, []),  # `from utils import *`: called once, after the evaluation loop
+        # the same helper called on every batch is reported
+        (EVALUATE_WITH_STAR.replace(
+            "        labels.append(y.to(device))\n",
+            "        labels.append(y.to(device))\n        class_average_precision(scores[-1], labels[-1], n_classes, device)\n",
+        ), ["utils.py:7:14: TL201", "utils.py:8:20: TL101"]),
+        # a module that defines its own function of that name does not call the star-imported one
+        (EVALUATE_WITH_STAR.replace(
+            "def evaluate(", "def class_average_precision(*args):\n    return []\n\n\ndef evaluate("
+        ), ["utils.py:7:14: TL201", "utils.py:8:20: TL101"]),
+    ],
+)
+def test_a_function_called_through_a_star_import(runner, workdir, caller, expected):
+    (workdir / "utils.py").write_text(METRIC_HELPERS)
+    (workdir / "eval.py").write_text(caller)
+    assert _concise(runner, ".") == expected
