@@ -98,9 +98,10 @@ class CallSites:
         return seen
 
 
-def runs_rarely(ctx, function: Optional[cst.FunctionDef]) -> bool:
-    """Whether the function's callers run it once or every N steps (not per step, and known)."""
-    return function is not None and model_for(ctx).of_function(function).level in (ONCE, PER_EPOCH)
+def runs_rarely(ctx, function: Optional[cst.FunctionDef], once: bool = False) -> bool:
+    """Whether the function's callers run it once or every N steps (not per
+    step, and known); with ``once``, only once (a demo at a module's top level)."""
+    return function is not None and model_for(ctx).of_function(function).level in ((ONCE,) if once else (ONCE, PER_EPOCH))
 
 
 # Methods of a model that set it up or move it rather than run it.

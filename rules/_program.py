@@ -603,10 +603,11 @@ _OWN_MODEL = re.compile(r"^[ \t]*class[ \t]+\w+[ \t]*\([^)]*Module[^)]*\)", re.M
 
 def runs_no_convolution(source: str) -> bool:
     """Whether a program visibly has no convolution: it defines its own
-    ``nn.Module`` models, never says ``conv`` (any case), and imports only the
+    ``nn.Module`` models, never says ``conv`` (any case; ``convert`` does not
+    count), and imports only the
     standard library, torch and data, text or plotting libraries (no model zoo,
     no module of its own project, whose models it cannot see)."""
-    if re.search("conv", source, re.IGNORECASE) or not _OWN_MODEL.search(source):
+    if re.search("conv(?!ert|ers)", source, re.IGNORECASE) or not _OWN_MODEL.search(source):
         return False
     roots = [m.group(1) for m in _IMPORT_ROOT.finditer(source)]
     return all(root in _PLAIN_IMPORTS for root in roots)

@@ -105,7 +105,10 @@ class EvalWithoutNoGrad(Rule):
     - a sample of one batch (`imgs = next(iter(val_loader))`, the model run
       on it or on its items, not over a loader) in a function whose callers
       run it once or every N steps: a few images to look at, a small graph
-      freed when the function returns;
+      freed when the function returns; and, in a notebook, any function whose
+      model calls are in no loop and that only its cells' top level calls
+      (`predict_sentiment(model, "This film is great")` in the last cell: one
+      forward pass on an example, run when the reader asks);
     - modules that run their models with ONNX Runtime, TensorRT, Triton or
       OpenVINO (their engines record no autograd graph);
     - export, conversion and benchmark scripts (`export.py`, `convert_*.py`,
@@ -425,8 +428,9 @@ class EvalWithoutNoGrad(Rule):
                 continue  # every caller (in this module, or through the project index) disabled gradients
             if not frame.evals and frame.nested and not sites:
                 continue  # a closure handed to someone else (a callback): its caller decides
-            if frame.one_batch and not frame.looped_model and runs_rarely(self.context, frame.node):
-                continue  # a sample of one batch every N steps (images to look at): a tiny graph, freed at return
+            if not frame.looped_model and (frame.one_batch or self.context.path.endswith(".ipynb")) and runs_rarely(
+                    self.context, frame.node, once=not frame.one_batch):
+                continue  # one forward (one batch every N steps, a notebook's demo run once): a graph freed at return
             if not frame.evals and (
                 any(not covered and (caller.needs_grad or TRAINING_NAME.search(caller.name)) for covered, caller in sites)
                 or called_elsewhere_for_training(self.context, frame.qualname)

@@ -453,3 +453,68 @@ def test_a_token_read_to_build_the_next_input_is_silent():
 def test_tokens_collected_but_not_fed_back_are_reported():
     code = GENERATE.replace("torch.tensor([output[-1]], device=device)", "torch.tensor([t], device=device)")
     assert found(code, "TL101") == [("TL101", 14)]
+
+
+# -- TL302: a notebook's demo prediction on one example; TL502: `convert` is not a convolution ------
+
+PREDICT = """def predict_sentiment(text, model, tokenizer, vocab, device):
+    ids = vocab.lookup_indices(tokenizer(text))
+    tensor = torch.LongTensor(ids).unsqueeze(dim=0).to(device)
+    prediction = model(tensor).squeeze(dim=0)
+    return prediction.argmax(-1).item()
+"""
+
+
+def _notebook_findings(runner, workdir, *sources):
+    from tests.test_notebooks import code, notebook, run
+
+    (workdir / "demo.ipynb").write_text(notebook(*(code(s) for s in sources)), encoding="utf-8")
+    result = run(runner, "check", "--select", "TL302", "--output-format", "concise", "demo.ipynb")
+    return [line.split(": ")[1].split(" ")[0] for line in result.stdout.splitlines() if ": TL" in line]
+
+
+def test_a_notebooks_demo_prediction_run_once_is_silent(runner, workdir):
+    assert _notebook_findings(runner, workdir, "import torch\n", PREDICT,
+                              'predict_sentiment("This film is great", model, tokenizer, vocab, device)\n') == []
+
+
+def test_the_same_prediction_over_a_dataset_is_reported(runner, workdir):
+    loop = 'for text, label in test_dataset:\n    predict_sentiment(text, model, tokenizer, vocab, device)\n'
+    assert _notebook_findings(runner, workdir, "import torch\n", PREDICT, loop) == ["TL302"]
+
+
+def test_the_same_function_in_a_script_is_reported():
+    code = "import torch\n\n\n" + PREDICT + '\n\nif __name__ == "__main__":\n    predict_sentiment("Great", model, tok, vocab, "cuda")\n'
+    assert found(code, "TL302") == [("TL302", 4)]
+
+
+DETERMINISTIC_RNN = """
+import random
+import torch
+import torch.nn as nn
+
+torch.manual_seed(0)
+torch.backends.cudnn.deterministic = True
+
+
+class RNN(nn.Module):
+    def __init__(self, vocab, hidden):
+        super().__init__()
+        self.embedding = nn.Embedding(vocab, hidden)
+        self.rnn = nn.RNN(hidden, hidden)
+
+    def forward(self, text):
+        return self.rnn(self.embedding(text))[0]
+
+
+tokens = [vocab.stoi[t] for t in sentence]  # convert the words to their indices
+"""
+
+
+def test_deterministic_cudnn_without_a_convolution_is_silent_even_if_it_converts_words():
+    assert found(DETERMINISTIC_RNN, "TL502") == []
+
+
+def test_with_a_convolution_it_is_reported():
+    code = DETERMINISTIC_RNN.replace("nn.RNN(hidden, hidden)", "nn.Conv1d(hidden, hidden, 3)")
+    assert found(code, "TL502") == [("TL502", 7)]
