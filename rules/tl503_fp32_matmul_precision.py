@@ -77,6 +77,12 @@ class Fp32MatmulPrecision(ProgramRule):
       or a small MLP is reported: from the code alone it cannot be told
       from a wide MLP that is matmul-bound, such as NeRF's.)
 
+    Known limitation: how big the model and its inputs are is not in the
+    code. On small models (a LeNet or a GAN on 28x28 MNIST, a linear probe, a
+    256-unit character RNN, a toy example), whose steps are bound by kernel
+    launches, TF32 buys nothing measurable and the finding is noise
+    (docs/precision.md). It is why the rule is opt-in.
+
     ## Why is this bad?
     On NVIDIA GPUs since Ampere (A100, RTX 30xx and later), float32 matrix
     multiplications can run on tensor cores in TF32, which keeps float32's
