@@ -9,6 +9,7 @@ import libcst as cst
 from torchlint.model import FixAvailability
 from torchlint.nodes import walk_nodes
 from torchlint.rule import Invalid, Rule, Valid
+from torchlint.rules._frequency import runs_once_by_path
 from torchlint.rules._helpers import CallTable, method_name
 from torchlint.rules._training import is_backward
 
@@ -59,6 +60,11 @@ class DataParallel(Rule):
     change. A class of your own named `DataParallel`, or another library's, is
     not reported; neither is a call of your own subclass of it (the rule does
     not follow class hierarchies).
+
+    Nor is `DataParallel` in an export, conversion or benchmark script
+    (`convert_*.py`, `export.py`, `*_to_onnx.py`, `bench*.py`, an `export/`
+    or `benchmarks/` directory): it runs once, and often wraps a model only to
+    load a checkpoint saved from a wrapped one (its `module.` prefixes).
 
     Nor is `DataParallel` in a module that also offers DDP: one that calls
     `DistributedDataParallel` (however imported), `init_process_group`, a
@@ -266,7 +272,9 @@ class DataParallel(Rule):
 
     def __init__(self, context) -> None:
         super().__init__(context)
-        self._off = context.is_test_file
+        # (an export, conversion or benchmark script wraps a model once, often only to
+        # load a checkpoint saved from a wrapped one: `module.` prefixes)
+        self._off = context.is_test_file or runs_once_by_path(context.path)
         self._found: List[Tuple[cst.Call, str, Optional[cst.FunctionDef]]] = []
         # Per function: whether it puts a model in eval mode, and whether it trains.
         self._functions: Dict[int, List[bool]] = {}

@@ -518,3 +518,26 @@ def test_deterministic_cudnn_without_a_convolution_is_silent_even_if_it_converts
 def test_with_a_convolution_it_is_reported():
     code = DETERMINISTIC_RNN.replace("nn.RNN(hidden, hidden)", "nn.Conv1d(hidden, hidden, 3)")
     assert found(code, "TL502") == [("TL502", 7)]
+
+
+# -- TL601: a conversion script wraps a model once, to load a wrapped checkpoint -------------------
+
+CONVERT_DP = """
+import torch
+from pose import models
+
+
+def main(args):
+    model = models.hg(num_stacks=2, num_blocks=1, num_classes=16)
+    model = torch.nn.DataParallel(model).to("cuda")
+    model.load_state_dict(torch.load(args.checkpoint)["state_dict"])
+    torch.save(model.module.state_dict(), args.output)
+"""
+
+
+def test_dataparallel_in_a_conversion_script_is_silent():
+    assert found(CONVERT_DP, "TL601", path="example/convert_checkpoint.py") == []
+
+
+def test_the_same_wrap_in_a_training_script_is_reported():
+    assert found(CONVERT_DP, "TL601", path="example/main.py") == [("TL601", 8)]
