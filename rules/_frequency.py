@@ -68,7 +68,7 @@ import libcst as cst
 from torchlint.rule import Context, contains_modulo, is_test_path, tests_periodic_flag
 from torchlint.rules._helpers import last_name
 from torchlint.rules._models import MODEL_WORDS
-from torchlint.rules._sync import target_names
+from torchlint.rules._sync import mentions_name, target_names
 from torchlint.nodes import inner_children, iter_children
 
 UNKNOWN, ONCE, PER_EPOCH, PER_STEP = 0, 1, 2, 3
@@ -105,23 +105,14 @@ def _passes_over_loader(fn: cst.FunctionDef) -> bool:
     while todo:
         node = todo.pop()  # (in source order: a binding before the loop that uses it)
         kind = type(node)
-        if kind is cst.Assign and _names_any(node.value, loaders):
+        if kind is cst.Assign and mentions_name(node.value, loaders):
             loaders |= {n for t in node.targets for n in target_names(t.target)}
-        elif kind is cst.For and _names_any(node.iter, loaders):
+        elif kind is cst.For and mentions_name(node.iter, loaders):
             return True
         elif kind in (cst.If, cst.Else, cst.With, cst.Try, cst.IndentedBlock, cst.SimpleStatementLine):
             todo.extend(reversed(iter_children(node)))
     return False
 
-
-def _names_any(expr: cst.CSTNode, names: set) -> bool:
-    todo: List[cst.CSTNode] = [expr]
-    while todo:
-        node = todo.pop()
-        if type(node) is cst.Name and node.value in names:
-            return True
-        todo.extend(iter_children(node))
-    return False
 
 
 @dataclass(frozen=True)

@@ -265,15 +265,19 @@ def is_docstring(statement: cst.CSTNode) -> bool:
     )
 
 
-def is_main_guard(node: cst.If) -> bool:
-    """``if __name__ == "__main__":`` (either side of the ``==``)."""
-    test = node.test
+def equality_sides(test: cst.BaseExpression) -> Optional[Tuple[cst.BaseExpression, cst.BaseExpression]]:
+    """The two operands of a single ``a == b`` test, or None for any other test."""
     if not (isinstance(test, cst.Comparison) and len(test.comparisons) == 1):
-        return False
+        return None
     target = test.comparisons[0]
     if not isinstance(target.operator, cst.Equal):
-        return False
-    sides = (test.left, target.comparator)
-    return any(isinstance(s, cst.Name) and s.value == "__name__" for s in sides) and any(
+        return None
+    return test.left, target.comparator
+
+
+def is_main_guard(node: cst.If) -> bool:
+    """``if __name__ == "__main__":`` (either side of the ``==``)."""
+    sides = equality_sides(node.test)
+    return sides is not None and any(isinstance(s, cst.Name) and s.value == "__name__" for s in sides) and any(
         string_value(s) == "__main__" for s in sides
     )

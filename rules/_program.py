@@ -624,7 +624,10 @@ _ACCELERATOR_WORDS = re.compile(
 _ENTRY_LINE = re.compile(r"^(?:if __name__|for |while |with )", re.M)
 # A program that builds its own model or data (a fragment that only uses a
 # `model` and a `loader` defined elsewhere says nothing about where they live).
-_BUILDS_ITS_WORK = re.compile(r"\bnn\.(?!\w*Loss\()[A-Z]\w*\(|\(\s*(?:nn\.|torch\.nn\.)?Module\s*\)|DataLoader\(|datasets\.\w+\(|requires_grad(?:_\(|\s*=\s*True)")
+_BUILDS_ITS_WORK = re.compile(
+    r"\bnn\.(?!\w*Loss\()[A-Z]\w*\(|\(\s*(?:nn\.|torch\.nn\.)?Module\s*\)|DataLoader\(|datasets\.\w+\("
+    r"|requires_grad(?:_\(|\s*=\s*True)"
+)
 
 
 def runs_on_host_only(ctx: Context) -> bool:
@@ -632,9 +635,10 @@ def runs_on_host_only(ctx: Context) -> bool:
     or a script with an ``if __name__ == "__main__":`` block or a top-level
     loop, that builds its own model or data (``nn.Linear(...)``, a class of
     ``nn.Module``, parameters with ``requires_grad=True``, a
-    ``DataLoader(...)``, a ``datasets.MNIST(...)``) and never
-    names an accelerator or a framework that moves data for it.  Its tensors live in host memory: ``.item()`` and ``.cpu()`` wait for
-    nothing, and no accelerator waits for its loaders.  (A module without an
+    ``DataLoader(...)``, a ``datasets.MNIST(...)``) and never names an
+    accelerator or a framework that moves data for it.  Its tensors live in
+    host memory: ``.item()`` and ``.cpu()`` wait for nothing, and no
+    accelerator waits for its loaders.  (A module without an
     entry point may be handed device tensors by its callers, and is not
     judged so.)"""
     found = ctx.shared.get("host-only")

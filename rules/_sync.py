@@ -19,15 +19,15 @@ module's top-level imports (cached per module).
 from __future__ import annotations
 
 import re
-
 from dataclasses import dataclass, field
-from typing import Dict, List, Optional, Tuple, Union
+from functools import cached_property
+from typing import Collection, Dict, List, Optional, Tuple, Union
 
 import libcst as cst
 
 from torchlint.rule import Context
 from torchlint.nodes import inner_children, iter_children, target_names, walk_nodes
-from torchlint.rules._helpers import last_name, literal_number, method_name, receiver, source_mentions
+from torchlint.rules._helpers import equality_sides, last_name, literal_number, method_name, receiver, source_mentions
 from torchlint.rules._models import MODULE_COLLECTIONS, names_a_module
 from torchlint.rules._training import is_backward, is_optimizer_step, with_grad_modes
 
@@ -130,12 +130,9 @@ def _counters(loop: cst.CSTNode) -> List[str]:
 def _compares_counter_to_literal(test: cst.BaseExpression, counters: List[str]) -> bool:
     """``i == 0`` / ``0 == i`` / ``i == n - 1`` where ``i`` is a loop variable:
     true on one iteration only."""
-    if not (isinstance(test, cst.Comparison) and len(test.comparisons) == 1):
+    sides = equality_sides(test)
+    if sides is None:
         return False
-    target = test.comparisons[0]
-    if not isinstance(target.operator, cst.Equal):
-        return False
-    sides = (test.left, target.comparator)
     return any(isinstance(a, cst.Name) and a.value in counters for a in sides) and any(
         isinstance(b, (cst.Integer, cst.BinaryOperation)) for b in sides
     )
@@ -732,9 +729,8 @@ class _BodyFacts:
         break``): greedy decoding, which waits for each token by design."""
         if not self.exits:
             return False
-        read = {n for a in self.assigns if type(a) is cst.Assign and _reads_item(a.value)
-                for t in a.targets for n in target_names(t.target)}
-        return bool(read) and any(mentions_name(e.test, list(read)) for e in self.exits)
+        read = self.read_names
+        return bool(read) and any(mentions_name(e.test, read) for e in self.exits)
 
     def feeds_back(self) -> bool:
         """A value read from the device in the body (``tok = out.argmax().item()``,
@@ -743,9 +739,13 @@ class _BodyFacts:
         autoregressive decoding, whose next step needs each token by design."""
         if not self.rebuilt:
             return False
-        read = {n for a in self.assigns if type(a) is cst.Assign and _reads_item(a.value)
+        return bool((self.read_names | self.read_lists) & self.rebuilt)
+
+    @cached_property
+    def read_names(self) -> set:
+        """The names the body assigns a value read from the device (``tok = out.item()``)."""
+        return {n for a in self.assigns if type(a) is cst.Assign and _reads_item(a.value)
                 for t in a.targets for n in target_names(t.target)}
-        return bool((read | self.read_lists) & self.rebuilt)
 
     def round_trips(self) -> bool:
         """An environment step or a host-library call (``f1_score(gt, pred)``)
@@ -1209,7 +1209,7 @@ def _saved_after(ctx: Context, names: List[str]) -> bool:
     )
 
 
-def mentions_name(expr: cst.CSTNode, names: List[str]) -> bool:
+def mentions_name(expr: cst.CSTNode, names: Collection[str]) -> bool:
     todo: List[cst.CSTNode] = [expr]
     while todo:
         node = todo.pop()

@@ -7,11 +7,11 @@ import libcst as cst
 from torchlint.codemods import calls
 from torchlint.model import Applicability, Fix, FixAvailability
 from torchlint.rule import Benchmark, Invalid, Rule, Valid
-from torchlint.rules._program import runs_on_host_only
 from torchlint.rules._accumulation import number_initialised_before, read_elsewhere_in_loop
 from torchlint.rules._helpers import method_name, receiver
 from torchlint.rules._device import computes_with_torch, host_values
 from torchlint.rules._frequency import model_for, per_step_here
+from torchlint.rules._program import runs_on_host_only
 from torchlint.rules._project import HOST_ARGS, caller_trait
 from torchlint.rules._sync import (
     LoopFacts,
@@ -44,11 +44,14 @@ class ItemInLoop(Rule):
     (or `if log_now:` where the function only ever assigns `log_now = step %
     log_every == 0`).
 
-    Nothing is reported in a CPU-only program (a notebook, or a script with an `if __name__ ==
-    "__main__":` block or a top-level loop, that never names an accelerator:
-    no `cuda`, `device`, `gpu`, `mps`, `xla`, `.to(...)`, `distributed`, and
-    no framework that moves batches for it, such as Lightning, Accelerate,
-    Fabric, DeepSpeed, Ignite or a `Trainer`): its tensors live in host
+    Nothing is reported in a CPU-only program (a notebook, or a script with an `if
+    __name__ == "__main__":` block or a top-level loop, that builds its own
+    model or data, such as `nn.Linear(...)`, a class of `nn.Module`,
+    parameters with `requires_grad=True`, a `DataLoader(...)` or a
+    `datasets.MNIST(...)`, and never names an accelerator: no `cuda`,
+    `device`, `gpu`, `mps`, `xla`, `.to(...)`, `distributed`, and no framework
+    that moves batches for it, such as Lightning, Accelerate, Fabric,
+    DeepSpeed, Ignite or a `Trainer`): its tensors live in host
     memory, and `.item()` waits for nothing. A module without an entry point
     (a library function) may be handed device tensors, and is judged as usual.
 

@@ -6,11 +6,11 @@ import libcst as cst
 
 from torchlint.model import FixAvailability
 from torchlint.rule import Invalid, Rule, Valid
-from torchlint.rules._program import runs_on_host_only
 from torchlint.rules._helpers import device_kind, has_star, keyword, literal_bool, method_name, positional, receiver
 from torchlint.rules._device import host_values
 from torchlint.rules._frequency import per_step_here
 from torchlint.rules._models import module_method_follows, names_a_module
+from torchlint.rules._program import runs_on_host_only
 from torchlint.rules._sync import (
     LoopFacts,
     appended_to_offloaded_state,
@@ -72,11 +72,14 @@ class HostCopyInLoop(Rule):
     code are handed to host code (a NumPy or SciPy function, a file, a
     drawing, a tokenizer, an evaluation API) and are the point there.
 
-    Nothing is reported in a CPU-only program (a notebook, or a script with an `if __name__ ==
-    "__main__":` block or a top-level loop, that never names an accelerator:
-    no `cuda`, `device`, `gpu`, `mps`, `xla`, `.to(...)`, `distributed`, and
-    no framework that moves batches for it, such as Lightning, Accelerate,
-    Fabric, DeepSpeed, Ignite or a `Trainer`): `.cpu()` copies nothing there.
+    Nothing is reported in a CPU-only program (a notebook, or a script with an `if
+    __name__ == "__main__":` block or a top-level loop, that builds its own
+    model or data, such as `nn.Linear(...)`, a class of `nn.Module`,
+    parameters with `requires_grad=True`, a `DataLoader(...)` or a
+    `datasets.MNIST(...)`, and never names an accelerator: no `cuda`,
+    `device`, `gpu`, `mps`, `xla`, `.to(...)`, `distributed`, and no framework
+    that moves batches for it, such as Lightning, Accelerate, Fabric,
+    DeepSpeed, Ignite or a `Trainer`): `.cpu()` copies nothing there.
 
     Not reported (where the copy is not a per-step cost, or is the work itself):
     - a copy in a loop that waits for the device every iteration anyway, to

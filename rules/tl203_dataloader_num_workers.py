@@ -7,7 +7,6 @@ import libcst as cst
 
 from torchlint.model import FixAvailability
 from torchlint.rule import Invalid, Rule, Valid
-from torchlint.rules._program import runs_on_host_only
 from torchlint.rules._helpers import argument, literal_number
 from torchlint.rules._loaders import (
     DATALOADERS,
@@ -26,6 +25,7 @@ from torchlint.rules._loaders import (
 )
 from torchlint.semantic import Location
 from torchlint.rules._one_batch import in_dataset_demo, loader_fetches_one_batch
+from torchlint.rules._program import runs_on_host_only
 
 # A dataset named like an iterator (`train_iter`, `valid_iterator`): by
 # convention an iterable-style dataset (torchtext, datapipes).
@@ -93,13 +93,16 @@ class DataLoaderNumWorkers(Rule):
     defined in a notebook must move to an importable module).
 
     Not reported, because workers would not help or the rule cannot tell:
-    - any loader of a CPU-only program (a notebook, or a script with an `if __name__ ==
-      "__main__":` block or a top-level loop, that never names an accelerator:
-      no `cuda`, `device`, `gpu`, `mps`, `xla`, `.to(...)`, `distributed`, and
-      no framework that moves batches for it, such as Lightning, Accelerate,
-      Fabric, DeepSpeed, Ignite or a `Trainer`): no
-      accelerator waits for its batches, and workers would compete with the
-      training for the same cores;
+    - any loader of a CPU-only program (a notebook, or a script with an `if
+      __name__ == "__main__":` block or a top-level loop, that builds its own
+      model or data, such as `nn.Linear(...)`, a class of `nn.Module`,
+      parameters with `requires_grad=True`, a `DataLoader(...)` or a
+      `datasets.MNIST(...)`, and never names an accelerator: no `cuda`,
+      `device`, `gpu`, `mps`, `xla`, `.to(...)`, `distributed`, and no framework
+      that moves batches for it, such as Lightning, Accelerate, Fabric,
+      DeepSpeed, Ignite or a `Trainer`):
+      no accelerator waits for its batches, and workers would compete with
+      the training for the same cores;
     - a dataset whose items cost nothing to produce: a `TensorDataset`, or a
       class of this file whose `__getitem__` only indexes what it holds
       (`return self.x[i], self.y[i]`, with at most conversions such as
