@@ -279,28 +279,54 @@ class Finder:
     def _host_args(self, call: cst.Call) -> bool:
         """Whether every argument of ``call`` is visibly a host value (so a
         function that converts what it is given, `MetricLogger.update`, has
-        nothing to wait for): literals, ``x.item()``, ``float(...)``,
-        ``len(...)``, ``optimizer.param_groups[0]["lr"]``, or a name every
-        reaching assignment of which is one of those."""
+        nothing to wait for): see :meth:`_host_value`."""
         if not call.args or any(arg.star for arg in call.args):
             return False
         location = None
         for arg in call.args:
-            value = arg.value
-            if _host_expr(value):
+            if _host_expr(arg.value):
                 continue
-            if not isinstance(value, cst.Name):
-                return False
             if location is None:
                 stack = self._stack_of(call)
                 if stack is None:
                     return False
                 location = location_of(stack)
-            bindings = self.semantic.reaching(value.value, location)
-            if not bindings or not all(b.kind == "value" and b.value is not None and _host_expr(b.value)
-                                       for b in bindings):
+            if not self._host_value(arg.value, location, set()):
                 return False
         return True
+
+    def _host_value(self, value: cst.BaseExpression, location, seen: set) -> bool:
+        """Literals, ``x.item()``, ``float(...)``, ``len(...)``,
+        ``optimizer.param_groups[0]["lr"]``, ``group["lr"]`` in a loop over
+        ``optimizer.param_groups``, ``max``/``min``/``abs`` of such values, or
+        a name every reaching binding of which is one of those (``max_lr =
+        max(max_lr, group["lr"])`` folds the name into itself)."""
+        if _host_expr(value):
+            return True
+        if isinstance(value, cst.Call) and isinstance(value.func, cst.Name) and value.func.value in _HOST_FOLDS:
+            return bool(value.args) and not any(a.star for a in value.args) and all(
+                self._host_value(a.value, location, seen) for a in value.args)
+        root = value
+        while isinstance(root, cst.Subscript):
+            root = root.value
+        if root is not value:  # `group["lr"]`
+            return isinstance(root, cst.Name) and self._bound_to_param_groups(root.value, location)
+        if not isinstance(value, cst.Name) or len(seen) > 8:
+            return False
+        if value.value in seen:
+            return True  # the fold's own earlier value, judged by its other bindings
+        bindings = self.semantic.reaching(value.value, location)
+        inner = seen | {value.value}
+        return bool(bindings) and all(
+            b.kind == "value" and b.value is not None and self._host_value(b.value, b.location, inner)
+            for b in bindings)
+
+    def _bound_to_param_groups(self, name: str, location) -> bool:
+        """Whether ``name`` is the target of a loop over ``....param_groups``."""
+        bindings = self.semantic.reaching(name, location)
+        return bool(bindings) and all(
+            b.kind == "iter" and isinstance(b.value, cst.Attribute) and b.value.attr.value == "param_groups"
+            for b in bindings)
 
     def _reaches(self, call: cst.Call, target, qualname, cls_name, method, caller, untyped=False) -> bool:
         """Whether ``call`` calls the function; ``untyped``: also a call of the
@@ -468,6 +494,7 @@ def _tail(func: cst.BaseExpression) -> str:
 
 _HOST_CALLS = frozenset({"float", "int", "len", "round", "bool", "str"})
 _HOST_METHODS = frozenset({"item", "tolist"})
+_HOST_FOLDS = frozenset({"max", "min", "abs"})  # of host values: a host value
 
 
 def _host_expr(expr: cst.CSTNode) -> bool:

@@ -336,14 +336,41 @@ def _last(expr: cst.BaseExpression) -> str:
 
 
 def in_data_pipeline(ctx: Context) -> bool:
-    """Inside a ``torch.utils.data`` ``Dataset`` or ``Sampler`` subclass: data
-    loading runs on the host (often in worker processes)."""
+    """Inside a ``torch.utils.data`` ``Dataset`` or ``Sampler`` subclass, or in
+    a module-level function that only such classes of the module use (the
+    shuffling helper of a ``samplers.py``): data loading runs on the host
+    (often in worker processes)."""
     for node in ctx.stack:
-        if isinstance(node, cst.ClassDef):
-            for base in node.bases:
-                q = ctx.qualname(base.value)
-                if q is not None and q.startswith("torch.utils.data.") and q.endswith(("Dataset", "Sampler")):
-                    return True
+        if isinstance(node, cst.ClassDef) and _is_data_class(ctx, node):
+            return True
+    function = ctx.stack[1] if len(ctx.stack) > 1 and ctx.module is not None else None
+    if not isinstance(function, cst.FunctionDef) or ctx.stack[0] is not ctx.module:
+        return False
+    cache = ctx.shared.setdefault("data-helpers", {})
+    found = cache.get(id(function))
+    if found is None:
+        found = cache[id(function)] = _data_helper(ctx, function.name.value)
+    return found
+
+
+def _data_helper(ctx: Context, name: str) -> bool:
+    """Whether the module names ``name`` only inside its data classes, and at least once."""
+    inside = False
+    for statement in ctx.module.body:
+        data = isinstance(statement, cst.ClassDef) and _is_data_class(ctx, statement)
+        roots = [statement] if not isinstance(statement, cst.FunctionDef) else [statement.body]
+        used = any(type(n) is cst.Name and n.value == name for root in roots for n in walk_nodes(root))
+        if used and not data:
+            return False
+        inside = inside or used
+    return inside
+
+
+def _is_data_class(ctx: Context, node: cst.ClassDef) -> bool:
+    for base in node.bases:
+        q = ctx.qualname(base.value)
+        if q is not None and q.startswith("torch.utils.data.") and q.endswith(("Dataset", "Sampler")):
+            return True
     return False
 
 
@@ -997,8 +1024,8 @@ def _finite_guard(node: cst.CSTNode, names: Optional[List[str]] = None) -> bool:
             func = n.func
             name = func.attr.value if type(func) is cst.Attribute else func.value if type(func) is cst.Name else ""
             if name in _FINITE_CHECKS and (
-                names is None or any(isinstance(a.value, cst.Name) and a.value.value in names for a in n.args)
-            ):
+                names is None or any(mentions_name(a.value, names) for a in n.args)
+            ):  # `math.isnan(loss_value)`, `math.isnan(sum(losses.values()))`
                 return True
     return False
 
@@ -1104,6 +1131,47 @@ def feeds_host_api(ctx: Context) -> bool:
     return found
 
 
+# An evaluator of a host evaluation API, called or fed in a loop: `coco_evaluator.update(res)`,
+# `COCOeval(...)`, `panoptic_evaluator.update(...)`, `lvis_eval(...)`.
+_EVALUATOR = re.compile(r"(?i)(?:coco|lvis|panoptic|cityscapes)\w*eval")
+
+
+def feeds_host_evaluator(ctx: Context, cache: Dict[int, "LoopFacts"]) -> bool:
+    """Whether the loop around the node being visited hands results to an
+    evaluator of a host evaluation API in its body (``coco_evaluator.update(res)``
+    in a DETR-style ``evaluate``): the evaluator turns each batch's results
+    into lists, so the loop waits for them every iteration by design, and a
+    read beside it (``target["image_id"].item()``, also in a comprehension or
+    in a loop over that iteration's results) adds no wait.  A COCO scoring
+    after the loop does not count."""
+    loops = [n for n in ctx.enclosing_loops() if type(n) in (cst.For, cst.While)]
+    for k, loop in enumerate(loops):
+        if _feeds_evaluator(ctx, loop):
+            return True
+        if k + 1 == len(loops) or not over_iteration_results(loop, loops[k + 1], loop_facts(ctx, loops[k + 1], cache)):
+            return False
+    return False
+
+
+def _feeds_evaluator(ctx: Context, loop: cst.CSTNode) -> bool:
+    found = ctx.shared.setdefault("host-evaluator", {}).get(id(loop))
+    if found is None:
+        found = ctx.shared["host-evaluator"][id(loop)] = any(
+            type(n) is cst.Call and (_EVALUATOR.search(last_name(n.func) or "") is not None or (
+                type(n.func) is cst.Attribute and _EVALUATOR.search(last_name(n.func.value) or "") is not None))
+            for n in walk_nodes(loop.body)
+        )
+    return found
+
+
+def named_for_cpu(ctx: Context) -> bool:
+    """Whether the innermost function's name has the word ``cpu``
+    (``fill_indices_cpu``, ``cpu_nms``): the host implementation of an
+    operation, given host tensors."""
+    function = ctx.enclosing_function()
+    return function is not None and "cpu" in function.name.value.lower().strip("_").split("_")
+
+
 def feeds_host_sink(ctx: Context, top_index: int, loop: cst.CSTNode, gathered: bool = False) -> bool:
     """Whether the host copy whose chain ends at ``ctx.stack[top_index]`` goes
     to a call that writes, draws, decodes or tabulates host data, in the same
@@ -1160,7 +1228,7 @@ def feeds_host_sink(ctx: Context, top_index: int, loop: cst.CSTNode, gathered: b
     while grown:
         grown = False
         for value, targets in assigns:
-            if not derived.issuperset(targets) and _looks_up(value, list(derived)):
+            if not derived.issuperset(targets) and (_looks_up(value, list(derived)) or _formats(value, list(derived))):
                 derived.update(targets)
                 grown = True
     found = list(derived)
@@ -1169,6 +1237,18 @@ def feeds_host_sink(ctx: Context, top_index: int, loop: cst.CSTNode, gathered: b
         or (isinstance(call.func, cst.Attribute) and mentions_name(call.func.value, found))
         for call in sinks
     )
+
+
+def _formats(expr: cst.CSTNode, names: List[str]) -> bool:
+    """Whether ``expr`` builds text from one of ``names`` (``"\\n".join(f"{p[j]:.2f}"
+    for j in top5)``, ``f"{label}: {score}"``, ``"%d" % idx``)."""
+    if isinstance(expr, cst.FormattedString):
+        return mentions_name(expr, names)
+    if isinstance(expr, cst.Call) and isinstance(expr.func, cst.Attribute) and expr.func.attr.value in ("join", "format"):
+        return isinstance(expr.func.value, (cst.SimpleString, cst.FormattedString)) and mentions_name(expr, names)
+    if isinstance(expr, cst.BinaryOperation) and isinstance(expr.operator, cst.Modulo):
+        return isinstance(expr.left, (cst.SimpleString, cst.ConcatenatedString)) and mentions_name(expr.right, names)
+    return False
 
 
 def _looks_up(expr: cst.CSTNode, names: List[str]) -> bool:

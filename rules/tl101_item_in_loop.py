@@ -26,6 +26,8 @@ from torchlint.rules._sync import (
     feeds_finite_guard,
     feeds_host_sink,
     in_data_pipeline,
+    feeds_host_evaluator,
+    named_for_cpu,
     is_constant_display,
     iterates_mapping,
     loop_clauses,
@@ -129,7 +131,9 @@ class ItemInLoop(Rule):
     - a value read to stop the run on a non-finite loss (`if not
       math.isfinite(loss.item()): sys.exit(1)`, or `loss_value = loss.item()`
       tested so later in the loop, or `total += loss.item()` then `assert not
-      np.isnan(total)`): the guard needs the host value every step by design,
+      np.isnan(total)`, or `reduced = {k: v.item() for ...}` then `if
+      math.isnan(sum(reduced.values())): raise ...`): the guard needs the host
+      value every step by design,
       so other reads in that loop (and in a comprehension inside it) add no
       new wait either, when the guard is not under a condition;
     - reads in a function that pickles or unpickles objects (`pickle.dumps`
@@ -163,13 +167,19 @@ class ItemInLoop(Rule):
       call named like `save`, `write`, `plot`, `imshow`, `fromarray`, `decode`,
       directly or through a name, also a name that looks the value up in a
       table: `word = vocab[word_id]` then `f.write(word)`, a sampled token
-      written out), or to an environment's `step`; a console
+      written out, or text built from it: `text = "\\n".join(f"{p[j]:.2f}"
+      for j in top5)` then `f.write(text)`), or to an environment's `step`; a console
       write (`sys.stdout.write(...)`, `tqdm.write(...)`) is a log line like
       `print` and does not count;
     - conversions in a module built around an evaluation API taking host
       lists (it imports `pycocotools`, `lvis`, `panopticapi` or
       `cityscapesscripts` at its top level; not a script importing one inside
-      a function for a final score): the host values are the point;
+      a function for a final score): the host values are the point; and reads
+      in a loop that feeds an evaluator of such an API every iteration
+      (`coco_evaluator.update(res)`, `COCOeval(...)`; also in a comprehension
+      or a loop over that iteration's results inside it): the evaluator turns
+      the results into lists every iteration, so the loop waits anyway (a
+      scoring after the loop does not count);
     - code that runs once or once per epoch (see "How often code runs" in
       `docs/precision.md`), or in a function whose callers the run does not show;
     - a value read from a state dict or checkpoint (`state_dict.pop(k).item()`,
@@ -181,8 +191,12 @@ class ItemInLoop(Rule):
       the word `vis`, `visualize*`, `plot*`, `draw*`, `coco`, `voc` or `lvis`:
       `draw_one_frame`, `convert_to_coco_format`): one-off work, or the
       conversion is the work;
-    - code in a `torch.utils.data` `Dataset` or `Sampler` subclass (data
-      loading runs on the host);
+    - code in a `torch.utils.data` `Dataset` or `Sampler` subclass, or in a
+      module-level function that only such classes of the module use (the
+      shuffling helper of a `samplers.py`): data loading runs on the host;
+    - a function named for the CPU (the word `cpu` in its name:
+      `fill_indices_cpu`, `cpu_nms`): the host implementation of an
+      operation, given host tensors;
     - test files (`test_*.py`, `*_test.py`, `conftest.py`, under `tests/`):
       tests read values to check them.
 
@@ -474,6 +488,8 @@ class ItemInLoop(Rule):
         assert recv is not None
         if in_data_pipeline(ctx) or enclosing_function_is_one_off(ctx) or self._reads_checkpoint(recv):
             return
+        if named_for_cpu(ctx) or feeds_host_evaluator(ctx, self._facts):
+            return  # the host implementation (`fill_indices_cpu`), or results handed to a COCO evaluator
         if exchanges_pickled_objects(ctx):
             return  # `all_gather` of pickled objects: the host needs the sizes to unpickle
         if host_values(ctx).is_host(recv, ctx.location()) or not computes_with_torch(ctx):

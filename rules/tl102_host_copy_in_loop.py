@@ -140,7 +140,8 @@ class HostCopyInLoop(Rule):
       with ONNX Runtime, TensorRT, Triton or OpenVINO;
     - a copy that is the point: written, drawn, decoded or tabulated on the
       host (`Image.fromarray(x.cpu().numpy()).save(path)`, through a name
-      handed to such a call later in the loop), or gathered into a list that
+      handed to such a call later in the loop, or text built from it and
+      written: `text = ", ".join(...)` then `f.write(text)`), or gathered into a list that
       the function writes out after the loop (`all_images.extend(...)` then
       `np.savez(path, np.concatenate(all_images))`; a console write such as
       `sys.stdout.write(...)` is a log line like `print` and does not count),
@@ -158,7 +159,8 @@ class HostCopyInLoop(Rule):
       decides;
     - a conversion under `isinstance(v, torch.Tensor)` in a loop that runs no
       training step (loggers, input normalisation);
-    - code in a `torch.utils.data` `Dataset` or `Sampler` subclass;
+    - code in a `torch.utils.data` `Dataset` or `Sampler` subclass, or in a
+      module-level function that only such classes of the module use;
     - code that runs once or once per epoch, or in a function whose callers the
       run does not show (see "How often code runs" in `docs/precision.md`;
       callers in other modules of the run count, through the project index);

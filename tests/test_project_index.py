@@ -331,6 +331,47 @@ def test_a_logger_whose_callers_pass_only_host_values(runner, workdir, call, rep
     assert found == (["metrics.py:11:25: TL101"] if reported else [])
 
 
+
+@pytest.mark.parametrize(
+    "fold, reported",
+    [
+        ("max_lr = max(max_lr, group['lr'])", False),  # MAE's engine: the largest learning rate
+        ("max_lr = max(max_lr, abs(group['lr']))", False),
+        ("max_lr = max(max_lr, loss)", True),  # the loss tensor itself
+        ("max_lr = max(max_lr, group['lr'] * loss)", True),
+    ],
+)
+def test_a_logger_given_the_largest_learning_rate(runner, workdir, fold, reported):
+    """A host value folded over the optimizer's parameter groups (`max_lr =
+    max(max_lr, group["lr"])` in a loop over `optimizer.param_groups`) is a
+    host value: a logger given only such values and `loss.item()` has nothing
+    to wait for."""
+    loop = LOOP_WITH_LOGGER.replace(
+        "        logger.update(loss=loss)\n",
+        "        logger.update(loss=loss.item())\n"
+        "        max_lr = 0.0\n"
+        "        for group in optimizer.param_groups:\n"
+        f"            {fold}\n"
+        "        logger.update(lr=max_lr)\n",
+    )
+    (workdir / "metrics.py").write_text(METRICS)
+    (workdir / "train.py").write_text(loop)
+    found = [line for line in _concise(runner, ".") if line.startswith("metrics.py")]
+    assert found == (["metrics.py:11:25: TL101"] if reported else [])
+
+
+def test_a_loop_over_other_groups_is_not_a_learning_rate(runner, workdir):
+    loop = LOOP_WITH_LOGGER.replace(
+        "        logger.update(loss=loss)\n",
+        "        top = 0.0\n"
+        "        for group in outputs:\n"
+        "            top = max(top, group['score'])\n"
+        "        logger.update(score=top)\n",
+    ).replace("        loss = model(x).sum()\n", "        outputs = model(x)\n        loss = outputs[0]['score']\n")
+    (workdir / "metrics.py").write_text(METRICS)
+    (workdir / "train.py").write_text(loop)
+    assert [line for line in _concise(runner, ".") if line.startswith("metrics.py")] == ["metrics.py:11:25: TL101"]
+
 AUGMENT = """\
 import torch
 
