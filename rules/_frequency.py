@@ -11,7 +11,8 @@ visited run?" for the rules that need it, from the module alone:
   its body holds a loop over data, a loader, batches or steps, or calls a
   function of the module that runs one): then the code directly in it runs
   once per epoch.  A loop over a
-  few literal values, a mapping's items or a model's parameters, in code that
+  few literal values, a mapping's items, a model's parameters or a few named
+  entries (``for k in keys: if k == "crossattn":``), in code that
   does not itself run per step, runs a handful of times; so does any loop in
   code known to run once or once per epoch, unless it looks like a training,
   evaluation or inference loop (it goes over a loader, a dataset, batches,
@@ -617,8 +618,11 @@ def _walk_shallow(*roots: cst.CSTNode):
 
 
 def _few_values(loop: object) -> bool:
-    """A loop over a few literal values, a mapping, or a model's parameters."""
+    """A loop over a few literal values, a mapping, a model's parameters, or
+    a few names (:func:`_over_names`)."""
     if isinstance(loop, cst.For):
+        if _over_names(loop):
+            return True
         iterable = loop.iter
     elif isinstance(loop, (cst.ListComp, cst.SetComp, cst.GeneratorExp, cst.DictComp)):
         iterable = loop.for_in.iter
@@ -631,6 +635,31 @@ def _few_values(loop: object) -> bool:
         if isinstance(func, cst.Name) and func.value in ("enumerate", "zip", "sorted", "reversed", "list") and iterable.args:
             return _few_values_expression(iterable.args[0].value)
         return _few_values_expression(iterable)
+    return False
+
+
+_KEY_TARGET = re.compile(r"^(k|key|name|\w+_(key|name))$")
+
+
+def _over_names(loop: cst.For) -> bool:
+    """``for k in batch2model_input: if k == "image_only_indicator": ...``: a
+    loop whose target, named like a key (``k``, ``key``, ``name``,
+    ``*_key``, ``*_name``), its body compares with a string literal (``==``,
+    ``!=``, ``in ["crossattn", "concat"]``) goes over a few named entries,
+    not over data."""
+    target = loop.target
+    if not isinstance(target, cst.Name) or not _KEY_TARGET.match(target.value):
+        return False
+    for node in _walk_shallow(loop.body):
+        if type(node) is not cst.Comparison or type(node.left) is not cst.Name or node.left.value != target.value:
+            continue
+        for part in node.comparisons:
+            other = part.comparator
+            if isinstance(part.operator, (cst.Equal, cst.NotEqual)) and isinstance(other, cst.SimpleString):
+                return True
+            if isinstance(part.operator, (cst.In, cst.NotIn)) and isinstance(other, (cst.List, cst.Tuple, cst.Set)) \
+                    and other.elements and all(isinstance(e.value, cst.SimpleString) for e in other.elements):
+                return True
     return False
 
 

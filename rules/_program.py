@@ -649,3 +649,109 @@ def runs_on_host_only(ctx: Context) -> bool:
             entry and _BUILDS_ITS_WORK.search(source) is not None and not _ACCELERATOR_WORDS.search(source)
         )
     return found
+
+
+# -- a class demonstrated once in a notebook ----------------------------------------------
+
+_REPEATING = (cst.For, cst.While, cst.FunctionDef, cst.Lambda, cst.ListComp, cst.SetComp, cst.DictComp,
+              cst.GeneratorExp)
+
+
+def demonstrated_once(ctx: Context, cls: cst.ClassDef) -> bool:
+    """Whether ``cls`` is a notebook's demonstration run once: the notebook
+    trains nothing (no backward pass), and the class is only instantiated at
+    its top level (``ca = CausalAttention(d_in, d_out)``), outside any loop
+    or function, with its instances only called, read or printed there
+    (``ca(batch)``, ``ca.to(device)``), never handed to another call.  A
+    class used inside another class counts when that one is demonstrated so
+    too (depth 3).  A teaching notebook's toy attention module is such a
+    class; one that a training loop or a generation function runs is not."""
+    if not ctx.path.endswith(".ipynb") or ctx.module is None or "backward(" in ctx.source:
+        return False
+    cache = ctx.shared.setdefault("demonstrated-once", {})
+    name = cls.name.value
+    if name not in cache:
+        cache[name] = _only_demonstrated(ctx.module, name, 0)
+    return cache[name]
+
+
+def _only_demonstrated(module: cst.Module, name: str, depth: int) -> bool:
+    if depth > 3:
+        return False
+    instances: List[str] = []
+    parts = False  # a part of another class so demonstrated
+    for statement in module.body:
+        if isinstance(statement, cst.ClassDef):
+            if statement.name.value != name and _references(statement, name):
+                if not _only_demonstrated(module, statement.name.value, depth + 1):
+                    return False  # a part of another class: judged by that class
+                parts = True
+            continue
+        for node, parent, repeated in _walk_with_parents(statement):
+            if type(node) is not cst.Name or node.value != name:
+                continue
+            if repeated or not isinstance(statement, cst.SimpleStatementLine):
+                return False
+            instance = _instance_assigned(statement, name)
+            if instance is None:
+                return False
+            instances.append(instance)
+    if not instances:
+        return parts
+    for statement in module.body:
+        if isinstance(statement, cst.ClassDef):
+            continue
+        for node, parent, repeated in _walk_with_parents(statement):
+            if type(node) is cst.Name and node.value in instances and not (
+                isinstance(parent, cst.AssignTarget) or (not repeated and _demonstration_use(node, parent))
+            ):
+                return False
+    return True
+
+
+def _references(root: cst.CSTNode, name: str) -> bool:
+    from torchlint.nodes import walk_nodes
+
+    return any(type(n) is cst.Name and n.value == name for n in walk_nodes(root))
+
+
+def _instance_assigned(statement: cst.SimpleStatementLine, name: str) -> Optional[str]:
+    """``x = Name(...)`` or ``x = Name(...).to(device)``: ``"x"``."""
+    if len(statement.body) != 1 or not isinstance(statement.body[0], cst.Assign):
+        return None
+    assign = statement.body[0]
+    if len(assign.targets) != 1 or not isinstance(assign.targets[0].target, cst.Name):
+        return None
+    value = assign.value
+    while isinstance(value, cst.Call) and isinstance(value.func, cst.Attribute):
+        value = value.func.value  # `.to(device)`, `.eval()`
+    if not (isinstance(value, cst.Call) and isinstance(value.func, cst.Name) and value.func.value == name):
+        return None
+    return assign.targets[0].target.value
+
+
+def _demonstration_use(node: cst.Name, parent: Optional[cst.CSTNode]) -> bool:
+    """``x(...)``, ``x.attr``, or ``print(x)``."""
+    if isinstance(parent, cst.Call):
+        return parent.func is node or (isinstance(parent.func, cst.Name) and parent.func.value == "print")
+    if isinstance(parent, cst.Attribute):
+        return parent.value is node
+    return False
+
+
+def _walk_with_parents(root: cst.CSTNode):
+    """Each node under ``root`` with its parent (an ``Arg``'s call for its
+    value) and whether a loop, comprehension or function around it (inside
+    ``root``) may run it many times."""
+    from torchlint.nodes import iter_children
+
+    todo: List[Tuple[cst.CSTNode, Optional[cst.CSTNode], bool]] = [(root, None, False)]
+    while todo:
+        node, parent, repeated = todo.pop()
+        yield node, parent, repeated
+        inner = repeated or isinstance(node, _REPEATING)
+        for child in iter_children(node):
+            if isinstance(node, cst.Arg):
+                todo.append((child, parent if child is node.value else node, inner))
+            else:
+                todo.append((child, node, inner))

@@ -421,15 +421,29 @@ def exchanges_pickled_objects(ctx: Context) -> bool:
     unpickles Python objects (``pickle.dumps(data)`` ... ``pickle.loads(buf)``):
     an ``all_gather`` of arbitrary objects through byte tensors, whose reads
     of sizes and bytes are the protocol itself (the host needs them to
-    unpickle).  Cached per function in ``ctx.shared``."""
+    unpickle); or a function that ``all_gather``s sizes in a module that
+    pickles them (detectron2's ``_pad_to_largest_tensor``, a helper of the
+    module's gather of pickled objects).  Cached per function in
+    ``ctx.shared``."""
     function = ctx.enclosing_function()
     if function is None:
         return False
     cache = ctx.shared.setdefault("pickles", {})
     found = cache.get(id(function))
     if found is None:
-        found = cache[id(function)] = any(
-            isinstance(n, cst.Call) and ctx.qualname(n.func) in _PICKLE for n in walk_nodes(function.body)
+        calls = [ctx.qualname(n.func) for n in walk_nodes(function.body) if isinstance(n, cst.Call)]
+        found = any(q in _PICKLE for q in calls) or (
+            any(q is not None and q.endswith("distributed.all_gather") for q in calls) and _module_pickles(ctx)
+        )
+        cache[id(function)] = found
+    return found
+
+
+def _module_pickles(ctx: Context) -> bool:
+    found = ctx.shared.get("module-pickles")
+    if found is None:
+        found = ctx.shared["module-pickles"] = ctx.module is not None and "pickle" in ctx.source and any(
+            isinstance(n, cst.Call) and ctx.qualname(n.func) in _PICKLE for n in walk_nodes(ctx.module)
         )
     return found
 

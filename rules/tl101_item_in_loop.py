@@ -138,7 +138,9 @@ class ItemInLoop(Rule):
       new wait either, when the guard is not under a condition;
     - reads in a function that pickles or unpickles objects (`pickle.dumps`
       ... `pickle.loads`: an `all_gather` of arbitrary Python objects through
-      byte tensors): the host needs the sizes and bytes to unpickle;
+      byte tensors), or that `all_gather`s sizes in a module that does
+      (`_pad_to_largest_tensor`): the host needs the sizes and bytes to
+      unpickle;
     - a loop whose iteration is a whole pass of work: over epochs
       (`for epoch in ...`, unless the loop itself calls `.backward()`:
       full-batch training, where each "epoch" is one step), over a streaming

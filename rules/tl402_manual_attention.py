@@ -8,6 +8,7 @@ from torchlint.model import FixAvailability
 from torchlint.rule import Invalid, Rule, Valid
 from torchlint.rules._attention import FUSED_HINTS, SOFTMAX_FUNCTIONS, SOFTMAX_MODULES, Scope, mentions_fused_path
 from torchlint.rules._helpers import has_star, keyword, literal_int, positional
+from torchlint.rules._program import demonstrated_once
 
 class _Candidate(NamedTuple):
     call: cst.Call
@@ -62,7 +63,9 @@ class ManualAttention(Rule):
       (also through an alias), FlashAttention, xFormers or `flex_attention`, or
       has a flag such as `self.flash`/`self.fused_attn`/`use_sdpa` (in code or
       strings, not in comments or docstrings): the manual code is then the
-      fallback or the reference;
+      fallback or the reference; in a notebook, a fused path anywhere in it
+      (a notebook comparing implementations keeps the manual ones as
+      baselines);
     - weights used for anything but the product with the values: returned
       (`return out, attn`), stored (`self.attn_map = attn`), passed to another
       function, edited after the softmax (`masked_fill`, renormalisation, a
@@ -75,7 +78,13 @@ class ManualAttention(Rule):
       mixing, reshapes, soft-capping with `tanh`, helper functions),
       `einsum` forms other than the two above (multi-query layouts),
       `torch.baddbmm`, and values kept in attributes (`self.scores`);
-    - code in a lambda, a class body or a compound statement's header.
+    - code in a lambda, a class body or a compound statement's header;
+    - a class that a notebook only demonstrates: the notebook trains nothing
+      (no backward pass), instantiates the class only at its top level,
+      outside loops and functions (`ca = CausalAttention(...)`, also as a
+      part of another class so demonstrated), and only calls, reads or
+      prints the instances there (`ca(batch)`): a teaching notebook's toy
+      module runs once, and SDPA would buy nothing there.
 
     Branches are not told apart: the latest assignment above a use is the
     one followed, whichever branch it is in.
@@ -329,14 +338,18 @@ class ManualAttention(Rule):
         fused: Dict[int, bool] = {}
         scopes: Dict[int, Scope] = {}
         for cand in self._candidates:
+            if isinstance(cand.owner, cst.ClassDef) and demonstrated_once(self.context, cand.owner):
+                continue  # a teaching notebook's module, run once on a toy input
             if cand.module_attr is not None:
                 cls, attr = cand.module_attr
                 if attr in self._other_attrs.get(cls, ()) or self._softmax_attrs[cls].get(attr) != cand.dim:
                     continue
             if maybe_fused:
-                key = id(cand.owner)
+                # a notebook is one document: a fused path anywhere in it
+                owner = self.context.module if self.context.path.endswith(".ipynb") else cand.owner
+                key = id(owner)
                 if key not in fused:
-                    fused[key] = mentions_fused_path(cand.owner, self.context)
+                    fused[key] = mentions_fused_path(owner, self.context)
                 if fused[key]:
                     continue
             scope = scopes.get(id(cand.scope))

@@ -26,6 +26,9 @@ _DATA_PARALLEL_CALLS = CallTable(_DATA_PARALLEL)
 
 _DDP_NAMES = ("DistributedDataParallel", "init_process_group", "DistributedSampler")
 _DDP_HELPER = re.compile(r"(^|_)ddp($|_)|ddp_|_ddp", re.IGNORECASE)
+# A training library's implementation of the data-parallel strategy a user picks
+# (Lightning's `DataParallelStrategy`, `Trainer(strategy="dp")`).
+_STRATEGY_CLASS = re.compile(r"^(DP|DataParallel)\w*(Strategy|Plugin)$", re.IGNORECASE)
 
 
 def _offers_ddp(call: cst.Call, context) -> bool:
@@ -91,6 +94,11 @@ class DataParallel(Rule):
     of `if isinstance(module, nn.DataParallel):`: it mirrors how a model given
     to the code was wrapped (an EMA copy), and the place to change is where
     that model was wrapped, which is reported there.
+
+    Nor is the `DataParallel` of a training library's data-parallel
+    strategy (a class named `DataParallelStrategy`, `DPStrategy`,
+    `DataParallelPlugin`: Lightning's `Trainer(strategy="dp")`): it carries
+    out the choice the user made, which is where to change it.
 
     Test files (`test_*.py`, `*_test.py`, `conftest.py`, `tests/`) are not
     checked: a test wraps a model in `DataParallel` to check that the code
@@ -200,6 +208,14 @@ class DataParallel(Rule):
                 model = smart_DDP(model)
             """
         ),
+        Valid(
+            """
+            import torch
+            class DataParallelStrategy(ParallelStrategy):
+                def setup_module(self, module):
+                    return torch.nn.DataParallel(module=module, device_ids=self.parallel_devices)
+            """
+        ),
         # An evaluation script whose loop lives in another module.
         Valid(
             """
@@ -212,6 +228,15 @@ class DataParallel(Rule):
         ),
     ]
     INVALID = [
+        # A strategy class of another kind wraps as usual.
+        Invalid(
+            """
+            import torch
+            class SingleDeviceStrategy:
+                def setup_module(self, module):
+                    return torch.nn.DataParallel(module)
+            """,
+        ),
         # The same wrap in a script not named for evaluation: it may train elsewhere.
         Invalid(
             """
@@ -288,7 +313,7 @@ class DataParallel(Rule):
             return
         kind = _DATA_PARALLEL_CALLS.lookup(node, self.context)
         if kind is not None:
-            if not self._mirrors_a_wrap():
+            if not self._mirrors_a_wrap() and not self._in_strategy_class():
                 self._found.append((node, kind, self.context.enclosing_function()))
             return
         name = method_name(node)
@@ -321,6 +346,9 @@ class DataParallel(Rule):
     def _function_flags(self) -> List[bool]:
         function = self.context.enclosing_function()
         return self._functions.setdefault(id(function), [False, False])
+
+    def _in_strategy_class(self) -> bool:
+        return any(isinstance(n, cst.ClassDef) and _STRATEGY_CLASS.match(n.name.value) for n in self.context.stack)
 
     def _mirrors_a_wrap(self) -> bool:
         """In the body of ``if isinstance(x, nn.DataParallel):``."""

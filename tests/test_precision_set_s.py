@@ -180,3 +180,150 @@ def test_results_only_kept_are_reported():
         "            results.append(text)\n",
     )
     assert found(code) == [("TL101", 10)]
+
+
+# -- set T (nanoGPT, LLMs-from-scratch, CLIP, SlowFast, YOLOX, Lightning, generative-models,
+# segment-anything): a teaching notebook's toy attention module, a benchmark notebook's
+# baselines, a loop over a few named keys, a pickled gather's size exchange, the DP strategy
+
+ATTENTION = """
+import torch
+from torch import nn
+
+
+class CausalAttention(nn.Module):
+    def __init__(self, d_in, d_out):
+        super().__init__()
+        self.q = nn.Linear(d_in, d_out)
+        self.k = nn.Linear(d_in, d_out)
+        self.v = nn.Linear(d_in, d_out)
+
+    def forward(self, x):
+        q, k, v = self.q(x), self.k(x), self.v(x)
+        scores = q @ k.transpose(1, 2)
+        weights = torch.softmax(scores / k.shape[-1] ** 0.5, dim=-1)
+        return weights @ v
+
+
+class Wrapper(nn.Module):
+    def __init__(self, d_in, d_out, heads):
+        super().__init__()
+        self.heads = nn.ModuleList([CausalAttention(d_in, d_out) for _ in range(heads)])
+
+    def forward(self, x):
+        return torch.cat([h(x) for h in self.heads], dim=-1)
+
+
+batch = torch.rand(2, 6, 3)
+"""
+
+DEMO = ATTENTION + """ca = CausalAttention(3, 2).to("cuda")
+print(ca(batch.cuda()).shape)
+mha = Wrapper(3, 2, heads=2)
+print(mha)
+context = mha(batch)
+"""
+
+
+def test_a_notebooks_toy_attention_run_once_is_silent():
+    assert found(DEMO, "TL402", path="ch03.ipynb") == []
+
+
+def test_the_same_module_in_a_script_is_reported():
+    assert found(DEMO, "TL402", path="ch03.py") == [("TL402", 16)]
+
+
+def test_a_module_called_in_a_loop_of_the_notebook_is_reported():
+    code = DEMO + "for _ in range(100):\n    context = mha(batch)\n"
+    assert found(code, "TL402", path="ch03.ipynb") == [("TL402", 16)]
+
+
+def test_a_module_handed_to_a_function_is_reported():
+    code = DEMO + "generate(mha, batch, max_new_tokens=200)\n"
+    assert found(code, "TL402", path="ch03.ipynb") == [("TL402", 16)]
+
+
+def test_a_notebook_that_trains_is_reported():
+    code = DEMO + "context.sum().backward()\n"
+    assert found(code, "TL402", path="ch03.ipynb") == [("TL402", 16)]
+
+
+def test_a_notebook_comparing_with_sdpa_keeps_its_baselines():
+    code = ATTENTION + (
+        "def fused(q, k, v):\n    return torch.nn.functional.scaled_dot_product_attention(q, k, v)\n"
+        "def bench(fn):\n    for _ in range(100):\n        fn(batch)\n"
+        "bench(CausalAttention(3, 2))\n"
+    )
+    assert found(code, "TL402", path="mha-implementations.ipynb") == []
+    assert found(code, "TL402", path="mha_implementations.py") == [("TL402", 16)]
+
+
+KEYS = """
+import torch
+
+
+def do_sample(model, batch, batch2model_input, num_samples):
+    inputs = {}
+    for k in batch2model_input:
+        if k == "image_only_indicator":
+            inputs[k] = torch.zeros(num_samples).to("cuda")
+        else:
+            inputs[k] = batch[k]
+    return model.sample(**inputs)
+
+
+def train(model, loader):
+    for batch in loader:
+        do_sample(model, batch, ["image_only_indicator"], 4)
+
+
+if __name__ == "__main__":
+    train(build_model(), build_loader())
+"""
+
+
+def test_a_loop_over_a_few_named_keys_is_not_a_step_loop():
+    assert found(KEYS.replace("def train(model, loader):\n    for batch in loader:\n        do_sample",
+                              "def train(model, batch):\n    if True:\n        do_sample"), "TL201") == []
+
+
+def test_a_loop_over_tokens_compared_with_a_string_is_still_a_step_loop():
+    code = KEYS.replace("for k in batch2model_input:", "for token in batch2model_input:").replace(
+        'if k == "image_only_indicator":', 'if token == "<eos>":').replace("inputs[k]", "inputs[token]")
+    code = code.replace("def train(model, loader):\n    for batch in loader:\n        do_sample",
+                        "def train(model, batch):\n    if True:\n        do_sample")
+    assert found(code, "TL201") == [("TL201", 9)]
+
+
+GATHER = """
+import pickle
+import torch
+import torch.distributed as dist
+
+
+def _serialize(data, group):
+    return torch.ByteTensor(torch.ByteStorage.from_buffer(pickle.dumps(data)))
+
+
+def _pad_to_largest(tensor, group):
+    world_size = dist.get_world_size(group=group)
+    local = torch.tensor([tensor.numel()], dtype=torch.int64, device=tensor.device)
+    sizes = [torch.zeros([1], dtype=torch.int64, device=tensor.device) for _ in range(world_size)]
+    dist.all_gather(sizes, local, group=group)
+    sizes = [int(size.item()) for size in sizes]
+    return sizes, tensor
+
+
+def forward_step(model, batch, group):
+    out = model(batch)
+    _pad_to_largest(_serialize(out, group), group)
+"""
+
+
+def test_the_size_exchange_of_a_pickled_gather_is_silent():
+    assert found(GATHER, "TL101", path="comm.py") == []
+
+
+def test_an_all_gather_of_sizes_in_a_module_without_pickle_is_reported():
+    code = GATHER.replace("pickle.dumps(data)", "bytes(data)").replace("import pickle\n", "")
+    assert found(code, "TL101", path="comm.py") == [("TL101", 15)]
