@@ -25,7 +25,11 @@ visited run?" for the rules that need it, from the module alone:
   tick_end: continue``: the code after it runs once per tick).  Code under a
   test that holds only for values that are not finite (``if
   torch.isnan(K).any():``, ``if not torch.isfinite(loss):``) is a recovery
-  path that runs rarely, and counts the same.
+  path that runs rarely, and counts the same; so does code at one step of
+  the run: under ``if step == apply_step:`` (a progress counter named
+  ``step``, ``*_step``, ``iteration``, ``it``, ``tick`` compared with ``==``,
+  alone or in an ``and``), or after ``if ... or step != apply_step:
+  continue``.
 * **Functions** run as often as their most frequent caller in the module: a
   call in a step loop makes a function per step, and so does a call from a
   per-step function.  Some functions run per step by their role, whoever
@@ -481,7 +485,9 @@ def _loop_marker(node: cst.CSTNode, child: cst.CSTNode) -> Optional[object]:
         return node if child is node.body or child is node.test else None
     if kind in (cst.ListComp, cst.SetComp, cst.GeneratorExp, cst.DictComp):
         return node if child is not node.for_in else None
-    if kind is cst.If and child is node.body and (contains_modulo(node.test) or _non_finite_test(node.test)):
+    if kind is cst.If and child is node.body and (
+        contains_modulo(node.test) or _non_finite_test(node.test) or _at_one_step(node.test, cst.Equal, cst.And)
+    ):
         return _PERIODIC
     if kind is cst.IndentedBlock:
         for statement in node.body:
@@ -534,6 +540,8 @@ def _periodic_continue(statement: cst.CSTNode) -> bool:
     small = line.body if type(line) in (cst.SimpleStatementLine, cst.SimpleStatementSuite) else ()
     if len(small) != 1 or type(small[0]) is not cst.Continue:
         return False
+    if _at_one_step(statement.test, cst.NotEqual, cst.Or):
+        return True  # after `if ... or step != apply_step: continue`: at that step only
     for node in _walk_shallow(statement.test):
         if type(node) is cst.Comparison and any(
             type(target.operator) in (cst.LessThan, cst.LessThanEqual, cst.GreaterThan, cst.GreaterThanEqual)
@@ -543,6 +551,23 @@ def _periodic_continue(statement: cst.CSTNode) -> bool:
     return False
 
 
+def _at_one_step(test: cst.BaseExpression, operator: type, joins: type) -> bool:
+    """``step == apply_step`` (``operator`` ``==``), or ``step != apply_step``
+    (``!=``), alone or as an operand of ``joins`` (``and`` for ``==``, ``or``
+    for ``!=``): a progress counter (``step``, ``global_step``, ``iteration``)
+    compared with another value, which holds at one step of the run."""
+    if type(test) is cst.BooleanOperation:
+        return type(test.operator) is joins and (
+            _at_one_step(test.left, operator, joins) or _at_one_step(test.right, operator, joins))
+    if type(test) is not cst.Comparison or len(test.comparisons) != 1:
+        return False
+    part = test.comparisons[0]
+    sides = (test.left, part.comparator)
+    return type(part.operator) is operator and any(
+        type(side) is cst.Name and _STEP_COUNTER.match(side.value) for side in sides)
+
+
+_STEP_COUNTER = re.compile(r"^(\w+_)?(step|steps|iteration|iter|it|itr|tick)$")
 _STEP_WORDS = ("loader", "dataset", "batch", "step", "iter", "episode")
 _STEP_CALLS = frozenset({"backward", "step", "generate", "forward", "predict", "inference", "infer"})
 
@@ -703,7 +728,7 @@ def model_for(ctx: Context) -> FrequencyModel:
 # `exporters/`), or a conversion script (`convert_*.py`, `*_to_onnx.py`).
 # Their loops run once, at trace time.  (Not `onnx*.py` or `tensorrt*.py`:
 # those may run inference with the exported model, every step.)
-_EXPORT_PART = re.compile(r"^_?(export|exporters?|exporting|conversion)$", re.IGNORECASE)
+_EXPORT_PART = re.compile(r"^_?(export|exporters?|exporting|conversion|\w+_conversion)$", re.IGNORECASE)
 _EXPORT_FILE = re.compile(
     r"^(_?export(_\w+)?|\w*_export|convert(_\w+)?|\w*_to_(onnx|tensorrt|trt|coreml|tflite))\.py$",
     re.IGNORECASE,

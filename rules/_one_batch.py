@@ -15,7 +15,8 @@ import libcst as cst
 from torchlint.nodes import iter_children
 from torchlint.rules._helpers import is_main_guard
 
-_LOOPS = frozenset({cst.For, cst.While, cst.ListComp, cst.SetComp, cst.DictComp, cst.GeneratorExp})
+_COMPREHENSIONS = (cst.ListComp, cst.SetComp, cst.DictComp, cst.GeneratorExp)
+_LOOPS = frozenset({cst.For, cst.While, *_COMPREHENSIONS})
 
 
 def loader_fetches_one_batch(call: cst.Call, ctx) -> bool:
@@ -117,6 +118,13 @@ def _mentions(
             # The iterable is evaluated once, before the loop.
             todo.append((node.iter, below, in_loop))
             todo.extend((child, below, True) for child in iter_children(node) if child is not node.iter)
+            continue
+        if kind in _COMPREHENSIONS:
+            # So is a comprehension's first iterable: `[x.cuda() for x in next(iter(loader))]`.
+            first = node.for_in
+            todo.append((first.iter, below + (first,), in_loop))
+            todo.extend((child, below + (first,), True) for child in iter_children(first) if child is not first.iter)
+            todo.extend((child, below, True) for child in iter_children(node) if child is not first)
             continue
         todo.extend((child, below, looping) for child in iter_children(node))
 

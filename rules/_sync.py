@@ -336,13 +336,19 @@ def _last(expr: cst.BaseExpression) -> str:
 
 
 def in_data_pipeline(ctx: Context) -> bool:
-    """Inside a ``torch.utils.data`` ``Dataset`` or ``Sampler`` subclass, or in
-    a module-level function that only such classes of the module use (the
-    shuffling helper of a ``samplers.py``): data loading runs on the host
-    (often in worker processes)."""
+    """Inside a ``torch.utils.data`` ``Dataset`` or ``Sampler`` subclass, a
+    collate function or collator class (``def collate_fn``, ``class
+    MultiModalCollator``), a module-level function that only such classes of
+    the module use (the shuffling helper of a ``samplers.py``), or a module
+    under a ``dataset``/``datasets`` directory that never names a device:
+    data loading runs on the host (often in worker processes)."""
     for node in ctx.stack:
-        if isinstance(node, cst.ClassDef) and _is_data_class(ctx, node):
+        if isinstance(node, cst.ClassDef) and (_is_data_class(ctx, node) or _COLLATOR.search(node.name.value)):
             return True
+        if isinstance(node, cst.FunctionDef) and "collate" in node.name.value.lower():
+            return True
+    if _in_dataset_directory(ctx):
+        return True
     function = ctx.stack[1] if len(ctx.stack) > 1 and ctx.module is not None else None
     if not isinstance(function, cst.FunctionDef) or ctx.stack[0] is not ctx.module:
         return False
@@ -350,6 +356,24 @@ def in_data_pipeline(ctx: Context) -> bool:
     found = cache.get(id(function))
     if found is None:
         found = cache[id(function)] = _data_helper(ctx, function.name.value)
+    return found
+
+
+# A collate function's class: `MultiModalCollator`, `DataCollatorWithPadding`, `PadCollate`.
+_COLLATOR = re.compile(r"Collat(?:or|e)(?:Fn)?$")
+_DATASET_DIRECTORY = frozenset({"dataset", "datasets"})
+
+
+def _in_dataset_directory(ctx: Context) -> bool:
+    """A module under a ``dataset``/``datasets`` directory that never names
+    a device (``cuda``, ``device``): the data pipeline's transforms and
+    helpers, which run on the host."""
+    found = ctx.shared.get("dataset-directory")
+    if found is None:
+        parts = ctx.path.replace("\\", "/").split("/")[:-1]
+        found = ctx.shared["dataset-directory"] = any(p in _DATASET_DIRECTORY for p in parts) and not (
+            "cuda" in ctx.source or "device" in ctx.source
+        )
     return found
 
 
@@ -901,6 +925,8 @@ def _tests_tensor(ctx: Context, test: cst.BaseExpression) -> bool:
             if type(node.operator) is cst.Or:
                 todo.append(node.right)  # unless the left is true: `if loss == 0 or not torch.isfinite(loss):`
             continue
+        if isinstance(node, cst.Comparison) and _compares_tensor(ctx, node):
+            return True  # `while error > tolerance:` with `error = torch.linalg.vector_norm(...)`
         if isinstance(node, cst.Call) and isinstance(node.func, cst.Attribute) and node.func.attr.value in _TRUTH_READS:
             qualname = ctx.qualname(node.func)
             inner = node.func.value
@@ -911,6 +937,35 @@ def _tests_tensor(ctx: Context, test: cst.BaseExpression) -> bool:
         if not isinstance(node, _SCOPES):
             todo.extend(iter_children(node))
     return False
+
+
+# torch functions that answer with Python values, not tensors.
+_HOST_ANSWERS = re.compile(r"^torch\.(cuda|distributed|backends|utils|jit|onnx|cpu|mps|accelerator)\.|"
+                           r"\.(is_\w+|get_\w+|numel|device_count|manual_seed\w*|initial_seed)$")
+
+
+def _compares_tensor(ctx: Context, node: cst.Comparison) -> bool:
+    """An order comparison (``<``, ``>``, ``<=``, ``>=``) of a name that every
+    binding the function gives it sets to a torch call returning a tensor
+    (``error = torch.linalg.vector_norm(M - I, torch.inf)`` ... ``while error
+    > tolerance:``): its truth value is read on the host."""
+    if not all(type(p.operator) in _ORDER for p in node.comparisons):
+        return False
+    for side in (node.left, *(p.comparator for p in node.comparisons)):
+        if type(side) is not cst.Name:
+            continue
+        bindings = ctx.semantic.bindings(side.value, ctx.location())
+        if bindings and all(
+            b.kind == "value" and type(b.value) is cst.Call
+            and (ctx.qualname(b.value.func) or "").startswith("torch.")
+            and not _HOST_ANSWERS.search(ctx.qualname(b.value.func) or "")
+            for b in bindings
+        ):
+            return True
+    return False
+
+
+_ORDER = (cst.LessThan, cst.GreaterThan, cst.LessThanEqual, cst.GreaterThanEqual)
 
 
 def _timed_iterable(expr: cst.BaseExpression) -> bool:
@@ -1176,6 +1231,29 @@ def _feeds_evaluator(ctx: Context, loop: cst.CSTNode) -> bool:
             for n in walk_nodes(loop.body)
         )
     return found
+
+
+def decides_a_raise(ctx: Context) -> bool:
+    """Whether the node being visited is read only to check and fail: in an
+    ``assert``'s message (``assert t.max() < 2**15, t.max().item()``: built
+    only when the check fails), or in the test of an ``if`` whose body raises
+    or exits (``if any(v.item() != h for v in gathered): raise ...``, a
+    consistency check that needs the value by design)."""
+    stack = ctx.stack
+    for i in range(len(stack) - 2, -1, -1):
+        node, child = stack[i], stack[i + 1]
+        if isinstance(node, cst.Assert):
+            return child is node.msg
+        if isinstance(node, cst.If):
+            return child is node.test and _ends_with_raise(node.body)
+        if isinstance(node, (cst.BaseStatement, cst.BaseSmallStatement)):
+            return False
+    return False
+
+
+def _ends_with_raise(block: cst.CSTNode) -> bool:
+    small = _last_small_statement(block)
+    return isinstance(small, cst.Raise) or (isinstance(small, cst.Expr) and _exits_process(small.value))
 
 
 def named_for_cpu(ctx: Context) -> bool:

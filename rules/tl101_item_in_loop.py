@@ -28,6 +28,7 @@ from torchlint.rules._sync import (
     in_data_pipeline,
     feeds_host_evaluator,
     named_for_cpu,
+    decides_a_raise,
     is_constant_display,
     iterates_mapping,
     loop_clauses,
@@ -193,9 +194,15 @@ class ItemInLoop(Rule):
       the word `vis`, `visualize*`, `plot*`, `draw*`, `coco`, `voc` or `lvis`:
       `draw_one_frame`, `convert_to_coco_format`): one-off work, or the
       conversion is the work;
-    - code in a `torch.utils.data` `Dataset` or `Sampler` subclass, or in a
-      module-level function that only such classes of the module use (the
-      shuffling helper of a `samplers.py`): data loading runs on the host;
+    - code in a `torch.utils.data` `Dataset` or `Sampler` subclass, a
+      collate function or collator class (`def collate_fn`, `class
+      MultiModalCollator`), a module-level function that only such classes of
+      the module use (the shuffling helper of a `samplers.py`), or a module
+      under a `dataset`/`datasets` directory that never names a device (its
+      transforms): data loading runs on the host;
+    - a read only to check and fail: in an `assert`'s message (built when
+      the check fails), or in the test of an `if` whose body raises or exits
+      (`if any(v.item() != plan_hash for v in gathered): raise ...`);
     - a function named for the CPU (the word `cpu` in its name:
       `fill_indices_cpu`, `cpu_nms`): the host implementation of an
       operation, given host tensors;
@@ -490,6 +497,8 @@ class ItemInLoop(Rule):
         assert recv is not None
         if in_data_pipeline(ctx) or enclosing_function_is_one_off(ctx) or self._reads_checkpoint(recv):
             return
+        if decides_a_raise(ctx):
+            return  # an assert's message, or the test of a check that raises
         if named_for_cpu(ctx) or feeds_host_evaluator(ctx, self._facts):
             return  # the host implementation (`fill_indices_cpu`), or results handed to a COCO evaluator
         if exchanges_pickled_objects(ctx):

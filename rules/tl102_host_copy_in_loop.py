@@ -159,8 +159,10 @@ class HostCopyInLoop(Rule):
       decides;
     - a conversion under `isinstance(v, torch.Tensor)` in a loop that runs no
       training step (loggers, input normalisation);
-    - code in a `torch.utils.data` `Dataset` or `Sampler` subclass, or in a
-      module-level function that only such classes of the module use;
+    - code in a `torch.utils.data` `Dataset` or `Sampler` subclass, a
+      collate function or collator class, a module-level function that only
+      such classes of the module use, or a module under a
+      `dataset`/`datasets` directory that never names a device;
     - code that runs once or once per epoch, or in a function whose callers the
       run does not show (see "How often code runs" in `docs/precision.md`;
       callers in other modules of the run count, through the project index);

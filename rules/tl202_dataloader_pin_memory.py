@@ -39,6 +39,24 @@ from torchlint.rules._one_batch import in_dataset_demo, loader_fetches_one_batch
 _NOT_PINNABLE = ("meta", "mps")
 
 
+
+def _written_out(expr: cst.BaseExpression, context) -> bool:
+    """``torch.tensor([[-1.2, 3.1], [0.5, 2.0]])``: a tensor of numbers written in the code."""
+    if not isinstance(expr, cst.Call) or not expr.args or context.qualname(expr.func) not in (
+        "torch.tensor", "torch.Tensor", "torch.FloatTensor", "torch.LongTensor"
+    ):
+        return False
+    todo = [expr.args[0].value]
+    while todo:
+        node = todo.pop()
+        if isinstance(node, (cst.List, cst.Tuple)):
+            todo.extend(e.value for e in node.elements)
+        elif isinstance(node, cst.UnaryOperation):
+            todo.append(node.expression)
+        elif not isinstance(node, (cst.Integer, cst.Float)):
+            return False
+    return True
+
 class DataLoaderPinMemory(Rule):
     """
     ## What it does
@@ -193,6 +211,9 @@ class DataLoaderPinMemory(Rule):
       of a class of this file whose `__getitem__` returns only the index and
       attributes of the dataset itself (a dataset that repeats a prompt N
       times to generate N images);
+    - a dataset of tensors written out in the code (`ToyDataset(X_train,
+      y_train)` or `TensorDataset(X, y)` where `X_train = torch.tensor([[-1.2,
+      3.1], ...])`): a handful of numbers, copied in no time either way;
     - a loader only used to fetch a batch or two outside any loop
       (`loader = DataLoader(...)` then `next(iter(loader))`, or `it =
       iter(loader)` then `next(it)` / `it.next()`, to show sample images):
@@ -419,13 +440,31 @@ class DataLoaderPinMemory(Rule):
                 args = positional(expr)
                 return len(args) == 1 and self._holds_no_data(args[0].value, location, where, depth + 1)
             classes = [d.node for d in where.semantic.definitions(name) if isinstance(d.node, cst.ClassDef)]
-            return bool(classes) and all(itemless_dataset(klass) for klass in classes)
+            if bool(classes) and all(itemless_dataset(klass) for klass in classes):
+                return True
+            return self._hand_written(expr, location, where)
         if isinstance(expr, cst.Name):
             values = where.values_of(expr.value, location)
             return bool(values) and all(
                 v is not None and self._holds_no_data(v, at, where, depth + 1) for v, at in values
             )
         return False
+
+    def _hand_written(self, call: cst.Call, location, where) -> bool:
+        """``ToyDataset(X_train, y_train)`` or ``TensorDataset(X, y)`` whose
+        arguments are all names bound to tensors written out in the code
+        (``X_train = torch.tensor([[-1.2, 3.1], [-0.9, 2.9]])``): a handful of
+        numbers, copied in no time whether pinned or not."""
+        args = positional(call)
+        if not args or len(args) != len(call.args):
+            return False
+        for arg in args:
+            if not isinstance(arg.value, cst.Name):
+                return False
+            values = where.values_of(arg.value.value, location)
+            if not values or not all(v is not None and _written_out(v, self.context) for v, _ in values):
+                return False
+        return True
 
     def leave_Module(self, node: cst.Module) -> None:
         if self._off or not self._candidates or "torch_xla" in self.context.source:

@@ -327,3 +327,37 @@ def test_the_size_exchange_of_a_pickled_gather_is_silent():
 def test_an_all_gather_of_sizes_in_a_module_without_pickle_is_reported():
     code = GATHER.replace("pickle.dumps(data)", "bytes(data)").replace("import pickle\n", "")
     assert found(code, "TL101", path="comm.py") == [("TL101", 15)]
+
+
+TOY = """
+import torch
+from torch.utils.data import DataLoader, Dataset
+
+X_train = torch.tensor([[-1.2, 3.1], [-0.9, 2.9], [2.3, -1.1]])
+y_train = torch.tensor([0, 0, 1])
+
+
+class ToyDataset(Dataset):
+    def __init__(self, X, y):
+        self.features, self.labels = X, y
+
+    def __getitem__(self, index):
+        return self.features[index], self.labels[index]
+
+    def __len__(self):
+        return len(self.labels)
+
+
+loader = DataLoader(ToyDataset(X_train, y_train), batch_size=2, num_workers=1)
+for x, y in loader:
+    model(x.to("cuda")).sum().backward()
+"""
+
+
+def test_a_dataset_written_out_in_the_code_is_not_worth_pinning():
+    assert found(TOY, "TL202") == []
+
+
+def test_a_dataset_of_loaded_tensors_is_reported():
+    code = TOY.replace("torch.tensor([[-1.2, 3.1], [-0.9, 2.9], [2.3, -1.1]])", 'torch.load("x.pt")')
+    assert found(code, "TL202") == [("TL202", 20)]

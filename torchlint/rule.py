@@ -81,15 +81,16 @@ def tests_periodic_flag(test: cst.BaseExpression, scope: cst.CSTNode, cache: Dic
     return any(name in periodic for name in names)
 
 
-_TEST_FILE = re.compile(r"^(test_.*\.pyi?|.*_test\.pyi?|conftest\.py)$")
+_TEST_FILE = re.compile(r"^(test_.*\.pyi?|.*_test\.pyi?|.*_test_utils\.py|conftest\.py)$")
 
 
 def is_test_path(path: str) -> bool:
-    """``test_*.py``, ``*_test.py``, ``conftest.py``, or under ``tests/``/``test/``."""
+    """``test_*.py``, ``*_test.py``, ``*_test_utils.py``, ``conftest.py``, or
+    under ``tests/``/``test/`` or a ``*_tests/`` directory (``gpu_tests/``)."""
     p = PurePath(path.replace("\\", "/"))
     if _TEST_FILE.match(p.name):
         return True
-    return any(part in ("tests", "test") for part in p.parts[:-1])
+    return any(part in ("tests", "test") or part.endswith("_tests") for part in p.parts[:-1])
 
 
 class Context:
