@@ -89,6 +89,8 @@ _CHEAP_FUNCTIONS = frozenset(
     {
         "torch.tensor", "torch.as_tensor", "torch.from_numpy", "torch.LongTensor",
         "torch.FloatTensor", "numpy.array", "numpy.asarray",
+        # a random start to slice from (`self.data[start:start + n]`)
+        "torch.randint", "random.randint", "random.randrange", "numpy.random.randint",
     }
 )
 _CHEAP_BUILTINS = frozenset({"len", "int", "float", "bool", "min", "max", "slice", "tuple", "list", "range"})
@@ -96,6 +98,7 @@ _CHEAP_METHODS = frozenset(
     {
         "float", "long", "int", "double", "half", "bool", "clone", "detach", "unsqueeze", "squeeze",
         "view", "reshape", "flatten", "permute", "transpose", "contiguous", "astype", "copy",
+        "item", "size", "numel",
     }
 )
 

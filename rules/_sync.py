@@ -340,7 +340,7 @@ def in_data_pipeline(ctx: Context) -> bool:
     collate function or collator class (``def collate_fn``, ``class
     MultiModalCollator``), a module-level function that only such classes of
     the module use (the shuffling helper of a ``samplers.py``), or a module
-    under a ``dataset``/``datasets`` directory that never names a device:
+    under a ``dataset``/``datasets``/``transforms`` directory that never names a device:
     data loading runs on the host (often in worker processes)."""
     for node in ctx.stack:
         if isinstance(node, cst.ClassDef) and (_is_data_class(ctx, node) or _COLLATOR.search(node.name.value)):
@@ -361,13 +361,13 @@ def in_data_pipeline(ctx: Context) -> bool:
 
 # A collate function's class: `MultiModalCollator`, `DataCollatorWithPadding`, `PadCollate`.
 _COLLATOR = re.compile(r"Collat(?:or|e)(?:Fn)?$")
-_DATASET_DIRECTORY = frozenset({"dataset", "datasets"})
+_DATASET_DIRECTORY = frozenset({"dataset", "datasets", "transforms"})
 
 
 def _in_dataset_directory(ctx: Context) -> bool:
-    """A module under a ``dataset``/``datasets`` directory that never names
-    a device (``cuda``, ``device``): the data pipeline's transforms and
-    helpers, which run on the host."""
+    """A module under a ``dataset``/``datasets``/``transforms`` directory
+    that never names a device (``cuda``, ``device``): the data pipeline's
+    transforms and helpers, which run on the host."""
     found = ctx.shared.get("dataset-directory")
     if found is None:
         parts = ctx.path.replace("\\", "/").split("/")[:-1]
@@ -665,6 +665,7 @@ _TESTED_TYPES = frozenset({cst.If, cst.While, cst.Assert})
 def _scan(ctx: Context, roots: List[cst.CSTNode]) -> LoopFacts:
     facts = LoopFacts()
     body = _BodyFacts()
+    stores: set = set()  # subscripts assigned to
     # (node, in the loop's own body (not an inner loop), and not under a condition)
     todo: List[Tuple[cst.CSTNode, bool, bool]] = [(root, True, True) for root in roots]
     while todo:
@@ -723,6 +724,11 @@ def _scan(ctx: Context, roots: List[cst.CSTNode]) -> LoopFacts:
                 facts.deletes_model = True
         elif kind is cst.With and direct and with_grad_modes(node, ctx)[1]:
             facts.disables_grad = True
+        elif kind is cst.Subscript and always and direct and id(node) not in stores and _masks(node, ctx):
+            facts.waits_on_data = True  # `labels[labels != ignore]`: the result's size is read on the host
+        if kind is cst.Assign or kind is cst.AugAssign:
+            for target in (node.targets if kind is cst.Assign else [node]):
+                stores.add(id(target.target))  # `x[x >= 0.5] = 1.0` is a masked fill, no read
         elif kind in _TRY_TYPES:
             if any(_is_oom_handler(ctx, h) for h in node.handlers):
                 facts.retries_on_oom = True
@@ -737,6 +743,18 @@ def _scan(ctx: Context, roots: List[cst.CSTNode]) -> LoopFacts:
     facts.exits_on_read = body.exits_on_read() or body.feeds_back()
     facts.assigns = body.assigns
     return facts
+
+
+def _masks(node: cst.Subscript, ctx: Context) -> bool:
+    """Boolean-mask indexing written with a comparison: ``labels[labels !=
+    IGNORE_INDEX]``, ``idx[idx[:, 0] == i, 1]``: how many elements it keeps
+    depends on the values, which the host waits for (not a NumPy array's:
+    ``mask_idc[mask_idc < sz]`` after ``mask_idc = np.asarray(...)``)."""
+    if not any(type(e.slice) is cst.Index and type(e.slice.value) is cst.Comparison for e in node.slice):
+        return False
+    from torchlint.rules._device import host_values  # (it builds on this module)
+
+    return not host_values(ctx).is_host(node.value, ctx.location())
 
 
 def _reads_item(expr: cst.CSTNode) -> bool:

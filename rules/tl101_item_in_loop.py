@@ -103,7 +103,8 @@ class ItemInLoop(Rule):
     - a loop that waits for the device every iteration anyway, in its own
       body and not under a condition, through an operation whose result size
       or control flow depends on device values (`idx = mask.nonzero()`,
-      `torch.unique(labels)`, `if (x > 0).any():`, `while not done.all():`,
+      `torch.unique(labels)`, `labels[labels != ignore]`, `if (x > 0).any():`,
+      `while not done.all():`, `while error > tol:` on `error = torch.linalg.norm(...)`,
       `assert torch.isfinite(loss).all()`, `if loss == 0 or not
       torch.isfinite(loss): continue`; the right operand of `and` may not run
       and does not count, that of `or` runs whenever the left is false): one
@@ -198,8 +199,8 @@ class ItemInLoop(Rule):
       collate function or collator class (`def collate_fn`, `class
       MultiModalCollator`), a module-level function that only such classes of
       the module use (the shuffling helper of a `samplers.py`), or a module
-      under a `dataset`/`datasets` directory that never names a device (its
-      transforms): data loading runs on the host;
+      under a `dataset`/`datasets`/`transforms` directory that never names
+      a device (its transforms): data loading runs on the host;
     - a read only to check and fail: in an `assert`'s message (built when
       the check fails), or in the test of an `if` whose body raises or exits
       (`if any(v.item() != plan_hash for v in gathered): raise ...`);

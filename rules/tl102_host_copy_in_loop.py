@@ -162,7 +162,7 @@ class HostCopyInLoop(Rule):
     - code in a `torch.utils.data` `Dataset` or `Sampler` subclass, a
       collate function or collator class, a module-level function that only
       such classes of the module use, or a module under a
-      `dataset`/`datasets` directory that never names a device;
+      `dataset`/`datasets`/`transforms` directory that never names a device;
     - code that runs once or once per epoch, or in a function whose callers the
       run does not show (see "How often code runs" in `docs/precision.md`;
       callers in other modules of the run count, through the project index);
@@ -175,7 +175,7 @@ class HostCopyInLoop(Rule):
     - a loop that waits for the device every iteration anyway, in its own
       body and not under a condition, through an operation whose result size
       or control flow depends on device values (`idx = mask.nonzero()`,
-      `torch.unique(labels)`, `if (x > 0).any():`,
+      `torch.unique(labels)`, `labels[labels != ignore]`, `if (x > 0).any():`,
       `assert torch.isfinite(loss).all()`, `if loss == 0 or not
       torch.isfinite(loss): continue`): one more wait there adds little;
     - a loop that hands a host copy of device values to host code every

@@ -106,7 +106,9 @@ class DataLoaderNumWorkers(Rule):
     - a dataset whose items cost nothing to produce: a `TensorDataset`, or a
       class of this file whose `__getitem__` only indexes what it holds
       (`return self.x[i], self.y[i]`, with at most conversions such as
-      `torch.tensor(...)` or `.float()`, possibly gathered in a local dict:
+      `torch.tensor(...)` or `.float()`, a random start to slice from, `start
+      = torch.randint(0, n, (1,)).item()` then `return self.data[start:start +
+      n].long()`, possibly gathered in a local dict:
       `item = {}; item["prompt"] = self.prompt; return item`), or is still a
       template to fill in (`pass`); workers only add inter-process copies;
     - a dataset the rule cannot see: a function parameter, a class imported

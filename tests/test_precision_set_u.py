@@ -213,3 +213,92 @@ def test_a_checkpoint_conversion_directory_runs_once():
     code = "import torch\nfor x in batches:\n    print(model(x.cuda()).tolist())\n"
     assert found(code, path="scripts/checkpoint_conversion/numerical_check.py") == []
     assert found(code, path="scripts/training/numerical_check.py") == [("TL101", 3)]
+
+
+# -- set V (OpenNMT-py, moco-v3, x-transformers, qlora, LTSF-Linear, benchmarking-gnns,
+# stable-dreamfusion, efficientdet-pytorch): a periodic helper, a random slice of an in-memory
+# corpus, boolean-mask indexing that waits every iteration ---------------------------------------
+
+PERIODIC = """
+import torch
+
+
+def divisible_by(num, den):
+    return (num % den) == 0
+
+
+def train(model, train_loader, val_loader, optimizer, steps, validate_every):
+    for i in range(steps):
+        loss = model(next(train_loader).cuda())
+        loss.backward()
+        optimizer.step()
+        if divisible_by(i, validate_every):
+            with torch.no_grad():
+                print(f"validation loss: {model(next(val_loader).cuda()).item()}")
+"""
+
+
+def test_a_helper_named_divisible_by_is_a_periodic_guard():
+    assert found(PERIODIC) == []
+
+
+def test_another_helper_is_not():
+    assert found(PERIODIC.replace("if divisible_by(i, validate_every):", "if should_validate(i):")) == [
+        ("TL101", 16)]
+
+
+CORPUS = """
+import torch
+from torch.utils.data import DataLoader, Dataset
+
+
+class TextSamplerDataset(Dataset):
+    def __init__(self, data, seq_len):
+        self.data, self.seq_len = data, seq_len
+
+    def __getitem__(self, index):
+        start = torch.randint(0, self.data.size(0) - self.seq_len - 1, (1,)).item()
+        return self.data[start: start + self.seq_len + 1].long()
+
+    def __len__(self):
+        return self.data.size(0) // self.seq_len
+
+
+loader = DataLoader(TextSamplerDataset(data_train, 1024), batch_size=4)
+for batch in loader:
+    model(batch.cuda()).backward()
+"""
+
+
+def test_a_random_slice_of_an_in_memory_corpus_needs_no_workers():
+    assert found(CORPUS, "TL203") == []
+
+
+def test_a_dataset_that_reads_files_is_reported():
+    code = CORPUS.replace("return self.data[start: start + self.seq_len + 1].long()",
+                          "return torch.load(self.files[start])")
+    assert found(code, "TL203") == [("TL203", 18)]
+
+
+MASKED = """
+import torch
+
+
+def evaluate(model, loader, ignore_index):
+    loss_total = 0.0
+    for batch in loader:
+        logits, loss = model(batch["input_ids"].cuda())
+        labels = batch["labels"].cuda()
+        labels = labels[labels != ignore_index]
+        loss_total += loss.item()
+    return loss_total
+"""
+
+
+def test_boolean_mask_indexing_already_waits_every_iteration():
+    assert found(MASKED) == []
+
+
+def test_a_masked_fill_is_no_wait():
+    code = MASKED.replace("labels = labels[labels != ignore_index]", "labels[labels == ignore_index] = 0")
+    assert found(code) == [("TL101", 11)]

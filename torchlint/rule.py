@@ -33,8 +33,18 @@ _COMPREHENSIONS = frozenset({cst.ListComp, cst.SetComp, cst.DictComp, cst.Genera
 
 
 def contains_modulo(node: cst.CSTNode) -> bool:
-    """Whether an expression uses the ``%`` operator anywhere."""
-    return any(type(n) is cst.BinaryOperation and type(n.operator) is cst.Modulo for n in walk_nodes(node))
+    """Whether an expression uses the ``%`` operator anywhere, or calls a
+    helper named for it (``divisible_by(step, every)``, ``is_divisible``)."""
+    for n in walk_nodes(node):
+        kind = type(n)
+        if kind is cst.BinaryOperation and type(n.operator) is cst.Modulo:
+            return True
+        if kind is cst.Call:
+            func = n.func
+            name = func.value if type(func) is cst.Name else func.attr.value if type(func) is cst.Attribute else ""
+            if "divisible" in name.lower():
+                return True
+    return False
 
 
 def _flag_names(test: cst.BaseExpression) -> List[str]:
