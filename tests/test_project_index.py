@@ -474,7 +474,7 @@ def class_average_precision(scores, labels, n_classes, device):
     aps = []
     for c in range(1, n_classes):
         tp = torch.zeros(len(scores)).to(device)
-        aps.append((tp * scores[labels == c]).sum().item())
+        aps.append((tp * scores * (labels == c)).sum().item())
     return aps
 """
 
