@@ -157,16 +157,22 @@ def test(model, dataloader, stats, device):
 
 def test_reads_in_a_loop_over_one_timed_iterations_results_are_free():
     assert found(DETECTION_EVAL, "TL101") == []
+    # the timing alone makes them free, without the mask's own wait
+    assert found(DETECTION_EVAL.replace("targets[targets[:, 0] == si, 1:]", "targets[si, 1:]"), "TL101") == []
 
 
 def test_without_the_timing_the_per_item_reads_are_reported():
     code = DETECTION_EVAL.replace("            t = time_synchronized()\n", "").replace(
         "            t0 += time_synchronized() - t\n", "")
+    # (selecting the image's targets with a mask waits every iteration anyway)
+    assert found(code, "TL101") == []
+    code = code.replace("targets[targets[:, 0] == si, 1:]", "targets[si, 1:]")
     assert found(code, "TL101") == [("TL101", 15)]
 
 
 def test_a_loop_over_something_else_than_this_iterations_results_is_still_reported():
     code = DETECTION_EVAL.replace("for si, pred in enumerate(out):", "for si, pred in enumerate(stats):")
+    code = code.replace("targets[targets[:, 0] == si, 1:]", "targets[si, 1:]")
     assert found(code, "TL101") == [("TL101", 17)]
 
 
