@@ -280,10 +280,18 @@ class Finder:
         """Whether every argument of ``call`` is visibly a host value (so a
         function that converts what it is given, `MetricLogger.update`, has
         nothing to wait for): see :meth:`_host_value`."""
-        if not call.args or any(arg.star for arg in call.args):
+        if not call.args or any(arg.star == "*" for arg in call.args):
             return False
         location = None
         for arg in call.args:
+            if arg.star == "**":  # `**{key: value.item() for ...}`, `**{"loss0": loss.item()}`
+                value = arg.value
+                if isinstance(value, cst.DictComp) and _host_expr(value.value):
+                    continue
+                if isinstance(value, cst.Dict) and value.elements and all(
+                        isinstance(e, cst.DictElement) and _host_expr(e.value) for e in value.elements):
+                    continue
+                return False
             if _host_expr(arg.value):
                 continue
             if location is None:

@@ -32,6 +32,8 @@ from torchlint.rules._training import (
 
 # Function names that say "this runs a model for evaluation or inference".
 _EVAL_NAME = re.compile(r"^_*(eval|valid|test|predict|infer)", re.IGNORECASE)
+# A function that measures the model once (`get_model_flops`, `get_model_complexity_info`).
+_MEASURES = re.compile(r"flops|complexity|macs", re.IGNORECASE)
 
 
 class EvalWithoutNoGrad(Rule):
@@ -111,6 +113,9 @@ class EvalWithoutNoGrad(Rule):
       forward pass on an example, run when the reader asks);
     - modules that run their models with ONNX Runtime, TensorRT, Triton or
       OpenVINO (their engines record no autograd graph);
+    - a function named for measuring the model (`flops`, `complexity`,
+      `macs`: `get_model_flops`, `get_model_complexity_info`): one forward to
+      count operations;
     - export, conversion and benchmark scripts (`export.py`, `convert_*.py`,
       `*_to_onnx.py`, `bench*.py`, an `export/` or `benchmarks/` directory):
       they run once (a checkpoint converted and its outputs compared), or their
@@ -388,8 +393,9 @@ class EvalWithoutNoGrad(Rule):
         frame = self._frames.pop()
         if frame.skip or frame.needs_grad:
             return
-        if frame.asserts and (self.context.is_test_file or frame.name.lower().lstrip("_").startswith("test")):
-            return  # a test: its speed does not matter
+        if _MEASURES.search(frame.name) or frame.asserts and (
+                self.context.is_test_file or frame.name.lower().lstrip("_").startswith("test")):
+            return  # a test (its speed does not matter), or `get_model_flops`: one forward to count operations
         named = bool(_EVAL_NAME.match(frame.name))
         if not named and (not frame.evals or TRAINING_NAME.search(frame.name)):
             return

@@ -302,3 +302,27 @@ def test_boolean_mask_indexing_already_waits_every_iteration():
 def test_a_masked_fill_is_no_wait():
     code = MASKED.replace("labels = labels[labels != ignore_index]", "labels[labels == ignore_index] = 0")
     assert found(code) == [("TL101", 11)]
+
+
+# -- sets W and X: a FLOPs counter's one forward; a logger given a dict of host values --------
+
+FLOPS = """
+import torch
+
+
+def get_model_flops(model, input_res):
+    model.eval()
+    batch = torch.ones(()).new_empty((1, *input_res))
+    flops_model = add_flops_counting_methods(model)
+    flops_model(batch)
+    return flops_model.compute_average_flops_cost()
+"""
+
+
+def test_a_flops_counter_is_one_forward():
+    assert found(FLOPS, "TL302") == []
+
+
+def test_an_evaluation_that_runs_the_model_is_reported():
+    code = FLOPS.replace("get_model_flops", "evaluate_model")
+    assert found(code, "TL302") == [("TL302", 5)]

@@ -314,6 +314,9 @@ def test_accumulation_on_a_model_wrapped_in_ddp_by_the_calling_module(runner, wo
         ("logger.update(loss=loss_value, lr=optimizer.param_groups[0]['lr'])", False),
         ("logger.update(loss=loss_value, grad=grad_norm)", True),
         ("logger.update(**losses)", True),
+        ("logger.update(**{'loss': loss.item()})", False),
+        ("logger.update(**{k: v.item() for k, v in losses.items()})", False),
+        ("logger.update(**{k: v for k, v in losses.items()})", True),
     ],
 )
 def test_a_logger_whose_callers_pass_only_host_values(runner, workdir, call, reported):
