@@ -118,6 +118,22 @@ class HostValues:
             found = self._converted_by_scope[id(scope)] = _converted_parameters(scope)
         return found
 
+    def _progress_bar(self, name: str, at: Optional[Location]) -> bool:
+        """A local name bound only to ``tqdm if is_main_process() else iter``
+        (YOLOX's evaluators): it yields what it is given."""
+        if at is None:
+            return False
+        bindings = self.semantic.reaching(name, at)
+
+        def passes(expr: cst.BaseExpression) -> bool:
+            if isinstance(expr, cst.IfExp):
+                return passes(expr.body) and passes(expr.orelse)
+            q = self.context.qualname(expr)
+            return (isinstance(expr, cst.Name) and expr.value in ("iter", "list") and q is None) or (
+                q is not None and q.split(".", 1)[0] == "tqdm")
+
+        return bool(bindings) and all(b.kind == "value" and b.value is not None and passes(b.value) for b in bindings)
+
     def _is_host(self, expr: cst.BaseExpression, at: Location, depth: int, seen: Set[tuple]) -> bool:
         if depth > _MAX_DEPTH:
             return False
@@ -406,7 +422,8 @@ class HostValues:
             q = ctx.qualname(func)
             if name == "range" or (not self.prepares_loaders and is_dataloader(expr, ctx)):
                 return True  # (`dl = tqdm(DataLoader(ds, ...))`: batches collated in host memory, whatever the name)
-            if name in _ITERATION_BUILTINS or (q is not None and q.split(".", 1)[0] == "tqdm"):
+            if name in _ITERATION_BUILTINS or (q is not None and q.split(".", 1)[0] == "tqdm") or (
+                    name is not None and self._progress_bar(name, at)):
                 if name == "enumerate":
                     args = args[:1]
                 return bool(args) and all(self._iterable_is_host(a.value, at, depth + 1, seen) for a in args)

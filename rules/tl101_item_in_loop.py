@@ -74,8 +74,8 @@ class ItemInLoop(Rule):
     envs.step(np_actions)`: Gym and envpool answer with NumPy arrays; an
     environment given device actions, such as Isaac Gym, may answer on the
     device), the batch parts a `DataLoader` collates (also through
-    `metric_logger.log_every(loader, ...)` or `track(loader)`, which yield the
-    loader's batches, and the matching part of a `zip(...)`/`enumerate(...)`
+    `metric_logger.log_every(loader, ...)`, `track(loader)` or a name bound to
+    `tqdm if is_main_process() else iter`, which yield the loader's batches, and the matching part of a `zip(...)`/`enumerate(...)`
     over them: `for caption, img_id in zip(captions, image_ids)`), the items of
     a dataset handed to the function (a parameter named `dataset`: its
     `__getitem__` builds them on the host), a NumPy array or host tensor

@@ -326,3 +326,26 @@ def test_a_flops_counter_is_one_forward():
 def test_an_evaluation_that_runs_the_model_is_reported():
     code = FLOPS.replace("get_model_flops", "evaluate_model")
     assert found(code, "TL302") == [("TL302", 5)]
+
+
+PROGRESS = """
+import torch
+from tqdm import tqdm
+
+
+def evaluate(model, dataloader, is_main_process):
+    progress_bar = tqdm if is_main_process() else iter
+    results = []
+    for imgs, _, info_imgs, ids in progress_bar(dataloader):
+        frame_id = info_imgs[2].item()
+        results.append((frame_id, model(imgs.cuda())))
+    return results
+"""
+
+
+def test_a_progress_bar_chosen_at_run_time_yields_the_loaders_batches():
+    assert found(PROGRESS) == []
+
+
+def test_another_wrapper_is_not_assumed_to():
+    assert found(PROGRESS.replace("tqdm if is_main_process() else iter", "make_prefetcher")) == [("TL101", 10)]
