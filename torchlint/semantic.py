@@ -131,8 +131,8 @@ def _in_own_body(node: cst.CSTNode, child: cst.CSTNode) -> bool:
 class SemanticModel:
     def __init__(self, module: cst.Module, source: Optional[str] = None) -> None:
         self.module = module
-        # Functions that rebind a module's name (`global`) are found by the
-        # lexical walk, done only for a module whose text says `global`.
+        # Functions that rebind a module's name (`global`) are found by a walk
+        # of the statements, done only for a module whose text says `global`.
         self._declares_global = source is None or "global" in source
         self._rebound: Dict[str, List[Binding]] = {}
         self._tables: Dict[int, _ScopeTable] = {}
@@ -140,6 +140,7 @@ class SemanticModel:
         self._functions: Dict[int, Tuple[List[Tuple[cst.BaseExpression, Path]], bool]] = {}
         self._blocks: Dict[int, cst.CSTNode] = {}  # every block the walks of scopes passed
         self._lexical: Optional[Tuple[Dict[str, List["Occurrence"]], Dict[str, List["Occurrence"]]]] = None
+        self._globals: Optional[List[Tuple[cst.Global, Tuple[cst.CSTNode, ...]]]] = None
 
     # -- tables ------------------------------------------------------------------
     def table(self, scopes: Tuple[cst.CSTNode, ...]) -> _ScopeTable:
@@ -183,11 +184,31 @@ class SemanticModel:
         if found is None:
             found = self._rebound[name] = []
             if self._declares_global:
-                for occurrence in self.occurrences(name):
-                    chain = occurrence._chain
-                    if isinstance(occurrence.parent, cst.NameItem) and isinstance(chain[1][0], cst.Global):
-                        found.extend(self.table(occurrence.location.scopes).names.get(name, ()))
+                for statement, scopes in self._global_statements():
+                    for item in statement.names:
+                        if item.name.value == name:
+                            found.extend(self.table(scopes).names.get(name, ()))
         return found
+
+    def _global_statements(self) -> List[Tuple[cst.Global, Tuple[cst.CSTNode, ...]]]:
+        """Every ``global`` statement of the module, in textual order, with the
+        scopes around it (the module, then each function or class whose body
+        holds it): one walk of the statements alone, as an expression holds
+        none (iterative, as the lexical index)."""
+        if self._globals is None:
+            self._globals = []
+            todo: List[Tuple[cst.CSTNode, Tuple[cst.CSTNode, ...]]] = [(self.module, (self.module,))]
+            while todo:
+                node, scopes = todo.pop()
+                kind = type(node)
+                if kind is cst.Global:
+                    self._globals.append((node, scopes))
+                    continue
+                inner = (*scopes, node) if kind is cst.FunctionDef or kind is cst.ClassDef else scopes
+                for child in reversed(iter_children(node)):
+                    if not _is_expression(type(child)):
+                        todo.append((child, inner))
+        return self._globals
 
     def bindings(self, name: str, location: Location) -> List[Binding]:
         return self.lookup(name, location)[1]
@@ -336,6 +357,18 @@ class SemanticModel:
                         todo.append((child, inner))
             self._lexical = (names, definitions)
         return self._lexical
+
+
+# Whether a node type is an expression (``isinstance`` against LibCST's
+# abstract classes goes through ABCMeta's slow path; the answer is kept per type).
+_EXPRESSIONS: Dict[type, bool] = {}
+
+
+def _is_expression(kind: type) -> bool:
+    known = _EXPRESSIONS.get(kind)
+    if known is None:
+        known = _EXPRESSIONS[kind] = cst.BaseExpression in kind.__mro__
+    return known
 
 
 class Occurrence:
