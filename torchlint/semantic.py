@@ -49,7 +49,7 @@ from typing import Dict, Iterator, List, NamedTuple, Optional, Sequence, Tuple
 
 import libcst as cst
 
-from torchlint.nodes import iter_children
+from torchlint.nodes import inner_children, iter_children
 
 # One entry per block on the way from the scope's body to a statement, outermost
 # first: (id(block), index of the statement in it, the block is one line of
@@ -420,7 +420,9 @@ def _scope_walk(scope: cst.CSTNode, blocks: Dict[int, cst.CSTNode]) -> Iterator[
     """Pre-order walk of a scope's own code with each node's statement path;
     nested scopes are yielded (so their names are bound) but not entered,
     except a comprehension's first iterable, which runs in the enclosing scope.
-    The blocks it passes are noted in ``blocks`` by id."""
+    The leaves below the roots (names, numbers, strings, ``pass``: a third of
+    the nodes) are not yielded: none binds a name, returns or yields.  The
+    blocks it passes are noted in ``blocks`` by id."""
     if type(scope) is cst.Module:
         roots: List[Tuple[cst.CSTNode, Path]] = [(scope, ())]
     elif type(scope) in (cst.FunctionDef, cst.ClassDef):
@@ -428,7 +430,7 @@ def _scope_walk(scope: cst.CSTNode, blocks: Dict[int, cst.CSTNode]) -> Iterator[
     elif type(scope) is cst.Lambda:
         roots = [(scope.body, ())]
     else:  # a comprehension: its targets, conditions and element
-        roots = [(child, ()) for child in iter_children(scope)]
+        roots = [(child, ()) for child in inner_children(scope)]
     todo = list(reversed(roots))
     loop_bodies: set = set()
     while todo:
@@ -440,7 +442,7 @@ def _scope_walk(scope: cst.CSTNode, blocks: Dict[int, cst.CSTNode]) -> Iterator[
                 first = node.for_in
                 todo.append((first.iter, path))
             continue
-        children = iter_children(node)
+        children = inner_children(node)
         if kind in _BLOCKS:
             blocks[id(node)] = node
             body = _body(node)
