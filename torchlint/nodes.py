@@ -86,6 +86,7 @@ _READS: Dict[type, Tuple[Tuple[str, int], ...]] = {}
 
 
 def _reads(node_type: type) -> Tuple[Tuple[str, int], ...]:
+    """``(field, how it is read)`` for each field of ``_node_fields(node_type)``."""
     reads = _READS.get(node_type)
     if reads is None:
         types = {f.name: f.type for f in dataclasses.fields(node_type)}
@@ -94,6 +95,7 @@ def _reads(node_type: type) -> Tuple[Tuple[str, int], ...]:
 
 
 def _read_of(declared: object) -> int:
+    """How a field declared with the type ``declared`` is read."""
     if isinstance(declared, type) and cst.CSTNode in declared.__mro__:
         return _ONE
     if typing.get_origin(declared) is collections.abc.Sequence:
