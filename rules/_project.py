@@ -472,10 +472,10 @@ class Finder:
         same = [n for n in self._calls_named(_tail(call.func)) if n is call or code_for(n) == written] if starts else []
         if starts and len(same) == len(starts):
             return text.count("\n", 0, starts[[id(n) for n in same].index(id(call))]) + 1
-        from torchlint.positions import node_positions
+        from torchlint.positions import Positions
 
         if not hasattr(self, "_positions"):
-            self._positions = node_positions(self.module)
+            self._positions = Positions(self.module, self.text)  # each call placed from its statement
         span = self._positions.get(call)
         return span[0][0] if span is not None else 1
 

@@ -231,3 +231,33 @@ def test_statement_fixes_regenerate_only_their_statement(indent, newline):
     (finding,) = [f for f in result.findings if f.fix is not None]
     spliced = fix_edits._splice_statement(text, result.module, finding.node, finding.fix.build(), engine)
     assert spliced is not None and spliced == engine._apply(result.module, [(finding, finding.fix.build())])
+
+
+_AROUND_CUTS = [
+    "a = 1; \\\nb = 2\n",
+    "x = 1 \\\n\ny = 2\n",
+    "@d\ndef f():\n    pass\n\nx = 1\n",
+    "if a:\n    b\nelse:\n    c\nd = 1\n",
+    "try:\n    a\nexcept E:\n    b\nc\n",
+    "x = '''\nabc\n'''\ny = 1\n",
+    "class A:\n    x = 1\n# c\n\n    # d\nb = 2",
+]
+_INSERTED = ["(", ")", "\\", "'''", "if x: pass", "else:\n    pass\n", "\n  y = 2\n", "\t", "\\\n", "x; y", "\n", ""]
+
+
+def test_a_fix_is_judged_as_a_parse_of_the_whole_text():
+    """JSON's fix edits parse only the top-level statements around a fix's span
+    again (fix_edits._fix_parses): that must say what a parse of the whole
+    fixed text says, also for a change at the line breaks between statements."""
+    import ast
+
+    from torchlint.fix_edits import _fix_parses, _parses, _syntax_tree, line_starts
+
+    for text in _AROUND_CUTS:
+        tree, starts = _syntax_tree(text, ast), line_starts(text)
+        for at in {min(len(text), max(0, s + d)) for s in starts for d in (-1, 0, 1)}:
+            for width in (0, 1, 2):
+                for new in _INSERTED:
+                    fixed = text[:at] + new + text[at + width:]
+                    if fixed != text:
+                        assert _fix_parses(text, fixed, tree, starts, ast) == _parses(fixed, ast), (text, at, new)

@@ -141,7 +141,7 @@ def _alone_in(text: str, result) -> List[Tuple[Diagnostic, Optional[str]]]:
     if result.module is None or result.positions is None:
         return []
     starts = line_starts(text)
-    compiles = _parses(text, ast)
+    tree = _syntax_tree(text, ast)  # None: the text does not compile, LibCST judges the fixes
     out: List[Tuple[Diagnostic, Optional[str]]] = []
     for finding in result.findings:
         if finding.fix is None or finding.diagnostic is None:
@@ -157,7 +157,10 @@ def _alone_in(text: str, result) -> List[Tuple[Diagnostic, Optional[str]]]:
             fixed = _splice_statement(text, result.module, target, replacement, engine)
         if fixed is None:
             fixed = engine._apply(result.module, [(finding, replacement)])
-        valid = _parses(fixed, ast) if compiles else engine._valid(fixed, False)
+        if tree is not None:
+            valid = fixed != text and _fix_parses(text, fixed, tree, starts, ast)
+        else:
+            valid = engine._valid(fixed, False)
         out.append((finding.diagnostic, fixed if valid and fixed != text else None))
     out.sort(key=lambda pair: pair[0].sort_key())
     return out
@@ -220,15 +223,56 @@ def _splice_statement(text: str, module, target, replacement, engine) -> Optiona
 
 
 def _parses(text: str, ast) -> bool:
+    return _syntax_tree(text, ast) is not None
+
+
+def _syntax_tree(text: str, ast):
+    """``ast.parse(text)``, None when the text does not parse."""
     import warnings
 
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         try:
-            ast.parse(text)
+            return ast.parse(text)
         except (SyntaxError, ValueError, RecursionError, MemoryError):
-            return False
-    return True
+            return None
+
+
+def _fix_parses(text: str, fixed: str, tree, starts: List[int], ast) -> bool:
+    """Whether ``fixed``, ``text`` (which parses into ``tree``) with one span
+    changed, parses.  Only the top-level statements around the span are parsed
+    again: between two of them (``_cuts``) the tokenizer is at a line start with
+    nothing open, so when these parse alone the whole text does too.  When they
+    do not, the whole text is parsed (the change could join them to what
+    follows).  A text with a ``\r``, which ``ast`` counts as a line break and
+    ``starts`` does not, is parsed whole."""
+    if "\r" in text:
+        return _parses(fixed, ast)
+    start, end, new_end = changed_span(text, fixed)
+    cuts = _cuts(tree, text, starts)
+    # The lines (from 1) of the span's first character and of the first one after
+    # it: the line break that ends the piece is then not changed.
+    first = bisect.bisect_right(starts, start)
+    last = bisect.bisect_right(starts, end)
+    before = cuts[bisect.bisect_left(cuts, first) - 1]  # the cuts around them
+    after = cuts[bisect.bisect_left(cuts, last)]
+    piece_start = starts[before]
+    piece_end = (starts[after] if after < len(starts) else len(text)) + new_end - end
+    return _parses(fixed[piece_start:piece_end], ast) or _parses(fixed, ast)
+
+
+def _cuts(tree, text: str, starts: List[int]) -> List[int]:
+    """0, the lines after which a top-level statement ends and the next one
+    starts on a later line (the line not continued by a backslash), and the
+    number of lines: the text between two of them is whole statements."""
+    cuts = [0]
+    body = tree.body
+    for statement, following in zip(body, body[1:]):
+        line = statement.end_lineno
+        if following.lineno > line and text[starts[line] - 2:starts[line] - 1] != "\\":
+            cuts.append(line)
+    cuts.append(len(starts))
+    return cuts
 
 
 def _for_notebook(text: str, display: str, settings, codes: Sequence[str]) -> Dict[Key, List[Dict[str, Any]]]:

@@ -9,7 +9,9 @@ the rule base (``torchlint/rule.py``) use this module, which imports neither.
 
 from __future__ import annotations
 
+import collections.abc
 import dataclasses
+import typing
 from typing import Dict, Iterable, List, Tuple
 
 import libcst as cst
@@ -75,26 +77,51 @@ def _node_fields(node_type: type) -> Tuple[str, ...]:
     return fields
 
 
+# How ``iter_children`` reads each of a node type's fields that may hold a
+# node, by its declared type: one node class (the field holds that node), a
+# sequence (of nodes), or anything else (optional, a union, a sentinel: the
+# value is tested).
+_ONE, _SEQUENCE, _TESTED = 0, 1, 2
+_READS: Dict[type, Tuple[Tuple[str, int], ...]] = {}
+
+
+def _reads(node_type: type) -> Tuple[Tuple[str, int], ...]:
+    """``(field, how it is read)`` for each field of ``_node_fields(node_type)``."""
+    reads = _READS.get(node_type)
+    if reads is None:
+        types = {f.name: f.type for f in dataclasses.fields(node_type)}
+        reads = _READS[node_type] = tuple((name, _read_of(types[name])) for name in _node_fields(node_type))
+    return reads
+
+
+def _read_of(declared: object) -> int:
+    """How a field declared with the type ``declared`` is read."""
+    if isinstance(declared, type) and cst.CSTNode in declared.__mro__:
+        return _ONE
+    if typing.get_origin(declared) is collections.abc.Sequence:
+        return _SEQUENCE
+    return _TESTED
+
+
 def iter_children(node: cst.CSTNode) -> List[cst.CSTNode]:
     """The children of ``node`` that rules care about (no whitespace or tokens), in field order."""
     children: List[cst.CSTNode] = []
     add = children.append
-    is_node = _IS_NODE.get
     kind = type(node)
-    fields = _NODE_FIELDS.get(kind)
-    if fields is None:
-        fields = _node_fields(kind)
-    for name in fields:
+    reads = _READS.get(kind)
+    if reads is None:
+        reads = _reads(kind)
+    for name, read in reads:
         value = getattr(node, name)
-        vkind = type(value)
-        if vkind is tuple or vkind is list:
-            for item in value:
-                known = is_node(type(item))
-                if known or (known is None and _is_node(item)):
-                    add(item)
+        if read == _ONE:
+            add(value)
+        elif read == _SEQUENCE:
+            children += value
         else:
-            known = is_node(vkind)
-            if known or (known is None and _is_node(value)):
+            vkind = type(value)
+            if vkind is tuple or vkind is list:
+                children += [item for item in value if _is_node(item)]
+            elif _is_node(value):
                 add(value)
     return children
 

@@ -49,7 +49,7 @@ from typing import Dict, Iterator, List, NamedTuple, Optional, Sequence, Tuple
 
 import libcst as cst
 
-from torchlint.nodes import iter_children
+from torchlint.nodes import inner_children, iter_children
 
 # One entry per block on the way from the scope's body to a statement, outermost
 # first: (id(block), index of the statement in it, the block is one line of
@@ -131,8 +131,8 @@ def _in_own_body(node: cst.CSTNode, child: cst.CSTNode) -> bool:
 class SemanticModel:
     def __init__(self, module: cst.Module, source: Optional[str] = None) -> None:
         self.module = module
-        # Functions that rebind a module's name (`global`) are found by the
-        # lexical walk, done only for a module whose text says `global`.
+        # Functions that rebind a module's name (`global`) are found by a walk
+        # of the statements, done only for a module whose text says `global`.
         self._declares_global = source is None or "global" in source
         self._rebound: Dict[str, List[Binding]] = {}
         self._tables: Dict[int, _ScopeTable] = {}
@@ -140,6 +140,7 @@ class SemanticModel:
         self._functions: Dict[int, Tuple[List[Tuple[cst.BaseExpression, Path]], bool]] = {}
         self._blocks: Dict[int, cst.CSTNode] = {}  # every block the walks of scopes passed
         self._lexical: Optional[Tuple[Dict[str, List["Occurrence"]], Dict[str, List["Occurrence"]]]] = None
+        self._globals: Optional[List[Tuple[cst.Global, Tuple[cst.CSTNode, ...]]]] = None
 
     # -- tables ------------------------------------------------------------------
     def table(self, scopes: Tuple[cst.CSTNode, ...]) -> _ScopeTable:
@@ -183,11 +184,31 @@ class SemanticModel:
         if found is None:
             found = self._rebound[name] = []
             if self._declares_global:
-                for occurrence in self.occurrences(name):
-                    chain = occurrence._chain
-                    if isinstance(occurrence.parent, cst.NameItem) and isinstance(chain[1][0], cst.Global):
-                        found.extend(self.table(occurrence.location.scopes).names.get(name, ()))
+                for statement, scopes in self._global_statements():
+                    for item in statement.names:
+                        if item.name.value == name:
+                            found.extend(self.table(scopes).names.get(name, ()))
         return found
+
+    def _global_statements(self) -> List[Tuple[cst.Global, Tuple[cst.CSTNode, ...]]]:
+        """Every ``global`` statement of the module, in textual order, with the
+        scopes around it (the module, then each function or class whose body
+        holds it): one walk of the statements alone, as an expression holds
+        none (iterative, as the lexical index)."""
+        if self._globals is None:
+            self._globals = []
+            todo: List[Tuple[cst.CSTNode, Tuple[cst.CSTNode, ...]]] = [(self.module, (self.module,))]
+            while todo:
+                node, scopes = todo.pop()
+                kind = type(node)
+                if kind is cst.Global:
+                    self._globals.append((node, scopes))
+                    continue
+                inner = (*scopes, node) if kind is cst.FunctionDef or kind is cst.ClassDef else scopes
+                for child in reversed(iter_children(node)):
+                    if not _is_expression(type(child)):
+                        todo.append((child, inner))
+        return self._globals
 
     def bindings(self, name: str, location: Location) -> List[Binding]:
         return self.lookup(name, location)[1]
@@ -338,6 +359,18 @@ class SemanticModel:
         return self._lexical
 
 
+# Whether a node type is an expression (``isinstance`` against LibCST's
+# abstract classes goes through ABCMeta's slow path; the answer is kept per type).
+_EXPRESSIONS: Dict[type, bool] = {}
+
+
+def _is_expression(kind: type) -> bool:
+    known = _EXPRESSIONS.get(kind)
+    if known is None:
+        known = _EXPRESSIONS[kind] = cst.BaseExpression in kind.__mro__
+    return known
+
+
 class Occurrence:
     """A node found by a lexical question, with its ancestors kept as a linked
     chain so that its location is computed only when it is asked for."""
@@ -387,7 +420,9 @@ def _scope_walk(scope: cst.CSTNode, blocks: Dict[int, cst.CSTNode]) -> Iterator[
     """Pre-order walk of a scope's own code with each node's statement path;
     nested scopes are yielded (so their names are bound) but not entered,
     except a comprehension's first iterable, which runs in the enclosing scope.
-    The blocks it passes are noted in ``blocks`` by id."""
+    The leaves below the roots (names, numbers, strings, ``pass``: a third of
+    the nodes) are not yielded: none binds a name, returns or yields.  The
+    blocks it passes are noted in ``blocks`` by id."""
     if type(scope) is cst.Module:
         roots: List[Tuple[cst.CSTNode, Path]] = [(scope, ())]
     elif type(scope) in (cst.FunctionDef, cst.ClassDef):
@@ -395,7 +430,7 @@ def _scope_walk(scope: cst.CSTNode, blocks: Dict[int, cst.CSTNode]) -> Iterator[
     elif type(scope) is cst.Lambda:
         roots = [(scope.body, ())]
     else:  # a comprehension: its targets, conditions and element
-        roots = [(child, ()) for child in iter_children(scope)]
+        roots = [(child, ()) for child in inner_children(scope)]
     todo = list(reversed(roots))
     loop_bodies: set = set()
     while todo:
@@ -407,7 +442,7 @@ def _scope_walk(scope: cst.CSTNode, blocks: Dict[int, cst.CSTNode]) -> Iterator[
                 first = node.for_in
                 todo.append((first.iter, path))
             continue
-        children = iter_children(node)
+        children = inner_children(node)
         if kind in _BLOCKS:
             blocks[id(node)] = node
             body = _body(node)
