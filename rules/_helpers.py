@@ -8,6 +8,7 @@ from typing import Dict, Generic, List, Optional, Tuple, TypeVar
 import libcst as cst
 
 from torchlint.names import dotted_name
+from torchlint.nodes import walk_nodes
 from torchlint.rule import Context
 
 TORCH_DTYPES = frozenset(
@@ -273,6 +274,12 @@ def equality_sides(test: cst.BaseExpression) -> Optional[Tuple[cst.BaseExpressio
     if not isinstance(target.operator, cst.Equal):
         return None
     return test.left, target.comparator
+
+
+def names_anywhere(root: cst.CSTNode, name: str) -> bool:
+    """Whether the name ``name`` occurs anywhere under ``root``, in nested
+    functions and classes too (``_sync.mentions_name`` stops at scopes)."""
+    return any(type(n) is cst.Name and n.value == name for n in walk_nodes(root))
 
 
 def is_main_guard(node: cst.If) -> bool:

@@ -42,8 +42,9 @@ from typing import Dict, List, Optional, Tuple
 import libcst as cst
 
 from torchlint.names import dotted_name
+from torchlint.nodes import iter_children
 from torchlint.rule import Context, Rule
-from torchlint.rules._helpers import argument, literal_number, method_name
+from torchlint.rules._helpers import argument, literal_number, method_name, names_anywhere
 from torchlint.rules._loaders import DATALOADERS
 from torchlint.rules._training import is_backward, is_framework_backward, is_optimizer_step
 
@@ -687,7 +688,7 @@ def _only_demonstrated(module: cst.Module, name: str, depth: int) -> bool:
     parts = False  # a part of another class so demonstrated
     for statement in module.body:
         if isinstance(statement, cst.ClassDef):
-            if statement.name.value != name and _references(statement, name):
+            if statement.name.value != name and names_anywhere(statement, name):
                 if not _only_demonstrated(module, statement.name.value, depth + 1):
                     return False  # a part of another class: judged by that class
                 parts = True
@@ -712,12 +713,6 @@ def _only_demonstrated(module: cst.Module, name: str, depth: int) -> bool:
             ):
                 return False
     return True
-
-
-def _references(root: cst.CSTNode, name: str) -> bool:
-    from torchlint.nodes import walk_nodes
-
-    return any(type(n) is cst.Name and n.value == name for n in walk_nodes(root))
 
 
 def _instance_assigned(statement: cst.SimpleStatementLine, name: str) -> Optional[str]:
@@ -748,8 +743,6 @@ def _walk_with_parents(root: cst.CSTNode):
     """Each node under ``root`` with its parent (an ``Arg``'s call for its
     value) and whether a loop, comprehension or function around it (inside
     ``root``) may run it many times."""
-    from torchlint.nodes import iter_children
-
     todo: List[Tuple[cst.CSTNode, Optional[cst.CSTNode], bool]] = [(root, None, False)]
     while todo:
         node, parent, repeated = todo.pop()

@@ -27,7 +27,9 @@ import libcst as cst
 
 from torchlint.rule import Context
 from torchlint.nodes import inner_children, iter_children, target_names, walk_nodes
-from torchlint.rules._helpers import equality_sides, last_name, literal_number, method_name, receiver, source_mentions
+from torchlint.rules._helpers import (
+    equality_sides, last_name, literal_number, method_name, names_anywhere, receiver, source_mentions,
+)
 from torchlint.rules._models import MODULE_COLLECTIONS, names_a_module
 from torchlint.rules._training import is_backward, is_optimizer_step, with_grad_modes
 
@@ -87,13 +89,14 @@ def _last_small_statement(block: cst.CSTNode) -> Optional[cst.CSTNode]:
     return None
 
 
-def _ends_with_exit(block: cst.CSTNode) -> bool:
-    """Whether a block's last statement is ``break``, ``return``, ``raise`` or a
-    call that ends the process (``sys.exit(1)``, ``exit()``, ``os._exit(1)``)."""
+def _ends_with_exit(block: cst.CSTNode, *, leaving=(cst.Break, cst.Return, cst.Raise)) -> bool:
+    """Whether a block's last statement is ``break``, ``return``, ``raise`` (the
+    kinds in ``leaving``) or a call that ends the process (``sys.exit(1)``,
+    ``exit()``, ``os._exit(1)``)."""
     small = _last_small_statement(block)
     if small is None:
         return False
-    if isinstance(small, (cst.Break, cst.Return, cst.Raise)):
+    if isinstance(small, leaving):
         return True
     return isinstance(small, cst.Expr) and _exits_process(small.value)
 
@@ -383,7 +386,7 @@ def _data_helper(ctx: Context, name: str) -> bool:
     for statement in ctx.module.body:
         data = isinstance(statement, cst.ClassDef) and _is_data_class(ctx, statement)
         roots = [statement] if not isinstance(statement, cst.FunctionDef) else [statement.body]
-        used = any(type(n) is cst.Name and n.value == name for root in roots for n in walk_nodes(root))
+        used = any(names_anywhere(root, name) for root in roots)
         if used and not data:
             return False
         inside = inside or used
@@ -726,12 +729,12 @@ def _scan(ctx: Context, roots: List[cst.CSTNode]) -> LoopFacts:
             facts.disables_grad = True
         elif kind is cst.Subscript and always and direct and id(node) not in stores and _masks(node, ctx):
             facts.waits_on_data = True  # `labels[labels != ignore]`: the result's size is read on the host
-        if kind is cst.Assign or kind is cst.AugAssign:
-            for target in (node.targets if kind is cst.Assign else [node]):
-                stores.add(id(target.target))  # `x[x >= 0.5] = 1.0` is a masked fill, no read
         elif kind in _TRY_TYPES:
             if any(_is_oom_handler(ctx, h) for h in node.handlers):
                 facts.retries_on_oom = True
+        elif kind is cst.Assign or kind is cst.AugAssign:
+            for target in (node.targets if kind is cst.Assign else [node]):
+                stores.add(id(target.target))  # `x[x >= 0.5] = 1.0` is a masked fill, no read
         if kind in _TESTED_TYPES and direct and always and _tests_tensor(ctx, node.test):
             facts.waits_on_data = True  # `if (x > 0).any():`, `assert torch.isfinite(loss).all()`
         inner = direct and kind not in _LOOP_TYPES
@@ -969,10 +972,12 @@ def _compares_tensor(ctx: Context, node: cst.Comparison) -> bool:
     > tolerance:``): its truth value is read on the host."""
     if not all(type(p.operator) in _ORDER for p in node.comparisons):
         return False
+    location = None
     for side in (node.left, *(p.comparator for p in node.comparisons)):
         if type(side) is not cst.Name:
             continue
-        bindings = ctx.semantic.bindings(side.value, ctx.location())
+        location = location or ctx.location()
+        bindings = ctx.semantic.bindings(side.value, location)
         if bindings and all(
             b.kind == "value" and type(b.value) is cst.Call
             and (ctx.qualname(b.value.func) or "").startswith("torch.")
@@ -1241,9 +1246,10 @@ def feeds_host_evaluator(ctx: Context, cache: Dict[int, "LoopFacts"]) -> bool:
 
 
 def _feeds_evaluator(ctx: Context, loop: cst.CSTNode) -> bool:
-    found = ctx.shared.setdefault("host-evaluator", {}).get(id(loop))
+    cache = ctx.shared.setdefault("host-evaluator", {})
+    found = cache.get(id(loop))
     if found is None:
-        found = ctx.shared["host-evaluator"][id(loop)] = any(
+        found = cache[id(loop)] = any(
             type(n) is cst.Call and (_EVALUATOR.search(last_name(n.func) or "") is not None or (
                 type(n.func) is cst.Attribute and _EVALUATOR.search(last_name(n.func.value) or "") is not None))
             for n in walk_nodes(loop.body)
@@ -1263,15 +1269,10 @@ def decides_a_raise(ctx: Context) -> bool:
         if isinstance(node, cst.Assert):
             return child is node.msg
         if isinstance(node, cst.If):
-            return child is node.test and _ends_with_raise(node.body)
+            return child is node.test and _ends_with_exit(node.body, leaving=cst.Raise)
         if isinstance(node, (cst.BaseStatement, cst.BaseSmallStatement)):
             return False
     return False
-
-
-def _ends_with_raise(block: cst.CSTNode) -> bool:
-    small = _last_small_statement(block)
-    return isinstance(small, cst.Raise) or (isinstance(small, cst.Expr) and _exits_process(small.value))
 
 
 def named_for_cpu(ctx: Context) -> bool:
