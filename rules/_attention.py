@@ -18,7 +18,7 @@ from typing import Dict, Iterator, List, Optional, Sequence, Tuple
 import libcst as cst
 
 from torchlint.rule import Context
-from torchlint.rules._helpers import literal_int, method_name, positional, string_value
+from torchlint.rules._helpers import last_name, literal_int, method_name, positional, string_value
 from torchlint.nodes import iter_children
 
 MATMULS = frozenset({"torch.matmul", "torch.bmm"})
@@ -202,6 +202,56 @@ class Scope:
             if spec is not None:
                 return einsum_qk_rank(spec)
         return _NOT
+
+    def transposed_query(self, expr: cst.BaseExpression, at: int, depth: int = 0) -> bool:
+        """Whether the query of the scores ``expr`` was itself transposed over
+        its last two dimensions (``q = q.transpose(-2, -1)``, ``q.mT``) or laid
+        out with positions last (``rearrange(q, "b (head c) h w -> b head c (h
+        w)")``), through normalisation and casts: channel ("transposed")
+        attention, as in XCiT's cross-covariance attention or Restormer, whose
+        score matrix is channels by channels and whose head dimension is the
+        number of positions.  SDPA saves no memory there, and its fused kernels
+        do not take such head dimensions."""
+        if depth > _MAX_DEPTH:
+            return False
+        if isinstance(expr, cst.Name):
+            index, value = self.reaching(expr.value, at)
+            return index is not None and value is not None and not isinstance(value, cst.AugAssign) and (
+                self.transposed_query(value, index, depth + 1))
+        if isinstance(expr, cst.BinaryOperation):
+            if isinstance(expr.operator, cst.MatrixMultiply):
+                return self._transposed(expr.left, at, depth + 1)
+            return self.transposed_query(expr.left, at, depth + 1) or self.transposed_query(expr.right, at, depth + 1)
+        if isinstance(expr, cst.Call):
+            pair = matmul_operands(expr, self.ctx)
+            if pair is not None:
+                return self._transposed(pair[0], at, depth + 1)
+            if method_name(expr) in ("masked_fill", "masked_fill_") or method_name(expr) in _CASTS:
+                return isinstance(expr.func, cst.Attribute) and self.transposed_query(expr.func.value, at, depth + 1)
+        return False
+
+    def _transposed(self, query: cst.BaseExpression, at: int, depth: int) -> bool:
+        if depth > _MAX_DEPTH:
+            return False
+        if isinstance(query, cst.Name):
+            index, value = self.reaching(query.value, at)
+            return index is not None and value is not None and not isinstance(value, cst.AugAssign) and (
+                self._transposed(value, index, depth + 1))
+        if isinstance(query, cst.Attribute):
+            return query.attr.value == "mT"
+        if not isinstance(query, cst.Call) or not query.args:
+            return False
+        name = last_name(query.func)
+        if name == "transpose" and len(query.args) == 2 and isinstance(query.func, cst.Attribute):
+            # (only `(-2, -1)`: `.transpose(1, 2)` is the usual split into heads)
+            return {literal_int(query.args[0].value), literal_int(query.args[1].value)} == {-2, -1}
+        if name == "rearrange":
+            pattern = string_value(query.args[1].value) if len(query.args) > 1 else None
+            return pattern is not None and "->" in pattern and pattern.split("->")[1].strip().endswith(")")
+        if name in ("normalize", "contiguous", "float", "half", "to", "type_as"):
+            inner = query.func.value if isinstance(query.func, cst.Attribute) and name != "normalize" else query.args[0].value
+            return self._transposed(inner, at, depth + 1)
+        return False
 
     def _qk(self, right: cst.BaseExpression, at: int, depth: int):
         """``right`` is a transposed key: ``k.transpose(-2, -1)``, ``k.mT``..."""

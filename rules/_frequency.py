@@ -29,14 +29,22 @@ visited run?" for the rules that need it, from the module alone:
   the run: under ``if step == apply_step:`` (a progress counter named
   ``step``, ``*_step``, ``iteration``, ``it``, ``tick`` compared with ``==``,
   alone or in an ``and``), or after ``if ... or step != apply_step:
-  continue``.
+  continue``.  A lazy initialisation (``if self.grid is None: self.grid =
+  ...``, ``if len(state) == 0:`` on an optimizer's ``state = self.state[p]``)
+  runs the first time only and counts the same; one of a local assigned
+  before the loops around it (``grid = None`` ... ``if grid is None:``) runs
+  once per run of its function (:func:`_lazy_init`).  The loops of a function
+  that draws (``visualize_dev``, ``plot_*``, ``draw_*``) in code that runs
+  once or per epoch are not step loops.
 * **Functions** run as often as their most frequent caller in the module: a
   call in a step loop makes a function per step, and so does a call from a
   per-step function.  Some functions run per step by their role, whoever
   calls them: ``forward``, ``__call__`` (one that loops over a loader it is
   given, an evaluator's ``__call__(net, dl)``, runs once per pass), ``__getitem__``/``__iter__``,
   ``*_step`` (``training_step``, ``train_step``), collate functions (passed
-  as ``collate_fn=``) and hooks (passed to ``register_*hook``).  Some run once
+  as ``collate_fn=``) and hooks (passed to ``register_*hook``); not the
+  methods of a notebook's class that the notebook only demonstrates once
+  (``_program.demonstrated_once``).  Some run once
   by their role unless a step calls them: ``__init__``, ``main``, and names
   that build, set up, load, save, export or convert, log, plot, visualise,
   print or report.
@@ -66,13 +74,14 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass, field
 from pathlib import PurePath
-from typing import Dict, List, Optional, Sequence, Tuple
+from typing import Callable, Dict, List, Optional, Sequence, Tuple
 
 import libcst as cst
 
 from torchlint.rule import Context, contains_modulo, is_test_path, tests_periodic_flag
 from torchlint.rules._helpers import last_name
 from torchlint.rules._models import MODEL_WORDS
+from torchlint.rules._program import demonstrated_once
 from torchlint.rules._sync import mentions_name, target_names
 from torchlint.nodes import inner_children, iter_children
 
@@ -80,6 +89,7 @@ UNKNOWN, ONCE, PER_EPOCH, PER_STEP = 0, 1, 2, 3
 NAMES = {UNKNOWN: "unknown", ONCE: "once", PER_EPOCH: "per epoch", PER_STEP: "per step"}
 
 _PERIODIC = object()  # marks a periodic guard in a list of loops
+_FIRST_PASS = object()  # marks a lazy initialisation of a local: once per run of the function
 
 _STEP_ROLES = re.compile(
     r"^(forward|__call__|__getitem__|__getitems__|__iter__|__next__|step|_?\w*_step|"
@@ -165,7 +175,11 @@ class _Site:
 
 class FrequencyModel:
     def __init__(self, module: cst.Module, external: Optional[Dict[str, Tuple[int, str]]] = None,
-                 flags: Optional[Dict[int, frozenset]] = None) -> None:
+                 flags: Optional[Dict[int, frozenset]] = None,
+                 demonstrated: Optional[Callable[[cst.ClassDef], bool]] = None) -> None:
+        # `demonstrated`: whether a class of a notebook is only run once, on a
+        # toy input (`_program.demonstrated_once`): its `forward` runs once.
+        self._demonstrated = demonstrated
         # `external`: how often other modules of the project call this module's
         # functions, by qualified name ("f", "Class.method"): (level, "path:line").
         self.external = external or {}
@@ -199,6 +213,8 @@ class FrequencyModel:
                 elif _STEP_ROLES.match(name) and (name not in ("step",) or cls is not None):
                     # (an evaluator's `__call__(net, dl)` is a whole pass: its loop runs per step)
                     info.role = PER_EPOCH if name == "__call__" and _passes_over_loader(node) else PER_STEP
+                    if cls is not None and self._demonstrated is not None and self._demonstrated(cls):
+                        info.role = ONCE  # a notebook's module run once on a toy input
                 elif _ONCE_ROLES.match(name):
                     info.role = ONCE
                 self.functions[node] = info
@@ -225,11 +241,14 @@ class FrequencyModel:
                         child_loops = (*loops, _PERIODIC)  # after `if cur_nimg < tick_end: continue`
                 continue
             flagged = kind is cst.If and fn is not None and tests_periodic_flag(node.test, fn, self._flags)
+            lazy = _lazy_init(node, fn, loops) if kind is cst.If else None
             marks = kind in _MARKERS
             for child in inner_children(node):  # nothing above is done at a leaf
                 child_loops = _loops_for_child(node, child, loops) if marks else loops
                 if flagged and child is node.body and child_loops is loops:
                     child_loops = (*loops, _PERIODIC)  # `if log_now:` where `log_now = step % every == 0`
+                elif lazy is not None and child is node.body and child_loops is loops:
+                    child_loops = (*loops, lazy)  # `if buf is None: buf = ...`: the first time only
                 todo.append((child, fn, cls if kind is not cst.FunctionDef else None, child_loops))
 
     # -- resolving calls -------------------------------------------------------------
@@ -321,16 +340,21 @@ class FrequencyModel:
     def _site_level(self, fn: Optional[cst.FunctionDef], loops: Sequence[object]) -> int:
         """How often code runs that sits in ``fn`` under ``loops`` (outermost first)."""
         level = ONCE if fn is None else self.functions[fn].level
+        draws = fn is not None and _DRAWING.search(fn.name.value.lower().strip("_")) is not None
         for loop in loops:
             if loop is _PERIODIC:
                 if level == PER_STEP:
                     level = PER_EPOCH  # every N steps
+            elif loop is _FIRST_PASS:
+                level = ONCE if fn is None else self.functions[fn].level  # once per run of the function
             elif _few_values(loop):
                 continue  # a handful of times per run of what is around it
             elif self._is_outer_loop(loop):
                 level = max(level, PER_EPOCH)
-            elif level in (ONCE, PER_EPOCH) and not _steps(loop):
-                continue  # a loop in code known to run rarely, over something else than the data
+            elif level in (ONCE, PER_EPOCH) and (draws or not _steps(loop)):
+                # a loop in code known to run rarely, over something else than the
+                # data, or in a function that draws (a few batches for a picture)
+                continue
             else:
                 level = PER_STEP
         return level
@@ -393,13 +417,23 @@ class FrequencyModel:
             if kind is cst.Lambda:
                 return Frequency(UNKNOWN)
             marker = _loop_marker(node, child)
-            if marker is None and kind is cst.If and child is node.body and ctx.is_periodic_test(node.test, i):
-                marker = _PERIODIC  # `if log_now:` where `log_now = step % every == 0`
+            if marker is None and kind is cst.If and child is node.body:
+                # `if log_now:` where `log_now = step % every == 0`; else maybe a
+                # lazy initialisation, decided below once the function is known
+                marker = _PERIODIC if ctx.is_periodic_test(node.test, i) else node
             if marker is not None and id(marker) not in skip:
                 loops.append(marker)
         loops.reverse()
         if fn is not None and fn not in self.functions:
             return Frequency(UNKNOWN)
+        if any(type(m) is cst.If for m in loops):
+            resolved: List[object] = []
+            for marker in loops:
+                if type(marker) is cst.If:
+                    marker = _lazy_init(marker, fn, resolved)
+                if marker is not None:
+                    resolved.append(marker)
+            loops = resolved
         level = self._site_level(fn, loops)
         via = via_text = None
         if fn is not None and (not loops or level == self.functions[fn].level):
@@ -567,6 +601,124 @@ def _at_one_step(test: cst.BaseExpression, operator: type, joins: type) -> bool:
         type(side) is cst.Name and _STEP_COUNTER.match(side.value) for side in sides)
 
 
+# A function that draws (`visualize_dev`, `plot_samples`, `draw_boxes`, `vis_batch`):
+# its loops go over the few batches a picture needs, not over the data.
+_DRAWING = re.compile(r"(?:^|_)(?:vis|visuali[sz]e\w*|plot\w*|draw\w*)(?:$|_)")
+
+
+def _lazy_init(node: cst.If, fn: Optional[cst.FunctionDef], loops: Sequence[object]) -> Optional[object]:
+    """The marker for the body of a lazy initialisation, or None: ``if buf is
+    None: buf = ...``, ``if not cache: cache[k] = ...``, ``if len(state) == 0:
+    state["step"] = ...``, ``if "exp_avg" not in state: state["exp_avg"] = ...``
+    or ``if not hasattr(self, "grid"): self.grid = ...``, whose body assigns
+    what it tests.  State kept on the object (``self.grid``, an optimizer's
+    ``state = self.state[p]``) or in a ``global`` is made once per run:
+    ``_PERIODIC``.  A local assigned before the loops around the test (and
+    not in them) is made once per run of the function: ``_FIRST_PASS``.  A
+    parameter (``if mask is None: mask = torch.ones(...)``) or a local
+    assigned again every iteration is not a lazy initialisation: its body
+    runs whenever the value is missing."""
+    subject = _lazy_subject(node.test)
+    if subject is None or not _assigns(node.body, subject):
+        return None
+    root = subject
+    while type(root) in (cst.Attribute, cst.Subscript):
+        root = root.value
+    if root is not subject and type(root) is cst.Name and root.value in ("self", "cls"):
+        return _PERIODIC
+    if type(subject) is not cst.Name:
+        return None
+    name = subject.value
+    if fn is None:
+        return _FIRST_PASS
+    params = fn.params
+    if any(p.name.value == name for p in (*params.posonly_params, *params.params, *params.kwonly_params)):
+        return None
+    outermost = next((loop for loop in loops if isinstance(loop, cst.CSTNode)), None)
+    bound_outside = False
+    for statement, inside in _bindings(fn.body, name, outermost, node):
+        value = getattr(statement, "value", None)
+        if isinstance(statement, (cst.Global, cst.Nonlocal)) or (value is not None and _rooted_at_self(value)):
+            return _PERIODIC
+        if inside:
+            return None  # assigned again in the loop: missing again every iteration
+        bound_outside = True
+    return _FIRST_PASS if bound_outside else None
+
+
+def _lazy_subject(test: cst.BaseExpression) -> Optional[cst.BaseExpression]:
+    """What a lazy initialisation tests: ``x is None``, ``not x``, ``len(x) == 0``,
+    ``"k" not in x``; ``not hasattr(self, "x")`` stands for ``self.x``."""
+    kind = type(test)
+    if kind is cst.UnaryOperation and type(test.operator) is cst.Not:
+        inner = test.expression
+        if type(inner) is cst.Call and last_name(inner.func) == "hasattr" and len(inner.args) == 2:
+            owner, attr = inner.args[0].value, inner.args[1].value
+            if type(owner) is cst.Name and type(attr) is cst.SimpleString and attr.value[1:-1].isidentifier():
+                return cst.Attribute(owner, cst.Name(attr.value[1:-1]))
+            return None
+        return inner if type(inner) in (cst.Name, cst.Attribute, cst.Subscript) else None
+    if kind is not cst.Comparison or len(test.comparisons) != 1:
+        return None
+    part = test.comparisons[0]
+    operator, right = type(part.operator), part.comparator
+    if operator is cst.Is and type(right) is cst.Name and right.value == "None":
+        return test.left
+    if operator is cst.NotIn and type(test.left) is cst.SimpleString:
+        return right
+    left = test.left
+    if operator is cst.Equal and type(right) is cst.Integer and right.value == "0" and type(left) is cst.Call \
+            and type(left.func) is cst.Name and left.func.value == "len" and len(left.args) == 1:
+        return left.args[0].value
+    return None
+
+
+def _assigns(body: cst.CSTNode, subject: cst.BaseExpression) -> bool:
+    """Whether ``body`` assigns ``subject`` or one of its items (``subject[k] = ...``)."""
+    for node in _walk_shallow(body):
+        if type(node) is cst.AssignTarget or type(node) is cst.AnnAssign:
+            target = node.target
+            if type(target) is cst.Subscript and target.value.deep_equals(subject):
+                return True
+            if target.deep_equals(subject):
+                return True
+    return False
+
+
+def _bindings(body: cst.CSTNode, name: str, loop: Optional[cst.CSTNode], skip: cst.CSTNode):
+    """The statements of a function that bind ``name`` (assignments, ``global``
+    and ``nonlocal``), outside ``skip``, each with whether it is inside ``loop``."""
+    todo: List[Tuple[cst.CSTNode, bool]] = [(body, False)]
+    while todo:
+        node, inside = todo.pop()
+        kind = type(node)
+        if node is skip or kind in (cst.FunctionDef, cst.ClassDef, cst.Lambda):
+            continue
+        if kind in (cst.Global, cst.Nonlocal) and any(n.name.value == name for n in node.names):
+            yield node, inside
+        elif kind in (cst.Assign, cst.AnnAssign, cst.AugAssign):
+            targets = [t.target for t in node.targets] if kind is cst.Assign else [node.target]
+            if any(name in target_names(t) for t in targets):
+                yield node, inside
+        elif kind in (cst.For, cst.With) and name in _bound_names(node):
+            yield node, inside
+        inner = inside or node is loop
+        todo.extend((child, inner) for child in iter_children(node))
+
+
+def _bound_names(node: cst.CSTNode) -> List[str]:
+    if type(node) is cst.For:
+        return target_names(node.target)
+    return [n for item in node.items if item.asname is not None for n in target_names(item.asname.name)]
+
+
+def _rooted_at_self(value: cst.BaseExpression) -> bool:
+    """``self.state[p]``, ``self.cache``: state kept on the object."""
+    while type(value) in (cst.Attribute, cst.Subscript):
+        value = value.value
+    return type(value) is cst.Name and value.value in ("self", "cls")
+
+
 _STEP_COUNTER = re.compile(r"^(\w+_)?(step|steps|iteration|iter|it|itr|tick)$")
 _STEP_WORDS = ("loader", "dataset", "batch", "step", "iter", "episode")
 _STEP_CALLS = frozenset({"backward", "step", "generate", "forward", "predict", "inference", "infer"})
@@ -655,12 +807,14 @@ def _few_values(loop: object) -> bool:
         return False
     if isinstance(iterable, (cst.List, cst.Tuple, cst.Set)):
         return True
-    if isinstance(iterable, cst.Call):
-        func = iterable.func
-        if isinstance(func, cst.Name) and func.value in ("enumerate", "zip", "sorted", "reversed", "list") and iterable.args:
-            return _few_values_expression(iterable.args[0].value)
-        return _few_values_expression(iterable)
-    return False
+    while (
+        isinstance(iterable, cst.Call)
+        and isinstance(iterable.func, cst.Name)
+        and iterable.func.value in ("enumerate", "zip", "sorted", "reversed", "list", "tuple")
+        and iterable.args
+    ):
+        iterable = iterable.args[0].value  # `enumerate(sorted(losses.keys()))`
+    return _few_values_expression(iterable)
 
 
 _KEY_TARGET = re.compile(r"^(k|key|name|\w+_(key|name))$")
@@ -717,8 +871,9 @@ def model_for(ctx: Context) -> FrequencyModel:
     model = ctx.shared.get("frequency")
     if model is None:
         assert ctx.module is not None
+        demonstrated = (lambda cls: demonstrated_once(ctx, cls)) if ctx.path.endswith(".ipynb") else None
         model = ctx.shared["frequency"] = FrequencyModel(
-            ctx.module, ctx.project.get("frequency"), ctx.shared.setdefault("periodic_flags", {})
+            ctx.module, ctx.project.get("frequency"), ctx.shared.setdefault("periodic_flags", {}), demonstrated
         )
     return model
 

@@ -576,7 +576,41 @@ def is_benchmark_path(path: str) -> bool:
     return any(_BENCHMARK_PATH.search(part) for part in (*p.parts[:-1], p.stem))
 
 
+# The words of a script's name, or of a directory's, that say it evaluates or
+# runs a trained model (`tools/test.py`, `eval_coco.py`, `run_test_cls.py`,
+# `run_infer_msg.py`, `inference.py`, `predict.py`, `demo.py`, `sample.py`,
+# `models/eval/nn_metric.py`), and those that say it trains.
+_INFERENCE_WORDS = frozenset(
+    {"test", "eval", "evaluate", "evaluation", "infer", "inference", "predict", "demo", "sample"})
+_TRAINING_WORD = re.compile(r"^(train|finetun|fine$|tun|pretrain|fit$)")
+
+
+def named_for_training(path: str) -> bool:
+    """Whether a word of a script's name says it trains (``train_net.py``,
+    ``run_class_finetuning.py``, ``pretrain.py``)."""
+    return any(_TRAINING_WORD.match(word) for word in PurePath(path.replace("\\", "/")).stem.lower().split("_"))
+
+
+def named_for_inference(path: str) -> bool:
+    """Whether a script's name (a word of it: ``run_test_cls.py``) or its
+    directory (``eval/``, ``evaluation/``, ``inference/``) says it evaluates or
+    runs a trained model, and no word of its name says it trains
+    (``train_and_eval.py``).  Test files proper are not checked at all."""
+    if named_for_training(path):
+        return False
+    p = PurePath(path.replace("\\", "/"))
+    return bool(set(p.stem.lower().split("_")) & _INFERENCE_WORDS) or any(
+        part.lower() in ("eval", "evaluation", "inference") for part in p.parts[:-1])
+
+
 _VERIFICATION_STEM = re.compile(r"^_*(convert|compare|verify|check(?!point))", re.IGNORECASE)
+
+
+def notebook_trains_nothing(ctx: Context) -> bool:
+    """A notebook with no backward pass: a demo that loads a trained model and
+    samples or predicts once, cell by cell (the settings it makes serve that
+    one run)."""
+    return ctx.path.endswith(".ipynb") and "backward(" not in ctx.source
 
 
 def is_verification_path(path: str) -> bool:
@@ -603,15 +637,40 @@ _OWN_MODEL = re.compile(r"^[ \t]*class[ \t]+\w+[ \t]*\([^)]*Module[^)]*\)", re.M
 
 
 def runs_no_convolution(source: str) -> bool:
-    """Whether a program visibly has no convolution: it defines its own
-    ``nn.Module`` models, never says ``conv`` (any case; ``convert`` does not
-    count), and imports only the
-    standard library, torch and data, text or plotting libraries (no model zoo,
-    no module of its own project, whose models it cannot see)."""
-    if re.search("conv(?!ert|ers)", source, re.IGNORECASE) or not _OWN_MODEL.search(source):
+    """Whether a program visibly has no convolution.  It never says ``conv``
+    (any case; ``convert`` does not count) or ``cnn``, and either defines its
+    own ``nn.Module`` models and imports only the standard library, torch and
+    data, text or plotting libraries (no model zoo, no module of its own
+    project, whose models it cannot see), or is a text program: it imports
+    from Hugging Face ``transformers`` and uses a tokenizer (``RobertaTokenizer``,
+    ``AutoTokenizer``), and names no image, video, audio or vision model
+    (``image``, ``pixel``, ``vision``, ``ViT``, ``CLIP``, ``audio``,
+    ``speech``, ``wav2vec``, ``torchvision``, ``timm``, ``PIL``, ``cv2``):
+    the text models of the Hub are made of embeddings, linear layers and
+    attention."""
+    if _CONVOLUTION_WORDS.search(source):
         return False
-    roots = [m.group(1) for m in _IMPORT_ROOT.finditer(source)]
-    return all(root in _PLAIN_IMPORTS for root in roots)
+    if _OWN_MODEL.search(source):
+        roots = [m.group(1) for m in _IMPORT_ROOT.finditer(source)]
+        if all(root in _PLAIN_IMPORTS for root in roots):
+            return True
+    return (
+        _TRANSFORMERS_IMPORT.search(source) is not None
+        and _TOKENIZER.search(source) is not None
+        and _MEDIA_WORDS.search(source) is None
+    )
+
+
+_CONVOLUTION_WORDS = re.compile(r"conv(?!ert|ers)|cnn", re.IGNORECASE)
+_TRANSFORMERS_IMPORT = re.compile(r"^[ \t]*(?:from[ \t]+transformers\b|import[ \t]+transformers\b)", re.M)
+_TOKENIZER = re.compile(r"\w*Tokenizer\b")
+# (word starts, or a capital inside a class name: `CLIPVisionModel`; not
+# `division`, `revision` or `clip_grad_norm_`)
+_MEDIA_WORDS = re.compile(
+    r"(?i:image|pixel|video|audio|speech|wav2?vec|whisper|torchvision|timm|detr|segformer|mask2?former|yolo"
+    r"|\bvision|\bvisual|\bPIL\b|\bcv2\b|\bclip(?!_grad)|\bvit\b|\bsam\b)"
+    r"|Vision|Visual|CLIP|ViT"
+)
 
 
 # Words that say a program may put work on an accelerator, directly (`.cuda()`,
@@ -665,15 +724,15 @@ _REPEATING = (cst.For, cst.While, cst.FunctionDef, cst.Lambda, cst.ListComp, cst
 
 def demonstrated_once(ctx: Context, cls: cst.ClassDef) -> bool:
     """Whether ``cls`` is a notebook's demonstration run once: the notebook
-    trains nothing (no backward pass), and the class is only instantiated at
+    trains nothing (no backward pass with an optimizer step), and the class is only instantiated at
     its top level (``ca = CausalAttention(d_in, d_out)``), outside any loop
     or function, with its instances only called, read or printed there
     (``ca(batch)``, ``ca.to(device)``), never handed to another call.  A
     class used inside another class counts when that one is demonstrated so
     too (depth 3).  A teaching notebook's toy attention module is such a
     class; one that a training loop or a generation function runs is not."""
-    if not ctx.path.endswith(".ipynb") or ctx.module is None or "backward(" in ctx.source:
-        return False
+    if not ctx.path.endswith(".ipynb") or ctx.module is None or ("backward(" in ctx.source and ".step(" in ctx.source):
+        return False  # (a backward pass with no optimizer step trains nothing: Grad-CAM, saliency)
     cache = ctx.shared.setdefault("demonstrated-once", {})
     name = cls.name.value
     if name not in cache:

@@ -466,6 +466,31 @@ def exchanges_pickled_objects(ctx: Context) -> bool:
     return found
 
 
+_SIZE_WORDS = ("size", "shape", "len", "numel", "count")
+
+
+def exchanges_sizes(ctx: Context, recv: cst.BaseExpression) -> bool:
+    """Whether ``recv`` is a size (its root name says so: ``size[0]``,
+    ``ls_size[i]``, ``local_count``) read in a function that ``all_gather``s:
+    gathering tensors of different shapes pads each rank's to the largest,
+    and the host needs every rank's size to pad and slice (``t[:size[0].item()]``);
+    the exchange is the protocol."""
+    root = recv
+    while isinstance(root, (cst.Subscript, cst.Attribute, cst.Call)):
+        root = root.func if isinstance(root, cst.Call) else root.value
+    if not isinstance(root, cst.Name) or not any(word in root.value.lower() for word in _SIZE_WORDS):
+        return False
+    function = ctx.enclosing_function()
+    if function is None:
+        return False
+    cache = ctx.shared.setdefault("gathers", {})
+    found = cache.get(id(function))
+    if found is None:
+        found = cache[id(function)] = any(
+            isinstance(n, cst.Call) and last_name(n.func) == "all_gather" for n in walk_nodes(function.body))
+    return found
+
+
 def _module_pickles(ctx: Context) -> bool:
     found = ctx.shared.get("module-pickles")
     if found is None:
@@ -498,7 +523,15 @@ def loop_clauses(node: cst.CSTNode) -> List[cst.CSTNode]:
 
 def iterates_mapping(expr: cst.BaseExpression) -> bool:
     """``d.items()``/``d.values()``/``d.keys()``, a name ending in ``dict``
-    (``loss_dict``, ``self.eval_dict``), or ``kwargs``."""
+    (``loss_dict``, ``self.eval_dict``), or ``kwargs``; also inside
+    ``enumerate(...)``, ``sorted(...)``, ``list(...)``, ``reversed(...)``."""
+    while (
+        isinstance(expr, cst.Call)
+        and isinstance(expr.func, cst.Name)
+        and expr.func.value in ("enumerate", "sorted", "list", "reversed", "tuple")
+        and expr.args
+    ):
+        expr = expr.args[0].value  # `enumerate(sorted(losses.keys()))`
     if isinstance(expr, cst.Call):
         return (
             isinstance(expr.func, cst.Attribute)

@@ -20,6 +20,7 @@ from torchlint.rules._sync import (
     converts_any_value,
     enclosing_function_is_one_off,
     exchanges_pickled_objects,
+    exchanges_sizes,
     feeds_host_api,
     in_timing_loop,
     reading_loops,
@@ -142,7 +143,10 @@ class ItemInLoop(Rule):
       ... `pickle.loads`: an `all_gather` of arbitrary Python objects through
       byte tensors), or that `all_gather`s sizes in a module that does
       (`_pad_to_largest_tensor`): the host needs the sizes and bytes to
-      unpickle;
+      unpickle; and a size read in a function that `all_gather`s
+      (`t[:size[0].item()]` after `all_gather(ls_size, t_size)`): gathering
+      tensors of different shapes pads them to the largest, and the host
+      needs each rank's size to slice;
     - a loop whose iteration is a whole pass of work: over epochs
       (`for epoch in ...`, unless the loop itself calls `.backward()`:
       full-batch training, where each "epoch" is one step), over a streaming
@@ -502,8 +506,8 @@ class ItemInLoop(Rule):
             return  # an assert's message, or the test of a check that raises
         if named_for_cpu(ctx) or feeds_host_evaluator(ctx, self._facts):
             return  # the host implementation (`fill_indices_cpu`), or results handed to a COCO evaluator
-        if exchanges_pickled_objects(ctx):
-            return  # `all_gather` of pickled objects: the host needs the sizes to unpickle
+        if exchanges_pickled_objects(ctx) or exchanges_sizes(ctx, recv):
+            return  # `all_gather` of pickled objects or of sizes: the host needs the sizes
         if host_values(ctx).is_host(recv, ctx.location()) or not computes_with_torch(ctx):
             return  # already on the host, or not a torch tensor: nothing waits for the device
         if feeds_host_sink(ctx, len(ctx.stack) - 1, loop) or feeds_host_api(ctx):

@@ -78,6 +78,14 @@ class ManualAttention(Rule):
       mixing, reshapes, soft-capping with `tanh`, helper functions),
       `einsum` forms other than the two above (multi-query layouts),
       `torch.baddbmm`, and values kept in attributes (`self.scores`);
+    - channel ("transposed") attention, whose query is itself transposed
+      over its last two dimensions (`q = q.transpose(-2, -1)`) or laid out with
+      positions last (`rearrange(q, "b (head c) h w -> b head c (h w)")`)
+      before the product, through normalisation and casts: XCiT's
+      cross-covariance attention and Restormer's MDTA. Their score matrix is
+      channels by channels, small, and their "head dimension" is the number of
+      positions, which SDPA's fused kernels do not take: it would save no
+      memory;
     - code in a lambda, a class body or a compound statement's header;
     - a class that a notebook only demonstrates: the notebook trains nothing
       (no backward pass), instantiates the class only at its top level,
@@ -363,6 +371,8 @@ class ManualAttention(Rule):
                 continue
             if cand.dim != -1 and (rank is None or cand.dim != rank - 1):
                 continue
+            if scope.transposed_query(cand.scores, at):
+                continue  # channel attention (XCiT, Restormer): a C x C score matrix, positions as head dim
             if not scope.weights_meet_values(cand.chain):
                 continue
             self.report(cand.call, self._MESSAGE)

@@ -14,6 +14,7 @@ from torchlint.rules._program import (
     ProgramRule,
     in_scope_named,
     is_verification_path,
+    notebook_trains_nothing,
     under_switch,
 )
 
@@ -56,8 +57,11 @@ class CudnnBenchmarkDisabled(ProgramRule):
     that reproducibility is its purpose (`enable_full_determinism()`,
     `make_reproducible()`, `class DeterministicEngine`): calling it is the
     switch (a seeding helper such as `set_seed()` is not one, since it runs in
-    every run); an assignment in a conversion or verification script (a file
-    named `convert_*`, `compare_*`, `verify_*` or `check_*`), which runs once
+    every run); an assignment in a notebook that trains nothing (no backward
+    pass: a demo that loads a model and samples once, seeded so that its
+    pictures come out the same); an assignment in a conversion or
+    verification script (a file named `convert_*`, `compare_*`, `verify_*` or
+    `check_*`), which runs once
     and compares outputs with a reference; benchmark scripts (`bench` in the
     file or directory name, such as `benchmarks/` or `benchmark_fp32.py`),
     which measure one configuration on purpose; a module with a
@@ -242,6 +246,7 @@ class CudnnBenchmarkDisabled(ProgramRule):
                     and not under_switch(self.context, REPRODUCIBILITY_SWITCH)
                     and not in_scope_named(self.context, REPRODUCIBILITY_PURPOSE)
                     and not is_verification_path(self.context.path)
+                    and not notebook_trains_nothing(self.context)
                 ):
                     self._disabled.append((node, self._scope()))
             elif q == _DETERMINISTIC and literal_bool(node.value) is True:

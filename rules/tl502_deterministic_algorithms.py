@@ -12,6 +12,7 @@ from torchlint.rules._program import (
     is_benchmark_path,
     runs_no_convolution,
     is_verification_path,
+    notebook_trains_nothing,
     under_switch,
 )
 
@@ -41,6 +42,8 @@ class DeterministicAlgorithms(Rule):
       it runs at the start of every run, so determinism hidden in it is
       always on;
     - test files, which legitimately ask for determinism to compare results;
+      notebooks that train nothing (no backward pass: a demo that loads a
+      model and samples once, seeded so that its pictures come out the same);
       benchmark scripts (`bench` in the file or directory name), which
       measure one configuration on purpose, often comparing results between
       runs; and conversion or verification scripts (a file named
@@ -52,9 +55,14 @@ class DeterministicAlgorithms(Rule):
       convolution: it defines its own `nn.Module` models, never mentions a
       convolution (`Conv1d`/`Conv2d`/`conv2d`...), and imports only the
       standard library, torch and data, text or plotting libraries (no model
-      zoo such as torchvision or timm, no module of its own project): the
-      flag restricts only cuDNN's convolution algorithms, so in an LSTM or
-      Transformer tutorial it changes nothing.
+      zoo such as torchvision or timm, no module of its own project), or is a
+      text program (it uses a tokenizer from Hugging Face `transformers`,
+      never says `conv` or `cnn`, and names no image, video, audio or vision
+      model: a BERT or RoBERTa fine-tuning script): the flag restricts only
+      cuDNN's convolution algorithms, so in an LSTM or Transformer program it
+      changes nothing. (A text program whose own model module, imported from
+      the project, holds a convolution without the script naming one is
+      missed; the script is the one place the rule reads.)
 
     ## Why is this bad?
     Deterministic mode makes PyTorch choose, for every operation that has
@@ -153,7 +161,8 @@ class DeterministicAlgorithms(Rule):
     def __init__(self, context) -> None:
         super().__init__(context)
         path = context.path
-        self._off = context.is_test_file or is_benchmark_path(path) or is_verification_path(path)
+        self._off = (context.is_test_file or is_benchmark_path(path) or is_verification_path(path)
+                     or notebook_trains_nothing(context))
 
     def _switched(self) -> bool:
         return under_switch(self.context, REPRODUCIBILITY_SWITCH) or in_scope_named(

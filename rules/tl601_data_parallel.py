@@ -1,7 +1,6 @@
 from __future__ import annotations
 
 import re
-from pathlib import PurePath
 from typing import Dict, List, Optional, Tuple
 
 import libcst as cst
@@ -11,6 +10,7 @@ from torchlint.nodes import walk_nodes
 from torchlint.rule import Invalid, Rule, Valid
 from torchlint.rules._frequency import runs_once_by_path
 from torchlint.rules._helpers import CallTable, method_name
+from torchlint.rules._program import named_for_inference
 from torchlint.rules._training import is_backward
 
 # The class and the functional form (`data_parallel(module, inputs)`), which
@@ -81,8 +81,10 @@ class DataParallel(Rule):
     model in train mode (`.train()`) nor runs a backward pass, and either puts
     one in eval mode (`.eval()`: an offline FID or feature-extraction script)
     or is a script named for evaluation or inference (`tools/test.py`,
-    `eval_*.py`, `inference.py`, `predict.py`, `demo.py`, `sample.py`, whose
-    evaluation loop may live in another module). DDP is a
+    `eval_*.py`, `run_test_cls.py`, `run_infer_msg.py`, `inference.py`,
+    `predict.py`, `demo.py`, `sample.py`, a module under an `eval/`,
+    `evaluation/` or `inference/` directory; not `train_and_eval.py`),
+    whose evaluation loop may live in another module. DDP is a
     training wrapper (it synchronises gradients); splitting inference over
     GPUs without `DataParallel` means one process per GPU and a rewrite,
     which a script that runs once per evaluation does not repay.
@@ -331,7 +333,7 @@ class DataParallel(Rule):
     def leave_Module(self, node: cst.Module) -> None:
         if self._offers_ddp:
             return  # DataParallel is the fallback of a program that also runs with DDP
-        if not self._trains and (self._evaluates or _INFERENCE_SCRIPT.match(PurePath(self.context.path).name)):
+        if not self._trains and (self._evaluates or named_for_inference(self.context.path)):
             return  # inference only: DDP is for training, and nothing here trains
         for call, kind, function in self._found:
             flags = self._functions.get(id(function), [False, False])
@@ -363,12 +365,6 @@ class DataParallel(Rule):
                             and len(n.args) == 2 and "DataParallel" in _names(n.args[1].value)):
                         return True
         return False
-
-
-# A script named for evaluation or inference (`tools/test.py`, `eval_coco.py`,
-# `inference.py`, `predict.py`, `demo.py`, `sample.py`); test files proper are
-# not checked at all.
-_INFERENCE_SCRIPT = re.compile(r"^(test|eval|evaluate|evaluation|infer|inference|predict|demo|sample)(_\w+)?\.py$")
 
 
 def _names(expr: cst.BaseExpression) -> List[str]:

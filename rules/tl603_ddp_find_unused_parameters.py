@@ -1,11 +1,14 @@
 from __future__ import annotations
 
+from typing import List
+
 import libcst as cst
 
 from torchlint.model import FixAvailability
 from torchlint.rule import Invalid, Rule, Valid
-from torchlint.rules._helpers import has_star, keyword, literal_bool
-from torchlint.rules._training import DDP_CLASSES
+from torchlint.rules._helpers import has_star, keyword, literal_bool, method_name
+from torchlint.rules._program import named_for_inference, named_for_training
+from torchlint.rules._training import DDP_CLASSES, is_backward
 
 class DdpFindUnusedParameters(Rule):
     """
@@ -25,6 +28,15 @@ class DdpFindUnusedParameters(Rule):
     inserted before it). Other libraries' options of the same name, such as
     Lightning's `DDPStrategy(find_unused_parameters=True)`, are not torch's
     constructor and are not reported.
+
+    Nor is the flag in an inference script: a module that runs no backward
+    pass and puts no model in train mode, whose name does not say it trains
+    (`run_class_finetuning.py` trains through another module), and that puts
+    a model in eval mode or is named for evaluation or inference
+    (`run_test_cls.py`, `run_infer_msg.py`, `eval_*.py`, `predict.py`, a
+    module under `eval/`; see TL601). The search for unused parameters prepares the backward pass;
+    a script that only runs forward passes, under `torch.no_grad()` as
+    evaluation does, never pays for it.
 
     ## Why is this bad?
     With `find_unused_parameters=True`, DDP walks the autograd graph from the
@@ -111,8 +123,19 @@ class DdpFindUnusedParameters(Rule):
         "ones are unused every time"
     )
 
+    def __init__(self, context) -> None:
+        super().__init__(context)
+        self._found: List[cst.Arg] = []
+        # Whether the module trains (a backward pass, `.train()`) or puts a model in eval mode.
+        self._trains = self._evaluates = False
+
     def visit_Call(self, node: cst.Call) -> None:
         func = node.func
+        name = method_name(node)
+        if name == "eval" and not node.args:
+            self._evaluates = True
+        elif name == "train" or (name == "backward" and is_backward(node, self.context)):
+            self._trains = True
         if isinstance(func, cst.Attribute):
             if func.attr.value != "DistributedDataParallel":
                 return
@@ -126,4 +149,11 @@ class DdpFindUnusedParameters(Rule):
         static = keyword(node, "static_graph")
         if static is not None and literal_bool(static.value) is not False:
             return
-        self.report(arg, self._MESSAGE)
+        self._found.append(arg)
+
+    def leave_Module(self, node: cst.Module) -> None:
+        path = self.context.path
+        if not self._trains and not named_for_training(path) and (self._evaluates or named_for_inference(path)):
+            return  # forward passes only: the search prepares a backward pass that never comes
+        for arg in self._found:
+            self.report(arg, self._MESSAGE)

@@ -244,8 +244,14 @@ def test_a_module_handed_to_a_function_is_reported():
 
 
 def test_a_notebook_that_trains_is_reported():
-    code = DEMO + "context.sum().backward()\n"
+    code = DEMO + "context.sum().backward()\noptimizer.step()\n"
     assert found(code, "TL402", path="ch03.ipynb") == [("TL402", 16)]
+
+
+def test_a_backward_pass_without_an_optimizer_step_trains_nothing():
+    # Grad-CAM or a saliency map: gradients of one input, read once
+    code = DEMO + "context.sum().backward()\n"
+    assert found(code, "TL402", path="ch03.ipynb") == []
 
 
 def test_a_notebook_comparing_with_sdpa_keeps_its_baselines():
