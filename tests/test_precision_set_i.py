@@ -77,7 +77,7 @@ def collect_boxes(model, loader, ratio, found):
         box = np.array([1.0, 2.0, 3.0, 4.0])
         box -= np.array([0.5, 0.5, 0.5, 0.5])
         box /= ratio
-        found.append(box.round().astype(np.int32).tolist())
+        found.append(box.round().astype(np.int32).sum().item())
 """
 
 
@@ -113,8 +113,8 @@ import torch
 
 def create_table(self, dataset, rows):
     for si, (img, labels, paths, shapes) in enumerate(dataset):
-        for cls, *xyxy in labels[:, 1:].tolist():
-            rows.append((si, cls, xyxy))
+        count = labels[:, 1:].sum().item()
+        rows.append((si, count))
 """
 
 
@@ -150,7 +150,7 @@ def test(model, dataloader, stats, device):
             out = non_max_suppression(out)
         for si, pred in enumerate(out):
             labels = targets[targets[:, 0] == si, 1:]
-            tcls = labels[:, 0].tolist()
+            tcls = labels[:, 0].sum().item()
             stats.append((pred[:, 4].cpu(), tcls))
 """
 
