@@ -35,7 +35,9 @@ visited run?" for the rules that need it, from the module alone:
   before the loops around it (``grid = None`` ... ``if grid is None:``) runs
   once per run of its function (:func:`_lazy_init`).  The loops of a function
   that draws (``visualize_dev``, ``plot_*``, ``draw_*``) in code that runs
-  once or per epoch are not step loops.
+  once or per epoch are not step loops, and a loop whose body ends with an
+  unconditional ``break``/``return``/``raise`` runs its body once
+  (``_sync.runs_one_iteration``).
 * **Functions** run as often as their most frequent caller in the module: a
   call in a step loop makes a function per step, and so does a call from a
   per-step function.  Some functions run per step by their role, whoever
@@ -82,7 +84,7 @@ from torchlint.rule import Context, contains_modulo, is_test_path, tests_periodi
 from torchlint.rules._helpers import last_name
 from torchlint.rules._models import MODEL_WORDS
 from torchlint.rules._program import demonstrated_once
-from torchlint.rules._sync import mentions_name, target_names
+from torchlint.rules._sync import mentions_name, runs_one_iteration, target_names
 from torchlint.nodes import inner_children, iter_children
 
 UNKNOWN, ONCE, PER_EPOCH, PER_STEP = 0, 1, 2, 3
@@ -514,9 +516,9 @@ def _loop_marker(node: cst.CSTNode, child: cst.CSTNode) -> Optional[object]:
     """The loop (or periodic guard) that ``child`` of ``node`` runs under, if any."""
     kind = type(node)
     if kind is cst.For:
-        return node if child is node.body else None
+        return node if child is node.body and not runs_one_iteration(node) else None
     if kind is cst.While:
-        return node if child is node.body or child is node.test else None
+        return node if (child is node.body or child is node.test) and not runs_one_iteration(node) else None
     if kind in (cst.ListComp, cst.SetComp, cst.GeneratorExp, cst.DictComp):
         return node if child is not node.for_in else None
     if kind is cst.If and child is node.body and (

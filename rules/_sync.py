@@ -101,6 +101,13 @@ def _ends_with_exit(block: cst.CSTNode, *, leaving=(cst.Break, cst.Return, cst.R
     return isinstance(small, cst.Expr) and _exits_process(small.value)
 
 
+def runs_one_iteration(loop: cst.CSTNode) -> bool:
+    """A ``for``/``while`` loop whose body ends with an unconditional
+    ``break``, ``return`` or ``raise``: it runs its body once (one batch for a
+    data-dependent initialisation, ``for x in loader: ...; break``)."""
+    return isinstance(loop, (cst.For, cst.While)) and _ends_with_exit(loop.body)
+
+
 def _exits_process(expr: cst.BaseExpression) -> bool:
     if not isinstance(expr, cst.Call):
         return False

@@ -10,6 +10,7 @@ from torchlint.rule import Benchmark, Invalid, Rule, Valid
 from torchlint.rules._copies import CopyLoops, pinned_loaders_given
 from torchlint.rules._helpers import has_star, keyword, method_name
 from torchlint.rules._loaders import DEVICE, HOST, UNKNOWN, PinnedLoaders, is_dataloader, pinned_elsewhere, placement
+from torchlint.rules._sync import runs_one_iteration
 
 
 
@@ -139,7 +140,10 @@ class CopyWithoutNonBlocking(CopyLoops, Rule):
     elsewhere, an imported object). A whole batch from a loader built in
     another module (`batch.to(device)`) is not reported either, since its
     `collate_fn` is not seen here. A copy made in a helper function that the
-    loop calls is not followed.
+    loop calls is not followed. Nor is a loop whose body ends with an
+    unconditional `break` (or `return`/`raise`): it copies one batch, once
+    (a data-dependent initialisation, `for x, y in loader: model(x.cuda());
+    break`).
 
     ## References
     - PyTorch Performance Tuning Guide, "Enable asynchronous data loading and augmentation"
@@ -309,6 +313,8 @@ class CopyWithoutNonBlocking(CopyLoops, Rule):
         self._note_pinned_factories(node, pinned)
         reported = set()
         for loop in self._loops:
+            if runs_one_iteration(loop.node):
+                continue  # `for x in loader: ...; break`: one batch, once
             found = pinned.pinned(loop.loader, loop.location)
             if not found:
                 continue

@@ -70,3 +70,38 @@ def test_the_sizes_of_a_gather_of_different_shapes_are_the_protocol():
 def test_other_reads_in_the_same_function_are_reported():
     code = GATHER.replace("out.append(part[:size[0].item()])", "out.append(part[:size[0].item()].sum().item())")
     assert found(code, "TL101") == [("TL101", 16)]
+
+
+# -- set CC (build-nanogpt, FastChat, PyTorch-VAE, glow-tts, so-vits-svc, encodec,
+# descript-audio-codec): a loop that runs its body once --------------------------------------
+
+INIT = """
+import torch
+from torch.utils.data import DataLoader
+
+
+def main(dataset, generator):
+    loader = DataLoader(dataset, batch_size=32, num_workers=4, pin_memory=True)
+    generator.train()
+    for x, y in loader:
+        x, y = x.cuda(), y.cuda()
+        noise = torch.randn(x.shape).cuda()
+        _ = generator(x + noise, y)
+        break
+    torch.save(generator.state_dict(), "ddi.pth")
+"""
+
+
+def test_a_loop_that_breaks_after_one_batch_runs_once():
+    # a data-dependent initialisation: one batch, once
+    assert found(INIT, "TL204,TL201") == []
+
+
+def test_the_same_loop_without_the_break_is_per_step():
+    code = INIT.replace("        break\n", "")
+    assert found(code, "TL204,TL201") == [("TL204", 10), ("TL204", 10), ("TL201", 11)]
+
+
+def test_a_break_under_a_condition_still_repeats():
+    code = INIT.replace("        break\n", "        if y.sum() > 0:\n            break\n")
+    assert found(code, "TL204,TL201") == [("TL204", 10), ("TL204", 10), ("TL201", 11)]

@@ -160,8 +160,8 @@ def get_lens(ds, pad):
     dl = tqdm(DataLoader(ds, batch_size=512, num_workers=8, collate_fn=ds.collate_fn))
     max_lens = []
     for batch in dl:
-        src_lens = batch["input_ids"].ne(pad).sum(1).tolist()
-        max_lens.extend(src_lens)
+        longest = batch["input_ids"].ne(pad).sum(1).max().item()
+        max_lens.append(longest)
     return max_lens
 """
 
