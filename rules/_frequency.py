@@ -84,7 +84,7 @@ from torchlint.rule import Context, contains_modulo, is_test_path, tests_periodi
 from torchlint.rules._helpers import last_name
 from torchlint.rules._models import MODEL_WORDS
 from torchlint.rules._program import demonstrated_once
-from torchlint.rules._sync import mentions_name, runs_one_iteration, target_names
+from torchlint.rules._sync import capped_by_loop, mentions_name, runs_one_iteration, target_names
 from torchlint.nodes import inner_children, iter_children
 
 UNKNOWN, ONCE, PER_EPOCH, PER_STEP = 0, 1, 2, 3
@@ -190,6 +190,7 @@ class FrequencyModel:
         self.classes: Dict[str, List[cst.ClassDef]] = {}
         self.sites: List[_Site] = []
         self._outer_loops: Dict[int, bool] = {}
+        self._displays: Dict[Tuple[int, str], bool] = {}  # see _over_displays
         self._callers: Optional[Dict[cst.FunctionDef, List[cst.FunctionDef]]] = None  # on demand
         # Periodic flags of each function, by id, computed on demand (shared with
         # the Context's periodic-guard test through `model_for`).
@@ -243,7 +244,7 @@ class FrequencyModel:
                         child_loops = (*loops, _PERIODIC)  # after `if cur_nimg < tick_end: continue`
                 continue
             flagged = kind is cst.If and fn is not None and tests_periodic_flag(node.test, fn, self._flags)
-            lazy = _lazy_init(node, fn, loops) if kind is cst.If else None
+            lazy = _guard_marker(node, fn, loops) if kind is cst.If else None
             marks = kind in _MARKERS
             for child in inner_children(node):  # nothing above is done at a leaf
                 child_loops = _loops_for_child(node, child, loops) if marks else loops
@@ -357,9 +358,25 @@ class FrequencyModel:
                 # a loop in code known to run rarely, over something else than the
                 # data, or in a function that draws (a few batches for a picture)
                 continue
+            elif self._over_displays(loop, fn):
+                continue  # a handful of values written out (asked last: it walks the function)
             else:
                 level = PER_STEP
         return level
+
+    def _over_displays(self, loop: object, fn: Optional[cst.FunctionDef]) -> bool:
+        """A ``for`` over a local name that ``fn`` only ever assigns tuple or list
+        displays (``models = ((self.vae, "vae"),)``, ``models = ((ema, "ema"),) +
+        models``): a few values.  Cached per function and name."""
+        if fn is None or not isinstance(loop, cst.For) or not isinstance(loop.iter, cst.Name):
+            return False
+        if any(word in loop.iter.value.lower() for word in _DATA_WORDS):
+            return False  # `for batch in loader`: data, not written out
+        key = (id(fn), loop.iter.value)
+        found = self._displays.get(key)
+        if found is None:
+            found = self._displays[key] = _bound_to_displays(fn, loop.iter.value)
+        return found
 
     def _is_outer_loop(self, loop: object) -> bool:
         """A loop whose iteration is a whole pass: its variable names an epoch, its
@@ -432,7 +449,7 @@ class FrequencyModel:
             resolved: List[object] = []
             for marker in loops:
                 if type(marker) is cst.If:
-                    marker = _lazy_init(marker, fn, resolved)
+                    marker = _guard_marker(marker, fn, resolved)
                 if marker is not None:
                     resolved.append(marker)
             loops = resolved
@@ -606,6 +623,18 @@ def _at_one_step(test: cst.BaseExpression, operator: type, joins: type) -> bool:
 # A function that draws (`visualize_dev`, `plot_samples`, `draw_boxes`, `vis_batch`):
 # its loops go over the few batches a picture needs, not over the data.
 _DRAWING = re.compile(r"(?:^|_)(?:vis|visuali[sz]e\w*|plot\w*|draw\w*)(?:$|_)")
+
+
+def _guard_marker(node: cst.If, fn: Optional[cst.FunctionDef], loops: Sequence[object]) -> Optional[object]:
+    """The marker for the body of an ``if`` that lets it run rarely: a lazy
+    initialisation (:func:`_lazy_init`), or a cap on a counter the loop around
+    it increments every iteration (``num_total += 1`` ... ``if num_total < 10:``,
+    a debug print of the first examples): ``_PERIODIC``."""
+    lazy = _lazy_init(node, fn, loops)
+    if lazy is not None:
+        return lazy
+    loop = next((l for l in reversed(loops) if isinstance(l, (cst.For, cst.While))), None)
+    return _PERIODIC if loop is not None and capped_by_loop(node, loop) else None
 
 
 def _lazy_init(node: cst.If, fn: Optional[cst.FunctionDef], loops: Sequence[object]) -> Optional[object]:
@@ -817,6 +846,31 @@ def _few_values(loop: object) -> bool:
     ):
         iterable = iterable.args[0].value  # `enumerate(sorted(losses.keys()))`
     return _few_values_expression(iterable)
+
+
+def _bound_to_displays(fn: cst.FunctionDef, name: str) -> bool:
+    """Whether every binding of ``name`` in ``fn`` assigns a tuple or list
+    display, or such a display joined with ``+`` to the name itself."""
+    found = False
+    for statement, _ in _bindings(fn.body, name, None, None):
+        if not (
+            isinstance(statement, cst.Assign)
+            and len(statement.targets) == 1
+            and isinstance(statement.targets[0].target, cst.Name)  # not `a, name = 0, tqdm(loader)`
+            and _display_sum(statement.value, name)
+        ):
+            return False
+        found = True
+    return found
+
+
+def _display_sum(expr: cst.BaseExpression, name: str) -> bool:
+    if isinstance(expr, (cst.Tuple, cst.List)):
+        return True
+    if isinstance(expr, cst.BinaryOperation) and isinstance(expr.operator, cst.Add):
+        return all(_display_sum(side, name) or (isinstance(side, cst.Name) and side.value == name)
+                   for side in (expr.left, expr.right))
+    return False
 
 
 _KEY_TARGET = re.compile(r"^(k|key|name|\w+_(key|name))$")

@@ -174,7 +174,28 @@ def runs_once(ctx: Context, loop: cst.CSTNode) -> bool:
             and _compares_counter_to_literal(ancestor.test, counters)
         ):
             return True
-        if isinstance(ancestor, cst.If) and stack[i + 1] is ancestor.body and (_capped(ancestor) or _counted(ancestor)):
+        if isinstance(ancestor, cst.If) and stack[i + 1] is ancestor.body and (
+            _capped(ancestor) or _counted(ancestor) or capped_by_loop(ancestor, loop)
+        ):
+            return True
+    return False
+
+
+def capped_by_loop(node: cst.If, loop: cst.CSTNode) -> bool:
+    """``if num_total < 10:`` (or ``<=``) where the loop's own body increments
+    ``num_total`` every iteration (``num_total += 1`` as a statement of the
+    body, not under a condition): the block runs for the first few iterations
+    only (a debug print of the first examples)."""
+    body = getattr(loop, "body", None)
+    if not isinstance(loop, (cst.For, cst.While)) or not isinstance(body, cst.IndentedBlock):
+        return False
+    names = [n for n in _test_names(node.test, (cst.LessThan, cst.LessThanEqual)) if _compared_with_integer(node.test, n)]
+    for statement in body.body:
+        if isinstance(statement, cst.SimpleStatementLine) and any(
+            isinstance(small, cst.AugAssign) and isinstance(small.operator, cst.AddAssign)
+            and isinstance(small.target, cst.Name) and small.target.value in names
+            for small in statement.body
+        ):
             return True
     return False
 

@@ -105,3 +105,63 @@ def test_the_same_loop_without_the_break_is_per_step():
 def test_a_break_under_a_condition_still_repeats():
     code = INIT.replace("        break\n", "        if y.sum() > 0:\n            break\n")
     assert found(code, "TL204,TL201") == [("TL204", 10), ("TL204", 10), ("TL201", 11)]
+
+
+# -- set DD/CC: a loop over a tuple of models written out, a debug print capped by a counter -----
+
+SAMPLES = """
+import torch
+
+
+class Trainer:
+    def train_step(self, steps, valid_iter, device):
+        loss = self.vae(next(self.dl_iter).to(device))
+        loss.backward()
+        if not (steps % self.save_every):
+            models = ((self.vae, str(steps)),)
+            if self.use_ema:
+                models = ((self.ema, f"{steps}.ema"),) + models
+            for model, name in models:
+                recons = model(next(valid_iter).to(device))
+                self.logs[name] = recons.detach().cpu()
+"""
+
+
+def test_a_loop_over_a_tuple_of_models_written_out_runs_a_few_times():
+    assert found(SAMPLES, "TL102") == []
+
+
+def test_the_same_loop_without_the_periodic_guard_is_per_step():
+    code = SAMPLES.replace("        if not (steps % self.save_every):\n", "        if True:\n")
+    assert found(code, "TL102") == [("TL102", 15)]
+    assert found(SAMPLES.replace("for model, name in models:", "for model, name in self.models:"), "TL102") == [
+        ("TL102", 15)]
+    # a name unpacked from a tuple display is one of its items, not the display
+    unpacked = SAMPLES.replace("            models = ((self.vae, str(steps)),)\n", "            n, models = 0, self.pairs()\n")
+    assert found(unpacked, "TL102") == [("TL102", 15)]
+
+
+CAPPED = """
+import torch
+
+
+def evaluate(model, examples, device):
+    num_total = 0
+    for tokens, label in examples:
+        logits = model(tokens.to(device))
+        loss = logits.log_softmax(-1).mean(-1)
+        num_total += 1
+        pred = loss.argmax().item()
+        if num_total < 10:
+            for i in range(len(loss)):
+                print(i, loss[i].item())
+"""
+
+
+def test_a_debug_print_of_the_first_examples_runs_a_few_times():
+    assert found(CAPPED, "TL101") == [("TL101", 11)]
+
+
+def test_a_cap_on_a_counter_the_loop_does_not_increment_is_per_step():
+    code = CAPPED.replace("        num_total += 1\n", "        num_total = len(tokens)\n")
+    assert found(code, "TL101") == [("TL101", 11), ("TL101", 14)]
