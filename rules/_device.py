@@ -60,7 +60,7 @@ _SAME_DEVICE_OPS = frozenset(
         "multinomial", "max", "min", "argmax", "argmin", "amax", "amin", "sum", "mean",
         "std", "var", "prod", "nonzero", "unique", "sort", "argsort", "topk", "bincount",
         "cumsum", "clamp", "abs", "sqrt", "exp", "log", "round", "floor", "ceil", "flatten",
-        "reshape", "squeeze", "unsqueeze", "count_nonzero", "median", "quantile",
+        "reshape", "squeeze", "unsqueeze", "count_nonzero", "median", "quantile", "kthvalue", "mode",
     }
 )
 # `torch.return_types` producers: their `.values` is a tensor.

@@ -947,10 +947,10 @@ _EXPORT_FILE = re.compile(
 
 
 # A benchmark script or directory (`bench.py`, `benchmark_inference.py`,
-# `speed_bench.py`, `benchmarks/`): its loops are the measurement, run a fixed
+# `speed_bench.py`, `measure_vram.py`, `benchmarks/`): its loops are the measurement, run a fixed
 # number of times on purpose; what they do per iteration is what is measured.
 _BENCHMARK_PART = re.compile(r"^(bench|benchmarks?|benchmarking)$", re.IGNORECASE)
-_BENCHMARK_FILE = re.compile(r"^(bench(mark)?(s|ing)?(_\w+)?|\w+_bench(mark)?s?)\.py$", re.IGNORECASE)
+_BENCHMARK_FILE = re.compile(r"^(bench(mark)?(s|ing)?(_\w+)?|\w+_bench(mark)?s?|measure_\w+)\.py$", re.IGNORECASE)
 
 
 def runs_once_by_path(path: str) -> bool:

@@ -494,19 +494,28 @@ def exchanges_pickled_objects(ctx: Context) -> bool:
     return found
 
 
-_SIZE_WORDS = ("size", "shape", "len", "numel", "count")
+_SIZE_WORDS = ("size", "shape", "len", "numel", "count", "num_")
 
 
 def exchanges_sizes(ctx: Context, recv: cst.BaseExpression) -> bool:
     """Whether ``recv`` is a size (its root name says so: ``size[0]``,
-    ``ls_size[i]``, ``local_count``) read in a function that ``all_gather``s:
-    gathering tensors of different shapes pads each rank's to the largest,
-    and the host needs every rank's size to pad and slice (``t[:size[0].item()]``);
-    the exchange is the protocol."""
+    ``ls_size[i]``, ``local_count``, or it is the variable of a loop or
+    comprehension over such a name: ``[a.item() for a in num_anchors_full]``)
+    read in a function that ``all_gather``s: gathering tensors of different
+    shapes pads each rank's to the largest, and the host needs every rank's
+    size to pad and slice (``t[:size[0].item()]``); the exchange is the
+    protocol."""
     root = recv
     while isinstance(root, (cst.Subscript, cst.Attribute, cst.Call)):
         root = root.func if isinstance(root, cst.Call) else root.value
-    if not isinstance(root, cst.Name) or not any(word in root.value.lower() for word in _SIZE_WORDS):
+    if not isinstance(root, cst.Name):
+        return False
+    names = [root.value]
+    for loop in ctx.enclosing_loops():
+        for clause in loop_clauses(loop):
+            if root.value in target_names(clause.target):
+                names.append(_last(clause.iter))
+    if not any(word in name.lower() for name in names for word in _SIZE_WORDS):
         return False
     function = ctx.enclosing_function()
     if function is None:
@@ -1230,6 +1239,8 @@ def _is_sink(call: cst.Call) -> bool:
         return _is_env_step(func)
     if name == "write" and isinstance(func, cst.Attribute) and _is_console(func.value):
         return False  # `sys.stdout.write(...)` is a log line, like `print`
+    if isinstance(func, cst.Attribute) and isinstance(func.value, cst.Name) and func.value.value == "cv2":
+        return True  # OpenCV draws and writes host arrays (`cv2.circle(image, (x.item(), y.item()), ...)`)
     return any(word in lowered for word in _SINK_WORDS)
 
 

@@ -10,6 +10,7 @@ from torchlint.rule import Benchmark, Invalid, Rule, Valid
 from torchlint.rules._copies import CopyLoops, pinned_loaders_given
 from torchlint.rules._helpers import has_star, keyword, method_name
 from torchlint.rules._loaders import DEVICE, HOST, UNKNOWN, PinnedLoaders, is_dataloader, pinned_elsewhere, placement
+from torchlint.rules._frequency import runs_once_by_path
 from torchlint.rules._sync import runs_one_iteration
 
 
@@ -140,7 +141,9 @@ class CopyWithoutNonBlocking(CopyLoops, Rule):
     elsewhere, an imported object). A whole batch from a loader built in
     another module (`batch.to(device)`) is not reported either, since its
     `collate_fn` is not seen here. A copy made in a helper function that the
-    loop calls is not followed. Nor is a loop whose body ends with an
+    loop calls is not followed. Nor is a copy in a file that runs once or whose
+    loops are a measurement (a test file, an export or conversion script, a
+    benchmark or `measure_*.py` script, as in `docs/precision.md`). Nor is a loop whose body ends with an
     unconditional `break` (or `return`/`raise`): it copies one batch, once
     (a data-dependent initialisation, `for x, y in loader: model(x.cuda());
     break`).
@@ -302,6 +305,8 @@ class CopyWithoutNonBlocking(CopyLoops, Rule):
         # Without a literal `pin_memory` there is no pinned loader to find
         # (`pin_memory=True` is essentially never written positionally).
         self._active = "DataLoader" in source and "pin_memory" in source or pinned_loaders_given(context)
+        if runs_once_by_path(context.path):
+            self._active = False  # a test, export or benchmark script: its loops run once or are the measurement
         if not self._active:
             self.walks = False
 
