@@ -385,7 +385,7 @@ def test_reads_in_an_all_gather_of_pickled_objects_are_the_protocol():
     # without pickle, the sizes of the gather are still its protocol (set AA)...
     assert found(plain, "TL101") == []
     # ...but other values read there are not
-    plain = plain.replace("[int(size.item()) for size in size_list]", "[int(v.item()) for v in size_list]")
+    plain = plain.replace("[int(size.item()) for size in size_list]", "[int(v.item()) for v in gathered]")
     assert found(plain, "TL101") == [("TL101", 13)]
 
 

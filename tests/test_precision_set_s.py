@@ -338,7 +338,7 @@ def test_an_all_gather_of_sizes_in_a_module_without_pickle_is_the_protocol_too()
 
 def test_other_reads_in_a_gathering_module_without_pickle_are_reported():
     code = GATHER.replace("pickle.dumps(data)", "bytes(data)").replace("import pickle\n", "")
-    code = code.replace("sizes = [int(size.item()) for size in sizes]", "sizes = [int(v.item()) for v in sizes]")
+    code = code.replace("sizes = [int(size.item()) for size in sizes]", "sizes = [int(v.item()) for v in parts]")
     assert found(code, "TL101", path="comm.py") == [("TL101", 15)]
 
 
