@@ -215,9 +215,7 @@ class Scope:
         if depth > _MAX_DEPTH:
             return False
         if isinstance(expr, cst.Name):
-            index, value = self.reaching(expr.value, at)
-            return index is not None and value is not None and not isinstance(value, cst.AugAssign) and (
-                self.transposed_query(value, index, depth + 1))
+            return self._through(expr, at, depth, self.transposed_query)
         if isinstance(expr, cst.BinaryOperation):
             if isinstance(expr.operator, cst.MatrixMultiply):
                 return self._transposed(expr.left, at, depth + 1)
@@ -230,13 +228,18 @@ class Scope:
                 return isinstance(expr.func, cst.Attribute) and self.transposed_query(expr.func.value, at, depth + 1)
         return False
 
+    def _through(self, name: cst.Name, at: int, depth: int, ask) -> bool:
+        """``ask`` of the value last assigned to ``name`` before ``at`` (not an
+        augmented assignment)."""
+        index, value = self.reaching(name.value, at)
+        return index is not None and value is not None and not isinstance(value, cst.AugAssign) and (
+            ask(value, index, depth + 1))
+
     def _transposed(self, query: cst.BaseExpression, at: int, depth: int) -> bool:
         if depth > _MAX_DEPTH:
             return False
         if isinstance(query, cst.Name):
-            index, value = self.reaching(query.value, at)
-            return index is not None and value is not None and not isinstance(value, cst.AugAssign) and (
-                self._transposed(value, index, depth + 1))
+            return self._through(query, at, depth, self._transposed)
         if isinstance(query, cst.Attribute):
             return query.attr.value == "mT"
         if not isinstance(query, cst.Call) or not query.args:
