@@ -191,6 +191,7 @@ class FrequencyModel:
         self.sites: List[_Site] = []
         self._outer_loops: Dict[int, bool] = {}
         self._displays: Dict[Tuple[int, str], bool] = {}  # see _over_displays
+        self._guards: Dict[int, Optional[object]] = {}  # `_guard_marker` of each `if`, by id
         self._callers: Optional[Dict[cst.FunctionDef, List[cst.FunctionDef]]] = None  # on demand
         # Periodic flags of each function, by id, computed on demand (shared with
         # the Context's periodic-guard test through `model_for`).
@@ -244,7 +245,7 @@ class FrequencyModel:
                         child_loops = (*loops, _PERIODIC)  # after `if cur_nimg < tick_end: continue`
                 continue
             flagged = kind is cst.If and fn is not None and tests_periodic_flag(node.test, fn, self._flags)
-            lazy = _guard_marker(node, fn, loops) if kind is cst.If else None
+            lazy = self._guard(node, fn, loops) if kind is cst.If else None
             marks = kind in _MARKERS
             for child in inner_children(node):  # nothing above is done at a leaf
                 child_loops = _loops_for_child(node, child, loops) if marks else loops
@@ -364,6 +365,14 @@ class FrequencyModel:
                 level = PER_STEP
         return level
 
+    def _guard(self, node: cst.If, fn: Optional[cst.FunctionDef], loops: Sequence[object]) -> Optional[object]:
+        """:func:`_guard_marker`, once per ``if`` (the loops around it are the
+        same whichever question asks)."""
+        key = id(node)
+        if key not in self._guards:
+            self._guards[key] = _guard_marker(node, fn, loops)
+        return self._guards[key]
+
     def _over_displays(self, loop: object, fn: Optional[cst.FunctionDef]) -> bool:
         """A ``for`` over a local name that ``fn`` only ever assigns tuple or list
         displays (``models = ((self.vae, "vae"),)``, ``models = ((ema, "ema"),) +
@@ -449,7 +458,7 @@ class FrequencyModel:
             resolved: List[object] = []
             for marker in loops:
                 if type(marker) is cst.If:
-                    marker = _guard_marker(marker, fn, resolved)
+                    marker = self._guard(marker, fn, resolved) if not skip else _guard_marker(marker, fn, resolved)
                 if marker is not None:
                     resolved.append(marker)
             loops = resolved
