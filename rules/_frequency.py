@@ -818,6 +818,8 @@ def _steps(loop: object) -> bool:
         if isinstance(node, cst.Call):
             func = node.func
             name = func.attr.value if isinstance(func, cst.Attribute) else func.value if isinstance(func, cst.Name) else ""
+            if name[:1].isupper():
+                continue  # `Qwen2DecoderLayer(config, i)`: building a module, not running one
             if name in _STEP_CALLS or any(word in name.lower() for word in MODEL_WORDS):
                 return True
     return False

@@ -107,3 +107,37 @@ def test_a_memory_measurement_script_is_the_measurement():
 
 def test_the_same_loop_in_a_training_script_is_reported():
     assert found(VRAM, "TL204", path="eval/train_vlm.py") == [("TL204", 11)]
+
+
+# -- set FF (llm-awq, DINO, streaming-llm, MSN, ImageBind): layers built in a loop ---------------
+
+LAYERS = """
+import torch
+from torch import nn
+
+
+class Attention(nn.Module):
+    def __init__(self, config, max_len, device):
+        super().__init__()
+        self.cache_k = torch.zeros(config.batch, max_len, config.dim).to(device)
+
+
+class Model(nn.Module):
+    def __init__(self, config, device):
+        super().__init__()
+        self.layers = nn.ModuleList([Attention(config, 4096, device) for _ in range(config.n_layers)])
+"""
+
+
+def test_a_cache_allocated_while_building_layers_is_made_once():
+    assert found(LAYERS, "TL201") == []
+
+
+def test_a_loop_that_runs_the_layers_is_per_step():
+    code = LAYERS + """
+    def forward(self, x):
+        for layer in self.layers:
+            x = layer(x) + torch.zeros(x.shape).to(x.device)
+        return x
+"""
+    assert found(code, "TL201") == [("TL201", 19)]
