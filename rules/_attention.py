@@ -224,7 +224,8 @@ class Scope:
             pair = matmul_operands(expr, self.ctx)
             if pair is not None:
                 return self._transposed(pair[0], at, depth + 1)
-            if method_name(expr) in ("masked_fill", "masked_fill_") or method_name(expr) in _CASTS:
+            name = method_name(expr)
+            if name in ("masked_fill", "masked_fill_") or name in _CASTS:
                 return isinstance(expr.func, cst.Attribute) and self.transposed_query(expr.func.value, at, depth + 1)
         return False
 

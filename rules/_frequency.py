@@ -84,7 +84,9 @@ from torchlint.rule import Context, contains_modulo, is_test_path, tests_periodi
 from torchlint.rules._helpers import last_name
 from torchlint.rules._models import MODEL_WORDS
 from torchlint.rules._program import demonstrated_once
-from torchlint.rules._sync import capped_by_loop, mentions_name, runs_one_iteration, target_names
+from torchlint.rules._sync import (
+    capped_by_loop, draws, mentions_name, runs_one_iteration, target_names, unwrap_iterable,
+)
 from torchlint.nodes import inner_children, iter_children
 
 UNKNOWN, ONCE, PER_EPOCH, PER_STEP = 0, 1, 2, 3
@@ -163,6 +165,9 @@ class _Function:
     level: int = UNKNOWN
     via: Optional[cst.Call] = None
     via_text: Optional[str] = None  # a call site in another module ("path:line")
+    # Its name says it draws (`visualize_dev`): its loops go over the few
+    # batches a picture needs, not over the data.
+    draws: bool = False
 
 
 @dataclass
@@ -210,8 +215,8 @@ class FrequencyModel:
             node, fn, cls, loops = todo.pop()
             kind = type(node)
             if kind is cst.FunctionDef:
-                info = _Function(node, cls, fn)
                 name = node.name.value
+                info = _Function(node, cls, fn, draws=draws(name))
                 if name == "forward" and cls is not None and _defines_symbolic(cls):
                     info.role = ONCE  # an export-only op (`symbolic` for ONNX): its forward runs when tracing
                 elif _STEP_ROLES.match(name) and (name not in ("step",) or cls is not None):
@@ -344,7 +349,7 @@ class FrequencyModel:
     def _site_level(self, fn: Optional[cst.FunctionDef], loops: Sequence[object]) -> int:
         """How often code runs that sits in ``fn`` under ``loops`` (outermost first)."""
         level = ONCE if fn is None else self.functions[fn].level
-        draws = fn is not None and _DRAWING.search(fn.name.value.lower().strip("_")) is not None
+        drawing = fn is not None and self.functions[fn].draws
         for loop in loops:
             if loop is _PERIODIC:
                 if level == PER_STEP:
@@ -355,7 +360,7 @@ class FrequencyModel:
                 continue  # a handful of times per run of what is around it
             elif self._is_outer_loop(loop):
                 level = max(level, PER_EPOCH)
-            elif level in (ONCE, PER_EPOCH) and (draws or not _steps(loop)):
+            elif level in (ONCE, PER_EPOCH) and (drawing or not _steps(loop)):
                 # a loop in code known to run rarely, over something else than the
                 # data, or in a function that draws (a few batches for a picture)
                 continue
@@ -629,11 +634,6 @@ def _at_one_step(test: cst.BaseExpression, operator: type, joins: type) -> bool:
         type(side) is cst.Name and _STEP_COUNTER.match(side.value) for side in sides)
 
 
-# A function that draws (`visualize_dev`, `plot_samples`, `draw_boxes`, `vis_batch`):
-# its loops go over the few batches a picture needs, not over the data.
-_DRAWING = re.compile(r"(?:^|_)(?:vis|visuali[sz]e\w*|plot\w*|draw\w*)(?:$|_)")
-
-
 def _guard_marker(node: cst.If, fn: Optional[cst.FunctionDef], loops: Sequence[object]) -> Optional[object]:
     """The marker for the body of an ``if`` that lets it run rarely: a lazy
     initialisation (:func:`_lazy_init`), or a cap on a counter the loop around
@@ -661,10 +661,7 @@ def _lazy_init(node: cst.If, fn: Optional[cst.FunctionDef], loops: Sequence[obje
     subject = _lazy_subject(node.test)
     if subject is None or not _assigns(node.body, subject):
         return None
-    root = subject
-    while type(root) in (cst.Attribute, cst.Subscript):
-        root = root.value
-    if root is not subject and type(root) is cst.Name and root.value in ("self", "cls"):
+    if type(subject) is not cst.Name and _rooted_at_self(subject):
         return _PERIODIC
     if type(subject) is not cst.Name:
         return None
@@ -849,14 +846,8 @@ def _few_values(loop: object) -> bool:
         return False
     if isinstance(iterable, (cst.List, cst.Tuple, cst.Set)):
         return True
-    while (
-        isinstance(iterable, cst.Call)
-        and isinstance(iterable.func, cst.Name)
-        and iterable.func.value in ("enumerate", "zip", "sorted", "reversed", "list", "tuple")
-        and iterable.args
-    ):
-        iterable = iterable.args[0].value  # `enumerate(sorted(losses.keys()))`
-    return _few_values_expression(iterable)
+    # (`enumerate(sorted(losses.keys()))`; `zip(a, b)` goes over its first)
+    return _few_values_expression(unwrap_iterable(iterable, _ITERATION_WRAPPERS))
 
 
 def _bound_to_displays(fn: cst.FunctionDef, name: str) -> bool:
@@ -922,6 +913,7 @@ def _few_values_expression(expr: cst.BaseExpression) -> bool:
 
 
 _WEIGHT_WORDS = ("param", "grad", "weight", "buffer")
+_ITERATION_WRAPPERS = frozenset({"enumerate", "zip", "sorted", "reversed", "list", "tuple"})
 
 
 def _function_reference(expr: cst.BaseExpression) -> Optional[Tuple[str, bool]]:

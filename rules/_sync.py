@@ -433,9 +433,15 @@ def _is_data_class(ctx: Context, node: cst.ClassDef) -> bool:
 # (`visualize_assign_result`, `draw_one_frame`, `perform_wrong_prediction_vis`,
 # `plot_samples`), or converts results for a host evaluation API
 # (`convert_to_coco_format`, `to_voc_results`, `lvis_json`).
-_HOST_WORK_WORDS = re.compile(
-    r"(?:^|_)(?:vis|visuali[sz]e\w*|plot\w*|draw\w*|coco|voc|lvis)(?:$|_)"
-)
+_DRAWING_WORDS = r"vis|visuali[sz]e\w*|plot\w*|draw\w*"
+_HOST_WORK_WORDS = re.compile(rf"(?:^|_)(?:{_DRAWING_WORDS}|coco|voc|lvis)(?:$|_)")
+_DRAWING = re.compile(rf"(?:^|_)(?:{_DRAWING_WORDS})(?:$|_)")
+
+
+def draws(name: str) -> bool:
+    """Whether a function's name says it draws (``visualize_dev``,
+    ``plot_samples``, ``draw_boxes``, ``vis_batch``)."""
+    return _DRAWING.search(name.lower().strip("_")) is not None
 
 
 def one_off_function(name: str) -> bool:
@@ -505,15 +511,13 @@ def exchanges_sizes(ctx: Context, recv: cst.BaseExpression) -> bool:
     shapes pads each rank's to the largest, and the host needs every rank's
     size to pad and slice (``t[:size[0].item()]``); the exchange is the
     protocol."""
-    root = recv
-    while isinstance(root, (cst.Subscript, cst.Attribute, cst.Call)):
-        root = root.func if isinstance(root, cst.Call) else root.value
-    if not isinstance(root, cst.Name):
+    root = _root_name(recv)
+    if root is None:
         return False
-    names = [root.value]
+    names = [root]
     for loop in ctx.enclosing_loops():
         for clause in loop_clauses(loop):
-            if root.value in target_names(clause.target):
+            if root in target_names(clause.target):
                 names.append(_last(clause.iter))
     if not any(word in name.lower() for name in names for word in _SIZE_WORDS):
         return False
@@ -558,17 +562,23 @@ def loop_clauses(node: cst.CSTNode) -> List[cst.CSTNode]:
     return []
 
 
+# Builtins that go over their (first) argument's items in some order.
+_ORDER_WRAPPERS = frozenset({"enumerate", "sorted", "list", "reversed", "tuple"})
+
+
+def unwrap_iterable(expr: cst.BaseExpression, wrappers: frozenset) -> cst.BaseExpression:
+    """The iterable inside calls of ``wrappers`` (``enumerate(sorted(d.keys()))``
+    -> ``d.keys()``), following each call's first argument."""
+    while isinstance(expr, cst.Call) and isinstance(expr.func, cst.Name) and expr.func.value in wrappers and expr.args:
+        expr = expr.args[0].value
+    return expr
+
+
 def iterates_mapping(expr: cst.BaseExpression) -> bool:
     """``d.items()``/``d.values()``/``d.keys()``, a name ending in ``dict``
     (``loss_dict``, ``self.eval_dict``), or ``kwargs``; also inside
     ``enumerate(...)``, ``sorted(...)``, ``list(...)``, ``reversed(...)``."""
-    while (
-        isinstance(expr, cst.Call)
-        and isinstance(expr.func, cst.Name)
-        and expr.func.value in ("enumerate", "sorted", "list", "reversed", "tuple")
-        and expr.args
-    ):
-        expr = expr.args[0].value  # `enumerate(sorted(losses.keys()))`
+    expr = unwrap_iterable(expr, _ORDER_WRAPPERS)
     if isinstance(expr, cst.Call):
         return (
             isinstance(expr.func, cst.Attribute)
