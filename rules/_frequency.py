@@ -37,12 +37,17 @@ visited run?" for the rules that need it, from the module alone:
   that draws (``visualize_dev``, ``plot_*``, ``draw_*``) in code that runs
   once or per epoch are not step loops, and a loop whose body ends with an
   unconditional ``break``/``return``/``raise`` runs its body once
-  (``_sync.runs_one_iteration``).
+  (``_sync.runs_one_iteration``); one whose body stops it after a few
+  iterations (``if i >= 6: break``, ``i`` its counter) runs a few times
+  (``_sync.breaks_after_few``).
 * **Functions** run as often as their most frequent caller in the module: a
   call in a step loop makes a function per step, and so does a call from a
   per-step function.  Some functions run per step by their role, whoever
   calls them: ``forward``, ``__call__`` (one that loops over a loader it is
-  given, an evaluator's ``__call__(net, dl)``, runs once per pass), ``__getitem__``/``__iter__``,
+  given, an evaluator's ``__call__(net, dl)``, runs once per pass; that of a
+  class named for exporting or converting, ``Exporter``, runs once, and one
+  that takes no argument, submitit's ``Trainer.__call__(self)``, has no
+  role), ``__getitem__``/``__iter__``,
   ``*_step`` (``training_step``, ``train_step``), collate functions (passed
   as ``collate_fn=``) and hooks (passed to ``register_*hook``); not the
   methods of a notebook's class that the notebook only demonstrates once
@@ -85,7 +90,7 @@ from torchlint.rules._helpers import last_name
 from torchlint.rules._models import MODEL_WORDS
 from torchlint.rules._program import demonstrated_once
 from torchlint.rules._sync import (
-    capped_by_loop, draws, mentions_name, runs_one_iteration, target_names, unwrap_iterable,
+    breaks_after_few, capped_by_loop, draws, mentions_name, runs_one_iteration, target_names, unwrap_iterable,
 )
 from torchlint.nodes import inner_children, iter_children
 
@@ -103,6 +108,8 @@ _ONCE_ROLES = re.compile(
     r"^(__init__|__post_init__|main|_?(build|setup|set_up|init|initialize|create|load|save|export|"
     r"convert|prepare|configure|make|get_args|parse|log|plot|visuali[sz]e|show|dump|summar|print|report)\w*)$"
 )
+# A class whose instances do a one-off job when called (`Exporter.__call__`).
+_ONCE_CLASS = re.compile(r"Export|Convert", re.IGNORECASE)
 _OUTER_LOOP_VARIABLE = re.compile(r"epoch", re.IGNORECASE)
 _PARAMETER_WALKS = frozenset(
     {"parameters", "named_parameters", "modules", "named_modules", "children", "named_children",
@@ -110,6 +117,16 @@ _PARAMETER_WALKS = frozenset(
 )
 _LOOPS = (cst.For, cst.While, cst.ListComp, cst.SetComp, cst.DictComp, cst.GeneratorExp)
 _LOADER_PARAMETER = re.compile(r"^(?:dl|\w*_dl|\w*loader)$", re.IGNORECASE)
+
+
+def _takes_nothing(fn: cst.FunctionDef) -> bool:
+    """``def __call__(self):``: a job object run once (submitit's
+    ``Trainer()``), not a transform, loss or hook, which are handed data."""
+    params = fn.params
+    return (
+        fn.name.value == "__call__" and len(params.params) <= 1 and not params.posonly_params
+        and not params.kwonly_params and not isinstance(params.star_arg, cst.Param) and params.star_kwarg is None
+    )
 
 
 def _passes_over_loader(fn: cst.FunctionDef) -> bool:
@@ -219,9 +236,11 @@ class FrequencyModel:
                 info = _Function(node, cls, fn, draws=draws(name))
                 if name == "forward" and cls is not None and _defines_symbolic(cls):
                     info.role = ONCE  # an export-only op (`symbolic` for ONNX): its forward runs when tracing
-                elif _STEP_ROLES.match(name) and (name not in ("step",) or cls is not None):
+                elif _STEP_ROLES.match(name) and (name not in ("step",) or cls is not None) and not _takes_nothing(node):
                     # (an evaluator's `__call__(net, dl)` is a whole pass: its loop runs per step)
                     info.role = PER_EPOCH if name == "__call__" and _passes_over_loader(node) else PER_STEP
+                    if name == "__call__" and cls is not None and _ONCE_CLASS.search(cls.name.value):
+                        info.role = ONCE  # `Exporter()(model)`: one export per run
                     if cls is not None and self._demonstrated is not None and self._demonstrated(cls):
                         info.role = ONCE  # a notebook's module run once on a toy input
                 elif _ONCE_ROLES.match(name):
@@ -837,7 +856,7 @@ def _few_values(loop: object) -> bool:
     """A loop over a few literal values, a mapping, a model's parameters, or
     a few names (:func:`_over_names`)."""
     if isinstance(loop, cst.For):
-        if _over_names(loop):
+        if _over_names(loop) or breaks_after_few(loop):
             return True
         iterable = loop.iter
     elif isinstance(loop, (cst.ListComp, cst.SetComp, cst.GeneratorExp, cst.DictComp)):

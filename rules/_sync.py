@@ -55,6 +55,9 @@ DEVICE_SYNCS = frozenset(
 # detection codebases' `time_synchronized()`/`time_sync()`, which synchronize the
 # device and then read the clock.
 _TIMER_CALL = re.compile(r"^(?:\w+_)?(?:tic|toc)$")
+# A timer object built or entered in the loop (`with Timer("update: %f"):`,
+# `CudaTimer()`, `stopwatch()`): it reads a clock around the region.
+_TIMER_OBJECT = re.compile(r"(?:^|_|[a-z])(?:timer|timing|stopwatch)$", re.IGNORECASE)
 _SYNCED_CLOCK = re.compile(r"^time_sync(?:hronized)?$")
 # Allocator statistics: a loop that reads them measures memory per iteration.
 _MEMORY_STATS = frozenset(
@@ -106,6 +109,50 @@ def runs_one_iteration(loop: cst.CSTNode) -> bool:
     ``break``, ``return`` or ``raise``: it runs its body once (one batch for a
     data-dependent initialisation, ``for x in loader: ...; break``)."""
     return isinstance(loop, (cst.For, cst.While)) and _ends_with_exit(loop.body)
+
+
+_FEW_ITERATIONS = 16  # `if i >= 16: break` still caps a loop at "a few"
+
+
+def breaks_after_few(loop: cst.CSTNode) -> bool:
+    """A ``for`` loop whose body has, as a statement of its own, ``if i >= 6:
+    break`` (or ``>``, ``==``) with ``i`` its counter (``range``/``enumerate``)
+    and a small integer: it runs a few times whatever it iterates over (a few
+    reconstructions written out after an evaluation)."""
+    counters = _counters(loop)
+    body = getattr(loop, "body", None)
+    if not counters or not isinstance(body, cst.IndentedBlock):
+        return False
+    for statement in body.body:
+        if not isinstance(statement, cst.If) or statement.orelse is not None:
+            continue
+        test = statement.test
+        if not (
+            isinstance(test, cst.Comparison)
+            and len(test.comparisons) == 1
+            and isinstance(test.left, cst.Name)
+            and test.left.value in counters
+            and isinstance(test.comparisons[0].operator, (cst.GreaterThan, cst.GreaterThanEqual, cst.Equal))
+        ):
+            continue
+        comparator = test.comparisons[0].comparator
+        bound = literal_number(comparator) if isinstance(comparator, cst.Integer) else None
+        block = statement.body
+        if (
+            bound is not None
+            and bound <= _FEW_ITERATIONS
+            and isinstance(block, (cst.IndentedBlock, cst.SimpleStatementSuite))
+            and len(block.body) == 1
+            and _only_break(block.body[0])
+        ):
+            return True
+    return False
+
+
+def _only_break(statement: cst.CSTNode) -> bool:
+    if isinstance(statement, cst.SimpleStatementLine):
+        return len(statement.body) == 1 and isinstance(statement.body[0], cst.Break)
+    return isinstance(statement, cst.Break)
 
 
 def _exits_process(expr: cst.BaseExpression) -> bool:
@@ -763,7 +810,7 @@ def _scan(ctx: Context, roots: List[cst.CSTNode]) -> LoopFacts:
             q = ctx.qualname(func)
             attr = func.attr.value if type(func) is cst.Attribute else None
             name = attr if attr is not None else func.value if type(func) is cst.Name else ""
-            if q in CLOCKS or attr == "elapsed_time" or _TIMER_CALL.match(name):
+            if q in CLOCKS or attr == "elapsed_time" or _TIMER_CALL.match(name) or _TIMER_OBJECT.search(name):
                 facts.reads_clock = True
             elif _SYNCED_CLOCK.match(name):
                 facts.reads_clock = True
@@ -1402,6 +1449,7 @@ def feeds_host_sink(ctx: Context, top_index: int, loop: cst.CSTNode, gathered: b
     body = loop.body if isinstance(loop, (cst.For, cst.While)) else loop
     sinks: List[cst.Call] = []
     assigns: List[Tuple[cst.BaseExpression, List[str]]] = []
+    loops: List[cst.For] = []
     todo: List[cst.CSTNode] = [body]
     while todo:
         node = todo.pop()
@@ -1412,10 +1460,14 @@ def feeds_host_sink(ctx: Context, top_index: int, loop: cst.CSTNode, gathered: b
             sinks.append(node)
         elif kind is cst.Assign:
             assigns.append((node.value, [n for t in node.targets for n in target_names(t.target)]))
+        elif kind is cst.For:
+            loops.append(node)
         todo.extend(iter_children(node))
     # A name that looks the value up in a host table counts too (`word_id =
     # ....item()`, `word = vocab[word_id]`, then `f.write(word)`: a sampled token
     # written out); not any value computed from it (a running sum, a checkpoint).
+    # So do the items of a loop over the copy (`for p, f in zip(pred, frames):`
+    # then `cv2.resize(p, ...)`: each frame written out).
     derived = set(names)
     grown = True
     while grown:
@@ -1424,12 +1476,33 @@ def feeds_host_sink(ctx: Context, top_index: int, loop: cst.CSTNode, gathered: b
             if not derived.issuperset(targets) and (_looks_up(value, list(derived)) or _formats(value, list(derived))):
                 derived.update(targets)
                 grown = True
+        for inner in loops:
+            targets = _items_of(inner, list(derived))
+            if not derived.issuperset(targets):
+                derived.update(targets)
+                grown = True
     found = list(derived)
     return any(
         any(mentions_name(arg.value, found) for arg in call.args)
         or (isinstance(call.func, cst.Attribute) and mentions_name(call.func.value, found))
         for call in sinks
     )
+
+
+def _items_of(loop: cst.For, names: List[str]) -> List[str]:
+    """The loop variables that take the items of one of ``names``: all of
+    them for ``for p in pred:``, the matching one for ``for p, f in zip(pred,
+    frames):``, the second for ``for i, p in enumerate(pred):``."""
+    iterable, target = loop.iter, loop.target
+    if isinstance(iterable, cst.Call) and isinstance(iterable.func, cst.Name) and isinstance(target, (cst.Tuple, cst.List)):
+        func, args, elements = iterable.func.value, iterable.args, target.elements
+        if func == "zip" and len(args) == len(elements):
+            return [n for a, e in zip(args, elements) if mentions_name(a.value, names) for n in target_names(e.value)]
+        if func == "enumerate" and len(elements) == 2 and args and mentions_name(args[0].value, names):
+            return target_names(elements[1].value)
+    if isinstance(iterable, cst.Name) and iterable.value in names:
+        return target_names(target)
+    return []
 
 
 def _formats(expr: cst.CSTNode, names: List[str]) -> bool:

@@ -50,7 +50,8 @@ class SynchronizeInLoop(Rule):
       `time.perf_counter()`, `time.monotonic()`, `timeit.default_timer()`, ...)
       or CUDA event timings (`start.elapsed_time(end)`), or calls a timer
       (`meter.iter_tic()`/`iter_toc()`, `timer.tic()`/`toc()`,
-      `time_synchronized()`), or iterates `metric_logger.log_every(...)` (the
+      `time_synchronized()`), builds or enters a timer (`with
+      Timer("update: %f"):`, `CudaTimer()`, `stopwatch()`), or iterates `metric_logger.log_every(...)` (the
       MetricLogger of the torchvision references and the DETR/DeiT/DINO family
       times every iteration it yields): a timing or benchmark loop needs the
       synchronization for its measurement to mean anything;

@@ -219,6 +219,11 @@ class DataLoaderPinMemory(Rule):
       iter(loader)` then `next(it)` / `it.next()`, to show sample images):
       there is no stream of copies to overlap; a loader that is also iterated,
       passed on, or read with `next(it)` in a loop is still reported;
+    - an evaluation loader of one sample per batch (the literal
+      `batch_size=1`, `shuffle` absent or not `True`: a video evaluated
+      frame by frame, a few audio clips generated one at a time): each copy
+      is one sample, small next to the model run on it, so there is little
+      for pinning to speed up or overlap;
     - a loader that a function binds to a name and never uses again (a
       validation loader built beside an evaluation that reads the dataset
       itself);
@@ -480,6 +485,8 @@ class DataLoaderPinMemory(Rule):
             workers = workers.value if isinstance(workers, cst.Arg) else workers
             if known and (workers is None or literal_number(workers) == 0):
                 continue  # loads in the main process: TL203's finding; pinning buys nothing yet
+            if _one_sample_batches(call):
+                continue  # an evaluation loader of one sample per batch: a copy small next to the model run on it
             dataset = dataset_argument(call)
             if self._holds_no_data(dataset, location, where):
                 continue
@@ -543,6 +550,14 @@ class DataLoaderPinMemory(Rule):
         dev = keyword(node, "device")
         value = dev.value if dev is not None else positional(node)[0].value
         return not _names_unpinnable(value, self.context)
+
+
+def _one_sample_batches(call: cst.Call) -> bool:
+    """``DataLoader(ds, batch_size=1, shuffle=False)`` (``shuffle`` absent or
+    not the literal ``True``): one sample per batch, in order."""
+    size, shuffle = argument(call, "batch_size", 1)[1], argument(call, "shuffle", 2)[1]
+    one = size is not None and isinstance(size.value, cst.Integer) and literal_number(size.value) == 1
+    return one and (shuffle is None or literal_bool(shuffle.value) is not True)
 
 
 def _names_unpinnable(expr: cst.BaseExpression, ctx) -> bool:

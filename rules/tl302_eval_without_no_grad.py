@@ -32,8 +32,8 @@ from torchlint.rules._training import (
 
 # Function names that say "this runs a model for evaluation or inference".
 _EVAL_NAME = re.compile(r"^_*(eval|valid|test|predict|infer)", re.IGNORECASE)
-# A function that measures the model once (`get_model_flops`, `get_model_complexity_info`).
-_MEASURES = re.compile(r"flops|complexity|macs", re.IGNORECASE)
+# A function that measures the model once (`get_model_flops`, `get_model_complexity_info`, `get_model_summary`).
+_MEASURES = re.compile(r"flops|complexity|macs|summary", re.IGNORECASE)
 
 
 class EvalWithoutNoGrad(Rule):
@@ -104,18 +104,21 @@ class EvalWithoutNoGrad(Rule):
       (`if train: model.train() ... else: model.eval()`, then `model(x)`): it
       serves training too (`model.train()` at the end, restoring the mode
       after evaluation, does not count);
-    - a sample of one batch (`imgs = next(iter(val_loader))`, the model run
+    - a sample of one batch (`imgs = next(iter(val_loader))`, `items =
+      next(self.sample_iterator)`, the model run
       on it or on its items, not over a loader) in a function whose callers
       run it once or every N steps: a few images to look at, a small graph
-      freed when the function returns; and, in a notebook, any function whose
-      model calls are in no loop and that only its cells' top level calls
-      (`predict_sentiment(model, "This film is great")` in the last cell: one
-      forward pass on an example, run when the reader asks);
+      freed when the function returns; and any function whose model calls
+      are in no loop and that runs once (a script's `main` that classifies
+      the one image it is given, a notebook function that only its cells'
+      top level calls: `predict_sentiment(model, "This film is great")` in
+      the last cell): one forward pass, its graph freed when the function
+      returns;
     - modules that run their models with ONNX Runtime, TensorRT, Triton or
       OpenVINO (their engines record no autograd graph);
     - a function named for measuring the model (`flops`, `complexity`,
-      `macs`: `get_model_flops`, `get_model_complexity_info`): one forward to
-      count operations;
+      `macs`, `summary`: `get_model_flops`, `get_model_complexity_info`,
+      `get_model_summary`): one forward to count operations or parameters;
     - export, conversion and benchmark scripts (`export.py`, `convert_*.py`,
       `*_to_onnx.py`, `bench*.py`, an `export/` or `benchmarks/` directory):
       they run once (a checkpoint converted and its outputs compared), or their
@@ -434,9 +437,8 @@ class EvalWithoutNoGrad(Rule):
                 continue  # every caller (in this module, or through the project index) disabled gradients
             if not frame.evals and frame.nested and not sites:
                 continue  # a closure handed to someone else (a callback): its caller decides
-            if not frame.looped_model and (frame.one_batch or self.context.path.endswith(".ipynb")) and runs_rarely(
-                    self.context, frame.node, once=not frame.one_batch):
-                continue  # one forward (one batch every N steps, a notebook's demo run once): a graph freed at return
+            if not frame.looped_model and runs_rarely(self.context, frame.node, once=not frame.one_batch):
+                continue  # one forward (one batch every N steps, a script's or notebook's run once): a graph freed at return
             if not frame.evals and (
                 any(not covered and (caller.needs_grad or TRAINING_NAME.search(caller.name)) for covered, caller in sites)
                 or called_elsewhere_for_training(self.context, frame.qualname)
@@ -484,9 +486,9 @@ class EvalWithoutNoGrad(Rule):
             self._call_sites.add(callee, covered, frame, on_self)
         name = method_name(node)
         if (
-            type(func) is cst.Name and func.value == "next" and node.args
-            and type(node.args[0].value) is cst.Call and last_name(node.args[0].value.func) == "iter"
-        ):
+            type(func) is cst.Name and func.value == "next" and node.args and (type(node.args[0].value) in (
+                cst.Name, cst.Attribute) or type(node.args[0].value) is cst.Call and last_name(node.args[0].value.func) == "iter")
+        ):  # `imgs = next(iter(loader))`, `items = next(self.sample_iterator)`: one batch
             assign = ctx.parent
             if type(assign) is cst.Assign:
                 frame.one_batch.update(n for t in assign.targets for n in target_names(t.target))

@@ -239,7 +239,8 @@ def test_a_forward_on_a_dummy_input_at_setup_is_not_an_inference():
 
 def test_a_forward_on_real_data_is_still_an_inference():
     real = PROBE.replace("data = torch.randn(2, 3, 32, 32)", "data = torch.tensor(load_images(opt.path))")
-    assert found(real, "TL302") == [("TL302", 5)]
+    # (in `main`, which runs once, one forward pass is a graph freed at return: tests/test_precision_set_gg.py)
+    assert found(real.replace("def main(opt):", "def extract(opt):"), "TL302") == [("TL302", 5)]
     looped = PROBE.replace(
         "feat_t, _ = model_t(data, is_feat=True)", "for _ in range(opt.n):\n        feat_t, _ = model_t(data, is_feat=True)"
     )

@@ -184,7 +184,7 @@ from torch.utils.data import DataLoader
 
 def main(train_set, val_set, model, optimizer):
     train_loader = DataLoader(train_set, batch_size=8, num_workers=4, pin_memory=True)
-    val_loader = DataLoader(val_set, batch_size=1, num_workers=3)
+    val_loader = DataLoader(val_set, batch_size=4, num_workers=3)
     for data in train_loader:
         loss = model(data.cuda(non_blocking=True))
         loss.backward()
@@ -208,7 +208,7 @@ def test_a_module_level_loader_is_reported_even_if_unused_here():
 import torch
 from torch.utils.data import DataLoader
 
-val_loader = DataLoader(val_set, batch_size=1, num_workers=2)
+val_loader = DataLoader(val_set, batch_size=4, num_workers=2)
 
 
 def train(model, loader):
@@ -483,9 +483,12 @@ def test_the_same_prediction_over_a_dataset_is_reported(runner, workdir):
     assert _notebook_findings(runner, workdir, "import torch\n", PREDICT, loop) == ["TL302"]
 
 
-def test_the_same_function_in_a_script_is_reported():
-    code = "import torch\n\n\n" + PREDICT + '\n\nif __name__ == "__main__":\n    predict_sentiment("Great", model, tok, vocab, "cuda")\n'
-    assert found(code, "TL302") == [("TL302", 4)]
+def test_the_same_function_in_a_script_is_silent_once_and_reported_over_a_dataset():
+    # (one forward pass in code that runs once: tests/test_precision_set_gg.py)
+    once = "import torch\n\n\n" + PREDICT + '\n\nif __name__ == "__main__":\n    predict_sentiment("Great", model, tok, vocab, "cuda")\n'
+    assert found(once, "TL302") == []
+    looped = once.replace('    predict_sentiment("Great"', '    for text, label in test_dataset:\n        predict_sentiment(text')
+    assert found(looped, "TL302") == [("TL302", 4)]
 
 
 DETERMINISTIC_RNN = """
