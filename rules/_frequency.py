@@ -27,9 +27,10 @@ visited run?" for the rules that need it, from the module alone:
   torch.isnan(K).any():``, ``if not torch.isfinite(loss):``) is a recovery
   path that runs rarely, and counts the same; so does code at one step of
   the run: under ``if step == apply_step:`` (a progress counter named
-  ``step``, ``*_step``, ``iteration``, ``it``, ``tick`` compared with ``==``,
-  alone or in an ``and``), or after ``if ... or step != apply_step:
-  continue``.  A lazy initialisation (``if self.grid is None: self.grid =
+  ``step``, ``*_step``, ``iteration``, ``it``, ``tick``, or such an attribute
+  of ``self``, compared with ``==``, alone or in an ``and``), at a few steps
+  (``if self.global_step in self.upsample_steps:``), or after ``if ... or step
+  != apply_step: continue``.  A lazy initialisation (``if self.grid is None: self.grid =
   ...``, ``if len(state) == 0:`` on an optimizer's ``state = self.state[p]``)
   runs the first time only and counts the same; one of a local assigned
   before the loops around it (``grid = None`` ... ``if grid is None:``) runs
@@ -640,17 +641,26 @@ def _periodic_continue(statement: cst.CSTNode) -> bool:
 def _at_one_step(test: cst.BaseExpression, operator: type, joins: type) -> bool:
     """``step == apply_step`` (``operator`` ``==``), or ``step != apply_step``
     (``!=``), alone or as an operand of ``joins`` (``and`` for ``==``, ``or``
-    for ``!=``): a progress counter (``step``, ``global_step``, ``iteration``)
-    compared with another value, which holds at one step of the run."""
+    for ``!=``): a progress counter (``step``, ``global_step``,
+    ``self.iteration``) compared with another value, which holds at one step of
+    the run; with ``==``, also ``self.global_step in self.upsample_steps``
+    (``not in`` with ``!=``): a few steps of the run."""
     if type(test) is cst.BooleanOperation:
         return type(test.operator) is joins and (
             _at_one_step(test.left, operator, joins) or _at_one_step(test.right, operator, joins))
     if type(test) is not cst.Comparison or len(test.comparisons) != 1:
         return False
     part = test.comparisons[0]
-    sides = (test.left, part.comparator)
-    return type(part.operator) is operator and any(
-        type(side) is cst.Name and _STEP_COUNTER.match(side.value) for side in sides)
+    if type(part.operator) is (cst.In if operator is cst.Equal else cst.NotIn):
+        return _names_counter(test.left)
+    return type(part.operator) is operator and (_names_counter(test.left) or _names_counter(part.comparator))
+
+
+def _names_counter(side: cst.BaseExpression) -> bool:
+    """``step``, ``global_step``, ``self.global_step``."""
+    if type(side) is cst.Attribute and type(side.value) is cst.Name and side.value.value == "self":
+        side = side.attr
+    return type(side) is cst.Name and bool(_STEP_COUNTER.match(side.value))
 
 
 def _guard_marker(node: cst.If, fn: Optional[cst.FunctionDef], loops: Sequence[object]) -> Optional[object]:
@@ -777,6 +787,8 @@ def _rooted_at_self(value: cst.BaseExpression) -> bool:
 
 _STEP_COUNTER = re.compile(r"^(\w+_)?(step|steps|iteration|iter|it|itr|tick)$")
 _STEP_WORDS = ("loader", "dataset", "batch", "step", "iter", "episode")
+# Calls that find, build or load a module rather than run one (`get_module(model, name)`).
+_GETS = re.compile(r"^_?(get|load|build|make|create|init|set|named)_")
 _STEP_CALLS = frozenset({"backward", "step", "generate", "forward", "predict", "inference", "infer"})
 
 
@@ -834,8 +846,8 @@ def _steps(loop: object) -> bool:
         if isinstance(node, cst.Call):
             func = node.func
             name = func.attr.value if isinstance(func, cst.Attribute) else func.value if isinstance(func, cst.Name) else ""
-            if name[:1].isupper():
-                continue  # `Qwen2DecoderLayer(config, i)`: building a module, not running one
+            if name[:1].isupper() or _GETS.match(name):
+                continue  # `Qwen2DecoderLayer(config, i)`, `get_module(model, name)`: building or finding a module
             if name in _STEP_CALLS or any(word in name.lower() for word in MODEL_WORDS):
                 return True
     return False

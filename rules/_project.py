@@ -542,6 +542,13 @@ def called_elsewhere_for_training(ctx, qualname: Optional[str]) -> bool:
     return qualname is not None and caller_trait(ctx, qualname, TRAINS) is not None
 
 
+def called_elsewhere_with_gradients(ctx, qualname: Optional[str]) -> bool:
+    """Whether the project index found a call of ``qualname`` in another
+    module that runs with gradients on.  Asked after
+    ``called_elsewhere_without_gradients``, which notes the question."""
+    return qualname is not None and caller_trait(ctx, qualname, WITH_GRAD) is not None
+
+
 def called_elsewhere_without_gradients(ctx, qualname: Optional[str]) -> bool:
     """Whether every call of ``qualname`` that the project index found in
     other modules runs without gradients (and it found at least one).  When

@@ -58,6 +58,8 @@ _TIMER_CALL = re.compile(r"^(?:\w+_)?(?:tic|toc)$")
 # A timer object built or entered in the loop (`with Timer("update: %f"):`,
 # `CudaTimer()`, `stopwatch()`): it reads a clock around the region.
 _TIMER_OBJECT = re.compile(r"(?:^|_|[a-z])(?:timer|timing|stopwatch)$", re.IGNORECASE)
+# `profiler.tick("Loss")`: a profiler that times each stage of the step.
+_PROFILER = re.compile(r"profil|timer", re.IGNORECASE)
 _SYNCED_CLOCK = re.compile(r"^time_sync(?:hronized)?$")
 # Allocator statistics: a loop that reads them measures memory per iteration.
 _MEMORY_STATS = frozenset(
@@ -531,7 +533,9 @@ def exchanges_pickled_objects(ctx: Context) -> bool:
     of sizes and bytes are the protocol itself (the host needs them to
     unpickle); or a function that ``all_gather``s sizes in a module that
     pickles them (detectron2's ``_pad_to_largest_tensor``, a helper of the
-    module's gather of pickled objects).  Cached per function in
+    module's gather of pickled objects), or that encodes or decodes the
+    buffers there (UNITER's ``_decode(buffer_, enc_byte)``, which reads the
+    size header).  Cached per function in
     ``ctx.shared``."""
     function = ctx.enclosing_function()
     if function is None:
@@ -541,7 +545,9 @@ def exchanges_pickled_objects(ctx: Context) -> bool:
     if found is None:
         calls = [ctx.qualname(n.func) for n in walk_nodes(function.body) if isinstance(n, cst.Call)]
         found = any(q in _PICKLE for q in calls) or (
-            any(q is not None and q.endswith("distributed.all_gather") for q in calls) and _module_pickles(ctx)
+            (any(q is not None and q.endswith("distributed.all_gather") for q in calls)
+             or any(w in function.name.value.lower() for w in ("encode", "decode")))
+            and _module_pickles(ctx)
         )
         cache[id(function)] = found
     return found
@@ -810,7 +816,9 @@ def _scan(ctx: Context, roots: List[cst.CSTNode]) -> LoopFacts:
             q = ctx.qualname(func)
             attr = func.attr.value if type(func) is cst.Attribute else None
             name = attr if attr is not None else func.value if type(func) is cst.Name else ""
-            if q in CLOCKS or attr == "elapsed_time" or _TIMER_CALL.match(name) or _TIMER_OBJECT.search(name):
+            if q in CLOCKS or attr == "elapsed_time" or _TIMER_CALL.match(name) or _TIMER_OBJECT.search(name) or (
+                attr == "tick" and _PROFILER.search(last_name(func.value) or "")
+            ):
                 facts.reads_clock = True
             elif _SYNCED_CLOCK.match(name):
                 facts.reads_clock = True
@@ -832,7 +840,7 @@ def _scan(ctx: Context, roots: List[cst.CSTNode]) -> LoopFacts:
                 body.steps.append(node)  # `f1_score(gt, pred)`: takes host arrays, like an environment
             elif always and direct and _waits_on_data(node, name, q):
                 facts.waits_on_data = True
-            elif always and direct and q in DEVICE_SYNCS:
+            elif always and direct and (q in DEVICE_SYNCS or type(func) is cst.Name and func.value in _sync_helpers(ctx)):
                 facts.synchronizes = True
             elif always and direct and _writes(func, name):
                 facts.writes_output = True
@@ -1327,6 +1335,41 @@ _HOST_APIS = re.compile(r"\b(?:pycocotools|lvis|panopticapi|cityscapesscripts)\b
 _HOST_API_WORDS = ("pycocotools", "lvis", "panopticapi", "cityscapesscripts")
 
 
+def _sync_helpers(ctx: Context) -> frozenset:
+    """The module's functions that only synchronize the device (``def
+    sync(device): if device.type == "cuda": torch.cuda.synchronize(device)``,
+    a profiling helper): calling one is a synchronization (cached per module)."""
+    found = ctx.shared.get("sync-helpers")
+    if found is None:
+        names = set()
+        if "synchronize" in ctx.source and ctx.module is not None:
+            for node in ctx.module.body:
+                if isinstance(node, cst.FunctionDef) and _only_synchronizes(ctx, node.body):
+                    names.add(node.name.value)
+        found = ctx.shared["sync-helpers"] = frozenset(names)
+    return found
+
+
+def _only_synchronizes(ctx: Context, block: cst.BaseSuite) -> bool:
+    """A body whose only calls, statements of their own (possibly under an
+    ``if`` without ``else``, after a docstring), are device synchronizations."""
+    syncs = 0
+    todo: List[cst.CSTNode] = [block]
+    while todo:
+        node = todo.pop()
+        if isinstance(node, (cst.IndentedBlock, cst.SimpleStatementSuite)):
+            todo.extend(node.body)
+        elif isinstance(node, cst.If) and node.orelse is None:
+            todo.append(node.body)
+        elif isinstance(node, cst.SimpleStatementLine):
+            todo.extend(node.body)
+        elif isinstance(node, cst.Expr) and isinstance(node.value, cst.Call) and ctx.qualname(node.value.func) in DEVICE_SYNCS:
+            syncs += 1
+        elif not (isinstance(node, cst.Pass) or isinstance(node, cst.Expr) and isinstance(node.value, cst.SimpleString)):
+            return False
+    return syncs > 0
+
+
 def feeds_host_api(ctx: Context) -> bool:
     """Whether the module is built around an evaluation API that takes host
     lists (pycocotools, LVIS, the COCO panoptic API, Cityscapes scripts): it
@@ -1404,6 +1447,27 @@ def decides_a_raise(ctx: Context) -> bool:
     return False
 
 
+def decides_the_step(ctx: Context) -> bool:
+    """Whether the node being visited is in the test of an ``if`` that decides
+    whether the training step runs (``if loss.item() < skip_threshold *
+    error_last: loss.backward(); optimizer.step()``, a batch skipped when its
+    loss spikes): the host needs the value to choose, by design."""
+    stack = ctx.stack
+    for i in range(len(stack) - 2, -1, -1):
+        node, child = stack[i], stack[i + 1]
+        if isinstance(node, cst.If):
+            if child is not node.test:
+                return False
+            branches = [node.body] + ([node.orelse] if node.orelse is not None else [])
+            return any(
+                isinstance(n, cst.Call) and (is_backward(n, ctx) or is_optimizer_step(n))
+                for branch in branches for n in walk_nodes(branch)
+            )
+        if isinstance(node, (cst.BaseStatement, cst.BaseSmallStatement)):
+            return False
+    return False
+
+
 def named_for_cpu(ctx: Context) -> bool:
     """Whether the innermost function's name has the word ``cpu``
     (``fill_indices_cpu``, ``cpu_nms``): the host implementation of an
@@ -1425,6 +1489,8 @@ def feeds_host_sink(ctx: Context, top_index: int, loop: cst.CSTNode, gathered: b
         node = stack[i]
         if isinstance(node, cst.Call) and _is_sink(node):
             return True
+        if isinstance(node, cst.CompFor) and stack[i + 1] is node.iter and i > 0 and _labels_items(stack[i - 1], node):
+            return True  # `[label2ans[i] for i in scores.argmax(-1).cpu().tolist()]`: answers written out
         if (
             isinstance(node, cst.Call)
             and isinstance(node.func, cst.Attribute)
@@ -1487,6 +1553,20 @@ def feeds_host_sink(ctx: Context, top_index: int, loop: cst.CSTNode, gathered: b
         or (isinstance(call.func, cst.Attribute) and mentions_name(call.func.value, found))
         for call in sinks
     )
+
+
+def _labels_items(comprehension: cst.CSTNode, clause: cst.CompFor) -> bool:
+    """A comprehension that turns each item into a label: looks it up in a
+    host table (``label2ans[i]``), formats it, or picks one of two strings
+    with it (``'True' if i == 1 else 'False'``)."""
+    element = getattr(comprehension, "elt", None) or getattr(comprehension, "value", None)
+    names = target_names(clause.target)
+    if element is None or not names:
+        return False
+    if isinstance(element, cst.IfExp):
+        strings = (cst.SimpleString, cst.FormattedString)
+        return isinstance(element.body, strings) and isinstance(element.orelse, strings) and mentions_name(element.test, names)
+    return _looks_up(element, names) or _formats(element, names)
 
 
 def _items_of(loop: cst.For, names: List[str]) -> List[str]:

@@ -31,6 +31,7 @@ from torchlint.rules._sync import (
     feeds_host_evaluator,
     named_for_cpu,
     decides_a_raise,
+    decides_the_step,
     is_constant_display,
     iterates_mapping,
     loop_clauses,
@@ -143,7 +144,8 @@ class ItemInLoop(Rule):
     - reads in a function that pickles or unpickles objects (`pickle.dumps`
       ... `pickle.loads`: an `all_gather` of arbitrary Python objects through
       byte tensors), or that `all_gather`s sizes in a module that does
-      (`_pad_to_largest_tensor`): the host needs the sizes and bytes to
+      (`_pad_to_largest_tensor`) or encodes or decodes its buffers there
+      (`_decode(buffer_, enc_byte)`): the host needs the sizes and bytes to
       unpickle; and a size read in a function that `all_gather`s
       (`t[:size[0].item()]` after `all_gather(ls_size, t_size)`): gathering
       tensors of different shapes pads them to the largest, and the host
@@ -209,6 +211,10 @@ class ItemInLoop(Rule):
     - a read only to check and fail: in an `assert`'s message (built when
       the check fails), or in the test of an `if` whose body raises or exits
       (`if any(v.item() != plan_hash for v in gathered): raise ...`);
+    - a read that decides whether the training step runs: in the test of an
+      `if` whose body or `else` backpropagates or steps an optimizer (`if
+      loss.item() < skip_threshold * error_last: loss.backward() ...`, a
+      batch skipped when its loss spikes): the host needs it to choose;
     - a function named for the CPU (the word `cpu` in its name:
       `fill_indices_cpu`, `cpu_nms`): the host implementation of an
       operation, given host tensors;
@@ -522,8 +528,8 @@ class ItemInLoop(Rule):
         assert recv is not None
         if in_data_pipeline(ctx) or enclosing_function_is_one_off(ctx) or self._reads_checkpoint(recv):
             return
-        if decides_a_raise(ctx):
-            return  # an assert's message, or the test of a check that raises
+        if decides_a_raise(ctx) or decides_the_step(ctx):
+            return  # an assert's message, the test of a check that raises or of whether the step runs
         if name == "tolist" and not in_training_code(ctx, self._facts):
             return  # a batch's results handed to host code (decoding, n-grams, scoring): by design
         if named_for_cpu(ctx) or feeds_host_evaluator(ctx, self._facts):

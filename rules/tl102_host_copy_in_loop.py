@@ -141,7 +141,11 @@ class HostCopyInLoop(Rule):
     - a copy that is the point: written, drawn, decoded or tabulated on the
       host (`Image.fromarray(x.cpu().numpy()).save(path)`, through a name
       handed to such a call later in the loop, or text built from it and
-      written: `text = ", ".join(...)` then `f.write(text)`), or gathered into a list that
+      written: `text = ", ".join(...)` then `f.write(text)`; the items of a
+      loop over the copy handed to such a call: `for p, f in zip(pred,
+      frames): out.write(...)`), turned into labels by a comprehension over it
+      (`[label2ans[i] for i in scores.argmax(-1).cpu().tolist()]`, `['True' if
+      i == 1 else 'False' for i in ...]`), or gathered into a list that
       the function writes out after the loop (`all_images.extend(...)` then
       `np.savez(path, np.concatenate(all_images))`; a console write such as
       `sys.stdout.write(...)` is a log line like `print` and does not count),

@@ -14,7 +14,7 @@ from torchlint.rules._eval_calls import CallSites, Frame, runs_evaluated, runs_r
 from torchlint.rules._frequency import runs_once_by_path
 from torchlint.rules._helpers import chain_root, last_name, literal_bool, method_name
 from torchlint.rules._models import FORWARD_METHODS, is_model_call, module_like_base, runs_on_dummy_inputs
-from torchlint.rules._project import called_elsewhere_for_training, called_elsewhere_without_gradients
+from torchlint.rules._project import called_elsewhere_for_training, called_elsewhere_with_gradients, called_elsewhere_without_gradients
 from torchlint.rules._sync import feeds_model_runtime, mentions_name
 from torchlint.rules._training import (
     GRAD_OFF,
@@ -98,7 +98,11 @@ class EvalWithoutNoGrad(Rule):
       backpropagates or steps, or is named `forward`/`*train*`/`*loss*`), in
       its module or another, is
       not reported either: its result may feed a loss (`predict_noise` in a
-      diffusion model, `evaluate_actions` in PPO's update). Nor is a nested function known only by its name and
+      diffusion model, `evaluate_actions` in PPO's update). Nor is a method of
+      an `nn.Module` class known only by its name (no `.eval()`) that no
+      call with gradients on reaches, in its module or through the index (a
+      model's `inference` or `test_invertibility` that nothing in the project
+      calls: its caller, if any, owns the grad mode). Nor is a nested function known only by its name and
       never called in the module (a callback handed to an evaluator);
     - a function that switches the model to training mode and then runs it
       (`if train: model.train() ... else: model.eval()`, then `model(x)`): it
@@ -442,8 +446,9 @@ class EvalWithoutNoGrad(Rule):
             if not frame.evals and (
                 any(not covered and (caller.needs_grad or TRAINING_NAME.search(caller.name)) for covered, caller in sites)
                 or called_elsewhere_for_training(self.context, frame.qualname)
+                or frame.module_class and not sites and not called_elsewhere_with_gradients(self.context, frame.qualname)
             ):
-                continue  # named like inference, but its result feeds a training step
+                continue  # named like inference, but its result feeds a training step, or a model's method no one calls
             fix = None
             function = frame.node
             assert function is not None

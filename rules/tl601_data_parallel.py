@@ -9,7 +9,7 @@ from torchlint.model import FixAvailability
 from torchlint.nodes import walk_nodes
 from torchlint.rule import Invalid, Rule, Valid
 from torchlint.rules._frequency import runs_once_by_path
-from torchlint.rules._helpers import CallTable, method_name
+from torchlint.rules._helpers import CallTable, keyword, literal_number, method_name
 from torchlint.rules._program import named_for_inference
 from torchlint.rules._training import is_backward
 
@@ -63,6 +63,11 @@ class DataParallel(Rule):
     change. A class of your own named `DataParallel`, or another library's, is
     not reported; neither is a call of your own subclass of it (the rule does
     not follow class hierarchies).
+
+    Nor is a `DataParallel` over one device (`device_ids=[0]`,
+    `device_ids=opt.gpu_ids[0:1]`): the wrapper then only forwards the call
+    (it is kept for its `.module` attribute, next to wrappers over several
+    GPUs), and DDP would change nothing.
 
     Nor is `DataParallel` in an export, conversion or benchmark script
     (`convert_*.py`, `export.py`, `*_to_onnx.py`, `bench*.py`, an `export/`
@@ -315,7 +320,7 @@ class DataParallel(Rule):
             return
         kind = _DATA_PARALLEL_CALLS.lookup(node, self.context)
         if kind is not None:
-            if not self._mirrors_a_wrap() and not self._in_strategy_class():
+            if not self._mirrors_a_wrap() and not self._in_strategy_class() and not _one_device(node):
                 self._found.append((node, kind, self.context.enclosing_function()))
             return
         name = method_name(node)
@@ -371,3 +376,19 @@ def _names(expr: cst.BaseExpression) -> List[str]:
     """The names and attribute names in ``expr`` (``(nn.DataParallel, DDP)``)."""
     return [n.value if isinstance(n, cst.Name) else n.attr.value
             for n in walk_nodes(expr) if isinstance(n, (cst.Name, cst.Attribute))]
+
+
+def _one_device(call: cst.Call) -> bool:
+    """``DataParallel(model, device_ids=[0])`` or ``device_ids=gpu_ids[0:1]``:
+    one device, where the wrapper only forwards the call (kept for its
+    ``.module`` attribute); DDP would change nothing."""
+    arg = keyword(call, "device_ids")
+    value = arg.value if arg is not None else (call.args[1].value if len(call.args) > 1 and call.args[1].keyword is None else None)
+    if isinstance(value, (cst.List, cst.Tuple)):
+        return len(value.elements) == 1 and not isinstance(value.elements[0], cst.StarredElement)
+    if isinstance(value, cst.Subscript) and len(value.slice) == 1 and isinstance(value.slice[0].slice, cst.Slice):
+        piece = value.slice[0].slice
+        lower = 0 if piece.lower is None else literal_number(piece.lower)
+        upper = literal_number(piece.upper) if piece.upper is not None else None
+        return piece.step is None and lower is not None and upper is not None and upper - lower == 1
+    return False

@@ -1,6 +1,6 @@
 from __future__ import annotations
 
-from typing import List
+from typing import List, Optional, Set, Tuple
 
 import libcst as cst
 
@@ -21,7 +21,13 @@ class DdpFindUnusedParameters(Rule):
     Only the literal `True` is reported: `find_unused_parameters=args.flag` or
     any other expression is unknown and stays silent, and so does a call that
     also passes `static_graph=True` (DDP then stops searching the graph after
-    the first iterations) or a `static_graph=` that is not a literal. A call
+    the first iterations), `static_graph=False` (the author says the graph
+    changes from step to step: staged fine-tuning, switched heads), or a
+    `static_graph=` that is not a literal. Nor is the flag reported when the
+    module calls the wrapped model with a `True`/`False` keyword
+    (`self.model_ddp(img, segmentation_pass=True)` beside plain calls): the
+    forward takes other branches on some steps, whose parameters then get no
+    gradient, and DDP needs the flag there. A call
     with `*args`/`**kwargs` is not reported, since they may set
     `static_graph`. The keyword given positionally is not reported either: its
     position changed between torch versions (an `init_sync` parameter was
@@ -125,13 +131,16 @@ class DdpFindUnusedParameters(Rule):
 
     def __init__(self, context) -> None:
         super().__init__(context)
-        self._found: List[cst.Arg] = []
+        self._found: List[Tuple[cst.Arg, Optional[str]]] = []  # the keyword, and what the wrapped model is bound to
+        self._switched: Set[str] = set()  # callees given a True/False keyword
         # Whether the module trains (a backward pass, `.train()`) or puts a model in eval mode.
         self._trains = self._evaluates = False
 
     def visit_Call(self, node: cst.Call) -> None:
         func = node.func
         name = method_name(node)
+        if any(a.keyword is not None and literal_bool(a.value) is not None for a in node.args):
+            self._switched.add(_code(func))  # `model_ddp(x, segmentation_pass=True)`: another branch of forward
         if name == "eval" and not node.args:
             self._evaluates = True
         elif name == "train" or (name == "backward" and is_backward(node, self.context)):
@@ -146,14 +155,20 @@ class DdpFindUnusedParameters(Rule):
         arg = keyword(node, "find_unused_parameters")
         if arg is None or literal_bool(arg.value) is not True or has_star(node):
             return
-        static = keyword(node, "static_graph")
-        if static is not None and literal_bool(static.value) is not False:
-            return
-        self._found.append(arg)
+        if keyword(node, "static_graph") is not None:
+            return  # `static_graph=True` stops the search; `False` says the graph changes from step to step
+        parent = self.context.parent
+        target = parent.targets[0].target if isinstance(parent, cst.Assign) and len(parent.targets) == 1 else None
+        self._found.append((arg, _code(target) if target is not None else None))
 
     def leave_Module(self, node: cst.Module) -> None:
         path = self.context.path
         if not self._trains and not named_for_training(path) and (self._evaluates or named_for_inference(path)):
             return  # forward passes only: the search prepares a backward pass that never comes
-        for arg in self._found:
-            self.report(arg, self._MESSAGE)
+        for arg, target in self._found:
+            if target is None or target not in self._switched:
+                self.report(arg, self._MESSAGE)
+
+
+def _code(node: cst.CSTNode) -> str:
+    return cst.Module([]).code_for_node(node)

@@ -256,3 +256,215 @@ def test_predictions_copied_only_to_be_summed_are_reported():
         "        for p, c in zip(pred, coords):\n            total += p.sum()\n        out.write(frames)\n",
     )
     assert found(code, "TL102", path="inference.py") == [("TL102", 11)]
+
+
+# Set JJ (RCAN, Real-Time-Voice-Cloning, torch-ngp, nnUNet, YOLOv6, votenet,
+# flowtron, Pointnet2_PyTorch).
+
+SKIP = """
+import torch
+
+
+def train(model, loader, optimizer, loss_fn, args):
+    error_last = 1.0
+    for lr, hr in loader:
+        sr = model(lr.cuda())
+        loss = loss_fn(sr, hr.cuda())
+        if loss.item() < args.skip_threshold * error_last:
+            loss.backward()
+            optimizer.step()
+"""
+
+
+def test_a_read_that_decides_whether_the_step_runs():
+    assert found(SKIP, "TL101") == []
+
+
+def test_a_read_that_decides_only_a_print_is_reported():
+    code = SKIP.replace("            loss.backward()\n            optimizer.step()\n", "            print('low')\n")
+    code = code.replace("        if loss.item()", "        loss.backward()\n        optimizer.step()\n        if loss.item()")
+    assert found(code, "TL101") == [("TL101", 12)]
+
+
+PROFILED = """
+import torch
+
+
+def sync(device):
+    # For correct profiling (cuda operations are async)
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+
+
+def train(model, loader, optimizer, profiler, vis, device):
+    for step, batch in enumerate(loader):
+        sync(device)
+        profiler.tick("Blocking, waiting for batch")
+        loss = model(batch.to(device)).mean()
+        sync(device)
+        profiler.tick("Forward pass")
+        loss.backward()
+        optimizer.step()
+        vis.update(loss.item(), step)
+"""
+
+
+def test_a_profiled_loop_that_synchronizes_through_a_helper():
+    assert found(PROFILED, "TL101") == []
+
+
+def test_a_helper_that_does_more_than_synchronize_is_not_a_sync():
+    code = PROFILED.replace("        torch.cuda.synchronize(device)\n", "        torch.cuda.synchronize(device)\n    log(device)\n")
+    assert found(code, "TL101") == [("TL101", 21)]
+
+
+UPSAMPLE = """
+import numpy as np
+import torch
+
+
+class Trainer:
+    def train_one_epoch(self, loader):
+        for data in loader:
+            loss = self.train_step(data)
+            self.global_step += 1
+            if self.global_step in self.opt.upsample_model_steps:
+                aabb = self.model.aabb_train.cpu().numpy()
+                reso = ((aabb[3:] - aabb[:3]) / 0.1).astype(np.int32).tolist()
+                self.model.upsample_model(reso)
+"""
+
+
+def test_code_at_a_few_listed_steps_runs_rarely():
+    assert found(UPSAMPLE, "TL102") == []
+
+
+def test_the_same_code_at_every_step_is_reported():
+    code = UPSAMPLE.replace("            if self.global_step in self.opt.upsample_model_steps:\n",
+                            "            if self.global_step not in self.opt.upsample_model_steps:\n")
+    assert found(code, "TL102") == [("TL102", 12)]
+
+
+FUSE = """
+def fuse(ops):
+    amax = -1
+    for op in ops:
+        amax = max(amax, op._amax.detach().item())
+    for op in ops:
+        op._amax.fill_(amax)
+
+
+for names in fusion_lists:
+    ops = [get_module(model_ptq, name) for name in names]
+    fuse(ops)
+"""
+
+
+def test_a_loop_that_looks_modules_up_by_name_does_not_run_them():
+    assert found("import torch\n" + FUSE, "TL101", path="partial_quant.py") == []
+
+
+def test_a_loop_that_runs_the_model_is_a_step_loop():
+    code = "import torch\n" + FUSE.replace("    fuse(ops)\n", "    fuse(ops)\n    model_ptq(images)\n")
+    assert found(code, "TL101", path="partial_quant.py") == [("TL101", 6)]
+
+
+UNCALLED = """
+import torch
+from torch import nn
+
+
+class Flow(nn.Module):
+    def forward(self, x):
+        return self.net(x)
+
+    def test_invertibility(self, x):
+        z = self.net(x)
+        return self.net.reverse(z) - x
+"""
+
+
+def test_a_models_method_nobody_calls():
+    assert found(UNCALLED, "TL302", path="flowtron.py") == []
+
+
+def test_the_same_method_called_with_gradients_is_reported():
+    code = UNCALLED + "\n\ndef check(model, x):\n    return model.test_invertibility(x)\n"
+    assert found(code, "TL302", path="flowtron.py") == [("TL302", 10)]
+
+
+# Set KK (vid2vid, style-based-gan-pytorch, UNITER, CodeT5, GroupViT,
+# denoising-diffusion-gan, Latte, omnivore).
+
+ANSWERS = """
+import torch
+
+
+def evaluate(model, loader, label2ans, results):
+    for batch in loader:
+        scores = model(batch)
+        answers = [label2ans[i] for i in scores.max(dim=-1, keepdim=False)[1].cpu().tolist()]
+        results.extend(zip(batch["qids"], answers))
+"""
+
+
+def test_predictions_turned_into_answers_are_the_point():
+    assert found(ANSWERS, "TL102", path="inf_vqa.py") == []
+    code = ANSWERS.replace("label2ans[i] for i", "'True' if i == 1 else 'False' for i")
+    assert found(code, "TL102", path="inf_vqa.py") == []
+
+
+def test_predictions_copied_to_be_summed_are_reported():
+    code = ANSWERS.replace("label2ans[i] for i", "i * 2 for i")
+    assert found(code, "TL102", path="inf_vqa.py") == [("TL102", 8)]
+
+
+PICKLED = """
+import pickle
+import torch
+
+
+def _decode(buffer_, enc_byte):
+    size = sum(256 ** (enc_byte - i - 1) * buffer_[i].item() for i in range(enc_byte))
+    return bytes(buffer_[enc_byte:enc_byte + size].tolist()), size + enc_byte
+
+
+def all_gather_list(data):
+    out_buffer = gather(pickle.dumps(data))
+    results = []
+    for _ in range(world_size()):
+        bytes_list, shift = _decode(out_buffer, 4)
+        out_buffer = out_buffer[shift:]
+        results.append(pickle.loads(bytes_list))
+    return results
+"""
+
+
+def test_the_size_header_of_pickled_buffers_is_the_protocol():
+    assert found(PICKLED, "TL101", path="distributed.py") == []
+
+
+def test_the_same_reads_in_a_module_that_pickles_nothing_are_reported():
+    code = PICKLED.replace("pickle.dumps(data)", "data").replace("pickle.loads(bytes_list)", "bytes_list")
+    assert found(code, "TL101", path="distributed.py") == [("TL101", 7)]
+
+
+ONE_GPU = """
+import torch
+import torch.nn as nn
+
+
+def create_model(opt, modelG, modelD, optimizer, loader):
+    if opt.batchSize == 1:
+        modelG = nn.DataParallel(modelG, device_ids=opt.gpu_ids[0:1])
+    else:
+        modelG = nn.DataParallel(modelG, device_ids=opt.gpu_ids[:2])
+    for x in loader:
+        modelG(x).mean().backward()
+        optimizer.step()
+"""
+
+
+def test_data_parallel_over_one_device():
+    assert found(ONE_GPU, "TL601") == [("TL601", 10)]
+    assert found(ONE_GPU.replace("opt.gpu_ids[0:1]", "[0]"), "TL601") == [("TL601", 10)]

@@ -223,6 +223,7 @@ def test_other_calls_are_not_model_calls(call: str) -> None:
 
 
 def test_self_call_only_in_module_classes() -> None:
+    # (the module class's method is called with gradients on: an uncalled one is silent, test_precision_set_gg.py)
     module_class = """
     import torch
     from torch import nn
@@ -230,6 +231,9 @@ def test_self_call_only_in_module_classes() -> None:
     class Net(nn.Module):
         def predict(self, x):
             return self(x).argmax(-1)
+
+    def serve(net, x):
+        return net.predict(x)
     """
     plain_class = """
     import torch
@@ -500,6 +504,9 @@ def test_fix_keeps_comments_and_decorator_order() -> None:
         @staticmethod  # keep
         def predict(model, x):
             return model(x).softmax(-1)
+
+    def serve(net, x):
+        return Net.predict(net, x)
     """
     out = fixed(code)
     assert "    # probabilities, for serving\n    @staticmethod  # keep\n    @torch.no_grad()\n    def predict" in out

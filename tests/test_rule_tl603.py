@@ -61,8 +61,31 @@ def test_silent_cases(args):
     assert _lint(HEADER + f"model = DDP({args})\n") == []
 
 
-def test_static_graph_false_is_still_reported():
+def test_static_graph_false_says_the_graph_changes():
+    # (nnUNet's staged fine-tuning trainers: the author declares the graph dynamic)
     code = HEADER + "model = DDP(model, find_unused_parameters=True, static_graph=False)\n"
+    assert codes(_lint(code)) == []
+
+
+SWITCHED = HEADER + """
+class Trainer:
+    def init(self):
+        self.model_ddp = DDP(self.model, device_ids=[self.rank], find_unused_parameters=True)
+
+    def train_mat(self, src):
+        return self.model_ddp(src)[0]
+
+    def train_seg(self, img):
+        return self.model_ddp(img, segmentation_pass=True)[0]
+"""
+
+
+def test_a_wrapped_model_run_through_another_branch_needs_the_flag():
+    assert codes(_lint(SWITCHED)) == []
+
+
+def test_the_same_model_always_run_the_same_way_is_reported():
+    code = SWITCHED.replace("segmentation_pass=True", "downsample_ratio=0.25")
     assert codes(_lint(code)) == ["TL603"]
 
 
