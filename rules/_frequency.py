@@ -56,6 +56,12 @@ visited run?" for the rules that need it, from the module alone:
   by their role unless a step calls them: ``__init__``, ``main``, and names
   that build, set up, load, save, export or convert, log, plot, visualise,
   print or report.
+* **Once per pass of a sampler**: code outside the loops of a function (not
+  ``forward``/``__call__``) that never trains and whose loop over a count or
+  over time steps calls a model every iteration (``for step in range(order,
+  steps + 1): ... self.model_fn(x, t)``; not a module picked by the counter)
+  runs once per sampling run, however often the function is called
+  (:func:`_runs_a_sampling_loop`).
 * **Module top-level code** (``if __name__ == "__main__":`` blocks included)
   runs once, apart from its loops.
 * **Whole files** run once when their path says so: test files (``test_*.py``,
@@ -90,6 +96,7 @@ from torchlint.rule import Context, contains_modulo, is_test_path, tests_periodi
 from torchlint.rules._helpers import last_name
 from torchlint.rules._models import MODEL_WORDS
 from torchlint.rules._program import demonstrated_once
+from torchlint.rules._training import is_optimizer_step
 from torchlint.rules._sync import (
     breaks_after_few, capped_by_loop, draws, mentions_name, runs_one_iteration, target_names, unwrap_iterable,
 )
@@ -214,6 +221,7 @@ class FrequencyModel:
         self.sites: List[_Site] = []
         self._outer_loops: Dict[int, bool] = {}
         self._displays: Dict[Tuple[int, str], bool] = {}  # see _over_displays
+        self._sampling: Dict[cst.FunctionDef, bool] = {}  # see _samples
         self._guards: Dict[int, Optional[object]] = {}  # `_guard_marker` of each `if`, by id
         self._callers: Optional[Dict[cst.FunctionDef, List[cst.FunctionDef]]] = None  # on demand
         # Periodic flags of each function, by id, computed on demand (shared with
@@ -369,6 +377,8 @@ class FrequencyModel:
     def _site_level(self, fn: Optional[cst.FunctionDef], loops: Sequence[object]) -> int:
         """How often code runs that sits in ``fn`` under ``loops`` (outermost first)."""
         level = ONCE if fn is None else self.functions[fn].level
+        if not loops and level == PER_STEP and fn is not None and self._samples(fn):
+            return PER_EPOCH  # the setup of a many-step pass (a sampler's time steps): once per pass
         drawing = fn is not None and self.functions[fn].draws
         for loop in loops:
             if loop is _PERIODIC:
@@ -389,6 +399,13 @@ class FrequencyModel:
             else:
                 level = PER_STEP
         return level
+
+    def _samples(self, fn: cst.FunctionDef) -> bool:
+        """:func:`_runs_a_sampling_loop`, once per function."""
+        found = self._sampling.get(fn)
+        if found is None:
+            found = self._sampling[fn] = _runs_a_sampling_loop(fn)
+        return found
 
     def _guard(self, node: cst.If, fn: Optional[cst.FunctionDef], loops: Sequence[object]) -> Optional[object]:
         """:func:`_guard_marker`, once per ``if`` (the loops around it are the
@@ -793,6 +810,64 @@ _STEP_CALLS = frozenset({"backward", "step", "generate", "forward", "predict", "
 
 
 _DATA_WORDS = ("loader", "dataset", "batch", "step", "iter")
+
+
+_SAMPLING_WORDS = ("timestep", "sigmas")
+
+
+def _runs_a_sampling_loop(fn: cst.FunctionDef) -> bool:
+    """A function other than ``forward``/``__call__`` that never trains (no
+    ``.backward()``, no optimizer step) and holds a loop over a count (``for step in range(order, steps + 1):``,
+    also through ``reversed``/``enumerate``/``tqdm``, or over time steps) that
+    calls a model every iteration (a call named like one), not a module picked by the counter
+    (``self.blocks[i](x)``, a forward over its layers): a sampler or solver,
+    many model evaluations per call.  Its code outside that loop runs once per
+    pass, however often the function is called."""
+    if fn.name.value in ("forward", "__call__"):
+        return False  # a module's decoding loop is part of its training step (teacher forcing)
+    loops: List[cst.For] = []
+    todo: List[cst.CSTNode] = [fn.body]
+    while todo:
+        node = todo.pop()
+        kind = type(node)
+        if kind in (cst.FunctionDef, cst.ClassDef, cst.Lambda):
+            continue
+        if kind is cst.Call and type(node.func) is cst.Attribute and (
+            node.func.attr.value == "backward" or is_optimizer_step(node)
+        ):
+            return False
+        if kind is cst.For:
+            loops.append(node)
+        todo.extend(iter_children(node))
+    return any(_counts_steps(loop) and _calls_a_model(loop) and not _indexes_modules(loop) for loop in loops)
+
+
+def _calls_a_model(loop: cst.For) -> bool:
+    """A call in the loop's body named like a model (``self.model_fn(x, t)``,
+    ``self.unet(x, t)``, ``denoiser(x)``), not one that builds a module."""
+    for node in _walk_shallow(loop.body):
+        if isinstance(node, cst.Call):
+            name = last_name(node.func) or ""
+            if not name[:1].isupper() and not _GETS.match(name) and any(w in name.lower() for w in MODEL_WORDS):
+                return True
+    return False
+
+
+def _counts_steps(loop: cst.For) -> bool:
+    iterable = unwrap_iterable(loop.iter, frozenset({"enumerate", "reversed", "tqdm", "list"}))
+    if isinstance(iterable, cst.Call) and isinstance(iterable.func, cst.Name) and iterable.func.value == "range":
+        return True
+    return _names_contain([loop.iter], _SAMPLING_WORDS)
+
+
+def _indexes_modules(loop: cst.For) -> bool:
+    """A call of something subscripted by the loop's counter (``self.layers[i](x)``)."""
+    counters = target_names(loop.target)
+    return any(
+        isinstance(node, cst.Call) and isinstance(node.func, cst.Subscript)
+        and any(isinstance(e.slice, cst.Index) and mentions_name(e.slice.value, counters) for e in node.func.slice)
+        for node in _walk_shallow(loop.body)
+    )
 
 
 def _backward_directly(body: cst.CSTNode) -> bool:

@@ -468,3 +468,56 @@ def create_model(opt, modelG, modelD, optimizer, loader):
 def test_data_parallel_over_one_device():
     assert found(ONE_GPU, "TL601") == [("TL601", 10)]
     assert found(ONE_GPU.replace("opt.gpu_ids[0:1]", "[0]"), "TL601") == [("TL601", 10)]
+
+
+# Set LL (Microsoft Cream, DDSP-SVC, DiffusionDet, LaViLa, PyTorch-Encoding,
+# TimeSformer, mdlm, starcoder).
+
+SAMPLER = """
+import torch
+from torch import nn
+
+
+class Solver:
+    def time_steps(self, t_T, t_0, N, device):
+        return torch.linspace(t_T, t_0, N + 1).to(device)
+
+    def sample(self, x, steps, device):
+        timesteps = self.time_steps(1.0, 1e-3, steps, device)
+        for step in range(1, steps + 1):
+            x = self.model_fn(x, timesteps[step])
+        return x
+
+
+class Diffusion(nn.Module):
+    def forward(self, cond, infer=True):
+        x = torch.randn(cond.shape, device=cond.device)
+        return Solver().sample(x, 20, cond.device)
+"""
+
+
+def test_the_setup_of_a_many_step_sampler_runs_once_per_pass():
+    assert found(SAMPLER, "TL201", path="solver.py") == []
+
+
+def test_the_same_setup_inside_the_sampling_loop_is_reported():
+    code = SAMPLER.replace("            x = self.model_fn(x, timesteps[step])\n",
+                           "            x = self.model_fn(x, timesteps[step])\n"
+                           "            noise = torch.randn(x.shape).to(device)\n")
+    assert found(code, "TL201", path="solver.py") == [("TL201", 14)]
+
+
+def test_a_forward_over_its_layers_keeps_its_setup_per_step():
+    code = '''
+import torch
+from torch import nn
+
+
+class Net(nn.Module):
+    def forward(self, x):
+        pos = torch.arange(x.shape[1]).to(x.device)
+        for i in range(len(self.blocks)):
+            x = self.blocks[i](x + pos)
+        return x
+'''
+    assert found(code, "TL201", path="model.py") == [("TL201", 8)]
