@@ -845,16 +845,25 @@ def _runs_a_sampling_loop(fn: cst.FunctionDef) -> bool:
 def _calls_a_model(loop: cst.For) -> bool:
     """A call in the loop's body named like a model (``self.model_fn(x, t)``,
     ``self.unet(x, t)``, ``denoiser(x)``), not one that builds a module."""
-    for node in _walk_shallow(loop.body):
-        if isinstance(node, cst.Call):
-            name = last_name(node.func) or ""
-            if not name[:1].isupper() and not _GETS.match(name) and any(w in name.lower() for w in MODEL_WORDS):
-                return True
-    return False
+    return any(
+        isinstance(node, cst.Call) and _names_a_model_run(last_name(node.func) or "")
+        for node in _walk_shallow(loop.body)
+    )
+
+
+def _names_a_model_run(name: str) -> bool:
+    """A callee named like a model (``model_fn``, ``self.net``, ``unet``); not a
+    class (``Qwen2DecoderLayer(config, i)`` builds a module) nor a getter or
+    builder (``get_module(model, name)`` finds one)."""
+    return not name[:1].isupper() and not _GETS.match(name) and any(word in name.lower() for word in MODEL_WORDS)
+
+
+# Calls that go over a count's values in some order (`reversed(range(n))`).
+_COUNT_WRAPPERS = frozenset({"enumerate", "reversed", "tqdm", "list"})
 
 
 def _counts_steps(loop: cst.For) -> bool:
-    iterable = unwrap_iterable(loop.iter, frozenset({"enumerate", "reversed", "tqdm", "list"}))
+    iterable = unwrap_iterable(loop.iter, _COUNT_WRAPPERS)
     if isinstance(iterable, cst.Call) and isinstance(iterable.func, cst.Name) and iterable.func.value == "range":
         return True
     return _names_contain([loop.iter], _SAMPLING_WORDS)
@@ -919,11 +928,8 @@ def _steps(loop: object) -> bool:
         return True
     for node in _walk_shallow(*body):
         if isinstance(node, cst.Call):
-            func = node.func
-            name = func.attr.value if isinstance(func, cst.Attribute) else func.value if isinstance(func, cst.Name) else ""
-            if name[:1].isupper() or _GETS.match(name):
-                continue  # `Qwen2DecoderLayer(config, i)`, `get_module(model, name)`: building or finding a module
-            if name in _STEP_CALLS or any(word in name.lower() for word in MODEL_WORDS):
+            name = last_name(node.func) or ""
+            if name in _STEP_CALLS or _names_a_model_run(name):
                 return True
     return False
 

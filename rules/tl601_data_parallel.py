@@ -9,7 +9,7 @@ from torchlint.model import FixAvailability
 from torchlint.nodes import walk_nodes
 from torchlint.rule import Invalid, Rule, Valid
 from torchlint.rules._frequency import runs_once_by_path
-from torchlint.rules._helpers import CallTable, keyword, literal_number, method_name
+from torchlint.rules._helpers import CallTable, argument, literal_number, method_name
 from torchlint.rules._program import named_for_inference
 from torchlint.rules._training import is_backward
 
@@ -382,8 +382,8 @@ def _one_device(call: cst.Call) -> bool:
     """``DataParallel(model, device_ids=[0])`` or ``device_ids=gpu_ids[0:1]``:
     one device, where the wrapper only forwards the call (kept for its
     ``.module`` attribute); DDP would change nothing."""
-    arg = keyword(call, "device_ids")
-    value = arg.value if arg is not None else (call.args[1].value if len(call.args) > 1 and call.args[1].keyword is None else None)
+    arg = argument(call, "device_ids", 1)[1]
+    value = arg.value if arg is not None else None
     if isinstance(value, (cst.List, cst.Tuple)):
         return len(value.elements) == 1 and not isinstance(value.elements[0], cst.StarredElement)
     if isinstance(value, cst.Subscript) and len(value.slice) == 1 and isinstance(value.slice[0].slice, cst.Slice):
