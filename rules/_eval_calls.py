@@ -12,7 +12,7 @@ from typing import Dict, List, Optional, Tuple
 import libcst as cst
 
 from torchlint.rules._frequency import ONCE, PER_EPOCH, model_for
-from torchlint.rules._helpers import has_parameters
+from torchlint.rules._helpers import has_parameters, last_name
 from torchlint.rules._models import names_a_model
 from torchlint.semantic import Location
 
@@ -60,9 +60,19 @@ class CallSites:
         self.by_name: Dict[str, List[Tuple[bool, Frame]]] = {}
         self._self_calls: set = set()
         self._bases: Dict[str, List[str]] = {}
+        self._modules: set = set()  # the module's classes that are models
 
-    def add_class(self, name: str, bases: List[str]) -> None:
+    def add_class(self, node: cst.ClassDef, module: bool) -> bool:
+        """Records a class and its bases; whether it is a model: ``module``
+        (an ``nn.Module``-like base), or a subclass of a model class of this
+        module (``class DurationGenerator(HiFiGANGenerator):``)."""
+        name = node.name.value
+        bases = [n for n in (last_name(a.value) for a in node.bases) if n]
         self._bases.setdefault(name, []).extend(bases)
+        if module or any(base in self._modules for base in bases):
+            self._modules.add(name)
+            return True
+        return False
 
     def add(self, callee: str, covered: bool, frame: Frame, on_self: bool) -> None:
         entry = (covered, frame)
@@ -80,6 +90,20 @@ class CallSites:
             return sites
         related = self._lineage(frame.cls_name)
         return [e for e in sites if id(e) not in self._self_calls or e[1].cls_name in related]
+
+    def from_outside(self, frame: Frame, seen: Optional[set] = None) -> bool:
+        """Whether every call in the module that can reach ``frame`` comes from
+        a method of a model class that nothing in the module calls, directly
+        or through such methods (a vocoder's ``inference`` calling
+        ``self.synthesis``, which calls ``self.duration_predictor.inference``):
+        the grad mode of those calls is decided where that method is called,
+        in another module.  True when there is no call at all."""
+        seen = seen if seen is not None else set()
+        seen.add(id(frame))
+        return all(
+            caller.module_class and (id(caller) in seen or self.from_outside(caller, seen))
+            for _, caller in self.of(frame)
+        )
 
     def _lineage(self, name: str) -> set:
         """The class, its bases and its subclasses, as far as this module defines them."""

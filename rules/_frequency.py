@@ -12,7 +12,8 @@ visited run?" for the rules that need it, from the module alone:
   function of the module that runs one): then the code directly in it runs
   once per epoch.  A loop over a
   few literal values, a mapping's items, a model's parameters or a few named
-  entries (``for k in keys: if k == "crossattn":``), in code that
+  entries (``for k in keys: if k == "crossattn":``), or, unless it is an
+  outer loop, over a literal count of a few (``range(5)``, at most 16), in code that
   does not itself run per step, runs a handful of times; so does any loop in
   code known to run once or once per epoch, unless it looks like a training,
   evaluation or inference loop (it goes over a loader, a dataset, batches,
@@ -98,7 +99,8 @@ from torchlint.rules._models import MODEL_WORDS
 from torchlint.rules._program import demonstrated_once
 from torchlint.rules._training import is_optimizer_step
 from torchlint.rules._sync import (
-    breaks_after_few, capped_by_loop, draws, mentions_name, runs_one_iteration, target_names, unwrap_iterable,
+    breaks_after_few, capped_by_loop, draws, few_range, mentions_name, runs_one_iteration, target_names,
+    unwrap_iterable,
 )
 from torchlint.nodes import inner_children, iter_children
 
@@ -390,6 +392,8 @@ class FrequencyModel:
                 continue  # a handful of times per run of what is around it
             elif self._is_outer_loop(loop):
                 level = max(level, PER_EPOCH)
+            elif _few_count(loop):
+                continue  # `for sample in range(5):` a handful of times (an epoch loop is outer, above)
             elif level in (ONCE, PER_EPOCH) and (drawing or not _steps(loop)):
                 # a loop in code known to run rarely, over something else than the
                 # data, or in a function that draws (a few batches for a picture)
@@ -960,6 +964,17 @@ def _few_values(loop: object) -> bool:
         return True
     # (`enumerate(sorted(losses.keys()))`; `zip(a, b)` goes over its first)
     return _few_values_expression(unwrap_iterable(iterable, _ITERATION_WRAPPERS))
+
+
+def _few_count(loop: object) -> bool:
+    """A loop over a literal count of a few (``for sample in range(5):``)."""
+    if isinstance(loop, cst.For):
+        iterable = loop.iter
+    elif isinstance(loop, (cst.ListComp, cst.SetComp, cst.GeneratorExp, cst.DictComp)):
+        iterable = loop.for_in.iter
+    else:
+        return False
+    return few_range(unwrap_iterable(iterable, _ITERATION_WRAPPERS))
 
 
 def _bound_to_displays(fn: cst.FunctionDef, name: str) -> bool:

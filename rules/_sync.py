@@ -151,6 +151,22 @@ def breaks_after_few(loop: cst.CSTNode) -> bool:
     return False
 
 
+def few_range(iterable: cst.BaseExpression) -> bool:
+    """``range(5)``, ``range(1, 4)``: a count of at most a few, written as
+    integer literals (``for SAMPLE in range(5):``, a few samples printed after
+    training)."""
+    if not (isinstance(iterable, cst.Call) and isinstance(iterable.func, cst.Name) and iterable.func.value == "range"):
+        return False
+    args = iterable.args
+    if not 1 <= len(args) <= 2 or any(a.keyword is not None or a.star for a in args):
+        return False
+    bounds = [literal_number(a.value) if isinstance(a.value, cst.Integer) else None for a in args]
+    if any(b is None for b in bounds):
+        return False
+    start, stop = (0, bounds[0]) if len(bounds) == 1 else bounds
+    return stop - start <= _FEW_ITERATIONS
+
+
 def _only_break(statement: cst.CSTNode) -> bool:
     if isinstance(statement, cst.SimpleStatementLine):
         return len(statement.body) == 1 and isinstance(statement.body[0], cst.Break)
@@ -1186,10 +1202,78 @@ def loop_facts(ctx: Context, loop: cst.CSTNode, cache: Dict[int, LoopFacts]) -> 
     return facts
 
 
+def copies_out_every_iteration(ctx: Context, loop: cst.CSTNode) -> bool:
+    """Whether a ``for``/``while`` loop hands device values to host code in
+    every iteration: a statement of its own body (or of a ``with`` block in it),
+    not under a condition, copies a value out with ``.tolist()`` or
+    ``.cpu()...numpy()``, and the copy is neither an operand of a comparison or
+    arithmetic nor read with ``.item()`` (those could stay on the device).  In
+    evaluation or inference code that prints, draws or writes each sample
+    (``''.join(S[t] for t in out[n].tolist())``, ``pitch =
+    pred[i].detach().cpu().numpy()`` before a plot), the host waits for the
+    device every iteration by design; one more read adds no wait.  Cached per
+    loop."""
+    cache = ctx.shared.setdefault("copies-out", {})
+    key = id(loop)
+    if key not in cache:
+        cache[key] = _copies_out(ctx, loop)
+    return cache[key]
+
+
+def _copies_out(ctx: Context, loop: cst.CSTNode) -> bool:
+    body = getattr(loop, "body", None)
+    if type(loop) not in (cst.For, cst.While) or not isinstance(body, cst.IndentedBlock):
+        return False
+    from torchlint.rules._device import host_values  # (it builds on this module)
+
+    statements = list(body.body)
+    while statements:
+        statement = statements.pop()
+        if type(statement) is cst.With and isinstance(statement.body, cst.IndentedBlock):
+            statements.extend(statement.body.body)
+        if type(statement) is not cst.SimpleStatementLine:
+            continue  # a condition, an inner loop, a `try`
+        todo: List[Tuple[cst.CSTNode, Optional[cst.CSTNode]]] = [(statement, None)]
+        while todo:
+            node, parent = todo.pop()
+            kind = type(node)
+            if kind in _SCOPE_TYPES:
+                continue
+            if kind is cst.Call and type(node.func) is cst.Attribute and not node.args:
+                attr = node.func.attr.value
+                source = node.func.value if attr == "tolist" else _copied_to_cpu(node.func.value) if attr == "numpy" else None
+                if (
+                    source is not None
+                    and type(parent) not in (cst.Comparison, cst.ComparisonTarget, cst.BinaryOperation)
+                    and not host_values(ctx).is_host(source, ctx.location())
+                ):
+                    return True
+            todo.extend((child, node) for child in iter_children(node))
+    return False
+
+
+def _copied_to_cpu(expr: cst.BaseExpression) -> Optional[cst.BaseExpression]:
+    """What ``.cpu()`` copies in a chain (``x`` in ``x.detach().cpu()``), or None."""
+    while True:
+        if type(expr) is cst.Call:
+            func = expr.func
+            if type(func) is not cst.Attribute:
+                return None
+            if func.attr.value == "cpu":
+                return func.value
+            expr = func.value
+        elif type(expr) is cst.Attribute:
+            expr = expr.value
+        else:
+            return None
+
+
 def in_training_code(ctx: Context, cache: Dict[int, LoopFacts]) -> bool:
     """Whether the node being visited runs as part of training: a loop around
     it (in its function) runs a training step (``LoopFacts.optimizes``), or its
-    function is one, by name (``train_step``) or by its body (a backward or an
+    function is one, by name (``train_step``), by its role (the ``backward``
+    of a ``torch.autograd.Function``, run by every step's backward pass) or
+    by its body (a backward or an
     optimizer step outside any loop, such as a ``training_step`` that one loop
     calls per batch).  A loop that runs no training step itself, inside a
     ``with torch.no_grad():`` block or with one in its body, is evaluation
@@ -1202,9 +1286,16 @@ def in_training_code(ctx: Context, cache: Dict[int, LoopFacts]) -> bool:
     function = ctx.enclosing_function()
     if function is None:
         return False
-    if _TRAIN_STEP.match(function.name.value):
+    if _TRAIN_STEP.match(function.name.value) or _autograd_backward(ctx, function):
         return True
     return loop_facts(ctx, function, cache).optimizes
+
+
+def _autograd_backward(ctx: Context, function: cst.FunctionDef) -> bool:
+    """The ``backward`` of a ``torch.autograd.Function`` subclass: it runs
+    inside every training step's backward pass."""
+    cls = ctx.enclosing_class() if function.name.value == "backward" else None
+    return cls is not None and any(last_name(base.value) == "Function" for base in cls.bases)
 
 
 def _evaluation_loop(ctx: Context, cache: Dict[int, LoopFacts]) -> bool:

@@ -18,6 +18,7 @@ from torchlint.rules._sync import (
     loop_facts,
     waits_every_iteration,
     converts_any_value,
+    copies_out_every_iteration,
     enclosing_function_is_one_off,
     exchanges_pickled_objects,
     exchanges_sizes,
@@ -226,6 +227,15 @@ class ItemInLoop(Rule):
       fifteen sets of projects never seen before, none was worth changing;
       `.tolist()` in a training loop (per-sample losses logged every step)
       is reported like `.item()`;
+    - any read in a loop outside training code whose own body (or a `with`
+      block in it), not under a condition, hands device values to host code
+      every iteration with `.tolist()` or `.cpu()...numpy()`, the copy not
+      an operand of a comparison or arithmetic (`pitch =
+      pred[i].detach().cpu().numpy()` before a plot, `''.join(S[t] for t in
+      out[n].tolist())` printed, `pred = out.max(1)[1].cpu().numpy()` handed
+      to a NumPy metric): the host waits for the device there every
+      iteration by design, so one more read adds no wait (found on
+      FastSpeech2's `synth_samples` and RWKV-LM's arithmetic checks);
     - test files (`test_*.py`, `*_test.py`, `conftest.py`, under `tests/`):
       tests read values to check them.
 
@@ -530,8 +540,8 @@ class ItemInLoop(Rule):
             return
         if decides_a_raise(ctx) or decides_the_step(ctx):
             return  # an assert's message, the test of a check that raises or of whether the step runs
-        if name == "tolist" and not in_training_code(ctx, self._facts):
-            return  # a batch's results handed to host code (decoding, n-grams, scoring): by design
+        if (name == "tolist" or copies_out_every_iteration(ctx, loop)) and not in_training_code(ctx, self._facts):
+            return  # a batch's results handed to host code (decoding, n-grams, scoring, printing): by design
         if named_for_cpu(ctx) or feeds_host_evaluator(ctx, self._facts):
             return  # the host implementation (`fill_indices_cpu`), or results handed to a COCO evaluator
         if exchanges_pickled_objects(ctx) or exchanges_sizes(ctx, recv):

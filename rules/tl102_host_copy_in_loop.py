@@ -67,8 +67,11 @@ class HostCopyInLoop(Rule):
     operand of a comparison or arithmetic (`(pred.cpu().numpy() ==
     y.cpu().numpy()).sum()`: a metric the device computes as well; not a
     threshold against a number, `probs.cpu().numpy() > 0.5`), and a
-    chain that ends in `.item()`/`.tolist()` (`loss.cpu().item()`), as TL101
-    reports a bare `.item()`. Other host copies in evaluation and inference
+    chain that ends in `.item()` (`loss.cpu().item()`), as TL101
+    reports a bare `.item()` (one that ends in `.tolist()`,
+    `scores.cpu().tolist()` for a results file, hands a batch's results to
+    host code, as TL101 leaves a bare `.tolist()` there; found on YOLOS's
+    COCO JSON export). Other host copies in evaluation and inference
     code are handed to host code (a NumPy or SciPy function, a file, a
     drawing, a tokenizer, an evaluation API) and are the point there.
 
@@ -386,7 +389,7 @@ class HostCopyInLoop(Rule):
         top, index = chain_top(ctx)
         if id(top) in self._reported:
             return
-        if (method_name(top) not in ("item", "tolist") and not in_training_code(ctx, self._facts)
+        if (method_name(top) != "item" and not in_training_code(ctx, self._facts)
                 and not host_arithmetic(ctx, index) and not gathered_for_concatenation(ctx, index, self._joined)):
             return  # evaluation or inference: host copies feed host code (metrics, files, drawing)
         if module_method_follows(ctx.stack, index):

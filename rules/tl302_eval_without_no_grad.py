@@ -102,7 +102,12 @@ class EvalWithoutNoGrad(Rule):
       an `nn.Module` class known only by its name (no `.eval()`) that no
       call with gradients on reaches, in its module or through the index (a
       model's `inference` or `test_invertibility` that nothing in the project
-      calls: its caller, if any, owns the grad mode). Nor is a nested function known only by its name and
+      calls: its caller, if any, owns the grad mode); in its module, calls
+      from methods of model classes (a subclass of one included) that are
+      themselves reached only that way count as no call (a vocoder's
+      `inference` calling `self.synthesis`, which calls
+      `self.duration_predictor.inference`: the decoding scripts that call
+      the outermost one decide). Nor is a nested function known only by its name and
       never called in the module (a callback handed to an evaluator);
     - a function that switches the model to training mode and then runs it
       (`if train: model.train() ... else: model.eval()`, then `model(x)`): it
@@ -363,8 +368,7 @@ class EvalWithoutNoGrad(Rule):
 
     # -- scopes ----------------------------------------------------------------
     def visit_ClassDef(self, node: cst.ClassDef) -> None:
-        self._call_sites.add_class(node.name.value, [n for n in (last_name(a.value) for a in node.bases) if n])
-        self._class_is_module[id(node)] = any(module_like_base(arg.value, self.context) for arg in node.bases)
+        self._class_is_module[id(node)] = self._call_sites.add_class(node, any(module_like_base(a.value, self.context) for a in node.bases))
 
     def visit_FunctionDef(self, node: cst.FunctionDef) -> None:
         ctx = self.context
@@ -446,7 +450,8 @@ class EvalWithoutNoGrad(Rule):
             if not frame.evals and (
                 any(not covered and (caller.needs_grad or TRAINING_NAME.search(caller.name)) for covered, caller in sites)
                 or called_elsewhere_for_training(self.context, frame.qualname)
-                or frame.module_class and not sites and not called_elsewhere_with_gradients(self.context, frame.qualname)
+                or frame.module_class and self._call_sites.from_outside(frame)
+                and not called_elsewhere_with_gradients(self.context, frame.qualname)
             ):
                 continue  # named like inference, but its result feeds a training step, or a model's method no one calls
             fix = None

@@ -18,7 +18,9 @@ from torchlint.rules._accumulation import (
     target_keys,
 )
 from torchlint.rules._helpers import keyword, method_name, positional, receiver
-from torchlint.rules._training import backward_loss, backward_keeps_graph, in_grad_off_block, is_backward
+from torchlint.rules._training import (
+    backward_loss, backward_keeps_graph, in_grad_off_block, is_backward, is_optimizer_step,
+)
 
 _LOOPS = (cst.For, cst.While)
 
@@ -27,7 +29,7 @@ class _Scope:
     """What one function (or the module's top level) does, for the decision at its end."""
 
     __slots__ = ("losses", "backpropagated", "assignments", "accumulations", "retained", "bindings", "resets",
-                 "assigned_in_loops")
+                 "assigned_in_loops", "stepping")
 
     def __init__(self) -> None:
         # loops whose backward call keeps the graph (`retain_graph=`, `create_graph=`)
@@ -50,6 +52,8 @@ class _Scope:
         # ids of the loops around it); whether the value reads the key is only
         # asked for the few keys that turn out to be accumulators.
         self.assigned_in_loops: List[Tuple[str, cst.BaseExpression, Tuple[int, ...]]] = []
+        # ids of the loops whose own body (not an inner loop) steps an optimizer
+        self.stepping: Set[int] = set()
 
 
 class LossGraphRetained(Rule):
@@ -89,7 +93,13 @@ class LossGraphRetained(Rule):
     started afresh inside that loop (`running_loss = 0` after each optimizer
     step of a gradient-accumulation loop, `losses = []`, `losses.clear()`):
     it then holds the graphs of a few micro-batches at most, whose saved
-    tensors `backward()` has already freed, so nothing grows.
+    tensors `backward()` has already freed, so nothing grows. The same holds
+    for an accumulator started afresh in a loop around that one whose own
+    body steps the optimizer (`loss_of_subnets = []`, then a loop that
+    backpropagates one sampled subnet after another, then
+    `optimizer.step()`: once-for-all's progressive shrinking); started
+    afresh in an epoch loop, it keeps every step of the epoch and is
+    reported.
 
     ## Why is this bad?
     A loss tensor references the autograd graph that produced it. Adding it to
@@ -456,6 +466,8 @@ class LossGraphRetained(Rule):
                 if backward_keeps_graph(node):
                     scope.retained.add(id(loop))
             return
+        if is_optimizer_step(node) and self._loop() is not None:
+            scope.stepping.add(id(self._loop()))
         name = method_name(node)
         if name == "clear" and not node.args:
             self._record_reset(accumulator_key(receiver(node)))
@@ -517,8 +529,9 @@ class LossGraphRetained(Rule):
             keys = scope.losses.get(id(loop))
             if not keys:
                 continue
-            if id(loop) in scope.resets.get(acc, ()) or any(
-                key == acc and id(loop) in loops and not mentions_key(value, acc)
+            fresh = {id(loop)} | scope.stepping  # the loop, or one around it that steps the optimizer
+            if not fresh.isdisjoint(scope.resets.get(acc, ())) or any(
+                key == acc and not fresh.isdisjoint(loops) and not mentions_key(value, acc)
                 for key, value, loops in scope.assigned_in_loops
             ):
                 continue  # started afresh inside the loop: the history it keeps is bounded

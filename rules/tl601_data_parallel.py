@@ -31,6 +31,10 @@ _DDP_HELPER = re.compile(r"(^|_)ddp($|_)|ddp_|_ddp", re.IGNORECASE)
 _STRATEGY_CLASS = re.compile(r"^(DP|DataParallel)\w*(Strategy|Plugin)$", re.IGNORECASE)
 
 
+# A function named for evaluation (`validate`, `eval_model`, `test`, `predict`, `infer`).
+_EVALUATION = re.compile(r"^_*(?:eval|valid|test|predict|infer)", re.IGNORECASE)
+
+
 def _offers_ddp(call: cst.Call, context) -> bool:
     """A call that shows the module runs with DDP too."""
     qualified = context.qualname(call.func)
@@ -97,10 +101,15 @@ class DataParallel(Rule):
     The same holds for a function of a module that trains elsewhere: a
     `DataParallel` in a function that puts the model in eval mode and neither
     trains nor runs a backward pass itself (a `sample()` or `test()` method
-    next to `train()`) is not reported. Nor is a `DataParallel` in the branch
+    next to `train()`) is not reported; in a function named for evaluation
+    (`validate`, `eval*`, `test*`, `predict*`, `infer*`), a `.train()` that
+    picks the mode (`if train_mode: net.train() else: net.eval()`, once-for-all's
+    `validate`) is not training either. Nor is a `DataParallel` in the branch
     of `if isinstance(module, nn.DataParallel):`: it mirrors how a model given
     to the code was wrapped (an EMA copy), and the place to change is where
-    that model was wrapped, which is reported there.
+    that model was wrapped, which is reported there (`if not
+    isinstance(model, nn.DataParallel): model = nn.DataParallel(model)` at
+    the start of a training function is that place, and is reported).
 
     Nor is the `DataParallel` of a training library's data-parallel
     strategy (a class named `DataParallelStrategy`, `DPStrategy`,
@@ -331,7 +340,9 @@ class DataParallel(Rule):
             name == "step" and self.context.enclosing_loop() is not None
         ):
             self._trains = self._trains or name != "step"
-            self._function_flags()[1] = True
+            function = self.context.enclosing_function()
+            if not (name == "train" and function is not None and _EVALUATION.match(function.name.value)):
+                self._function_flags()[1] = True  # (`if train_mode: net.train()` in `validate`: not training)
         elif not self._offers_ddp and _offers_ddp(node, self.context):
             self._offers_ddp = True
 
@@ -358,16 +369,20 @@ class DataParallel(Rule):
         return any(isinstance(n, cst.ClassDef) and _STRATEGY_CLASS.match(n.name.value) for n in self.context.stack)
 
     def _mirrors_a_wrap(self) -> bool:
-        """In the body of ``if isinstance(x, nn.DataParallel):``."""
+        """In the body of ``if isinstance(x, nn.DataParallel):`` (not of ``if
+        not isinstance(...)``, which wraps a model that is not wrapped yet)."""
         stack = self.context.stack
         for i in range(len(stack) - 2, -1, -1):
             node = stack[i]
             if isinstance(node, (cst.FunctionDef, cst.ClassDef)):
                 return False
             if isinstance(node, cst.If) and stack[i + 1] is node.body:
+                negated = {id(n) for u in walk_nodes(node.test) if type(u) is cst.UnaryOperation
+                           and type(u.operator) is cst.Not for n in walk_nodes(u.expression)}
                 for n in walk_nodes(node.test):
                     if (isinstance(n, cst.Call) and isinstance(n.func, cst.Name) and n.func.value == "isinstance"
-                            and len(n.args) == 2 and "DataParallel" in _names(n.args[1].value)):
+                            and id(n) not in negated and len(n.args) == 2
+                            and "DataParallel" in _names(n.args[1].value)):
                         return True
         return False
 

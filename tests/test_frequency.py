@@ -183,7 +183,7 @@ def test_recursion_and_cycles_terminate():
         def b(n):
             return a(n - 1) if n else 0
 
-        for step in range(10):
+        for step in range(steps):
             a(3)
         """
     )
@@ -224,9 +224,12 @@ def test_loops_in_code_that_runs_rarely_count_only_over_data():
                 probe("settings loop")
             for x in loader:
                 probe("data loop in setup code")
-            for i in range(3):
+            for i in range(n):
                 model(i)
                 probe("loop that runs a model")
+            for i in range(3):
+                model(i)
+                probe("a few runs of a model")
             names = [probe("comprehension in setup") for n in settings]
 
         def grads(model):
@@ -243,6 +246,7 @@ def test_loops_in_code_that_runs_rarely_count_only_over_data():
         "settings loop": ONCE,
         "data loop in setup code": PER_STEP,
         "loop that runs a model": PER_STEP,
+        "a few runs of a model": ONCE,
         "comprehension in setup": ONCE,
         "mapping of gradients": PER_STEP,
         "full-batch epoch": PER_STEP,

@@ -132,7 +132,7 @@ def test_a_copy_whose_result_stays_on_the_host_is_still_reported():
         "outputs.append(torch.Tensor(output).to(x_enc.device))", "outputs.append(output)"
     ).replace(
         "output, _ = self.model.forecast(horizon=self.pred_len, inputs=x_enc[:, :, i].cpu().numpy().tolist())",
-        "output = x_enc[:, :, i].cpu().numpy().tolist()",
+        "output = x_enc[:, :, i].cpu().numpy() * 2",
     )
     assert found(code) == [("TL102", 9)]
 
@@ -145,16 +145,18 @@ def test_a_batch_part_the_loader_yields_is_already_on_the_host():
     import torch
 
 
-    def score_2afc_dataset(data_loader, func):
+    def train_2afc(data_loader, func, optimizer):
         gts = []
         for data in data_loader.load_data():
+            func(data).backward()
+            optimizer.step()
             gts += data['judge'].cpu().numpy().flatten().tolist()
         return np.array(gts)
     """
     assert found(code, "TL102") == []
     # What a function makes of it may live on the device.
     computed = code.replace("gts += data['judge'].cpu()", "gts += func(data['judge']).cpu()")
-    assert found(computed, "TL102") == [("TL102", 9)]
+    assert found(computed, "TL102") == [("TL102", 11)]
 
 
 HOST_BUFFER = """

@@ -257,7 +257,9 @@ def test_functions_that_draw_or_convert_for_an_evaluation_api_need_the_host():
         assert found(template.format(name=name), "TL101,TL102") == [], name
     for name in ("encode_vocab", "revisit_batches", "forward_visible"):
         # (TL102 reports only code that trains: these functions do not)
-        assert sorted(found(template.format(name=name), "TL101,TL102")) == [("TL101", 10)], name
+        # (without the copy of each row: a loop that copies every item out waits anyway)
+        unsaved = template.replace("rows.append(out.cpu().numpy())", "rows.append(out)")
+        assert sorted(found(unsaved.format(name=name), "TL101,TL102")) == [("TL101", 10)], name
     assert sorted(found(template.format(name="training_step"), "TL101,TL102")) == [("TL101", 10), ("TL102", 9)]
 
 

@@ -414,8 +414,11 @@ def test_predictions_turned_into_answers_are_the_point():
     assert found(code, "TL102", path="inf_vqa.py") == []
 
 
-def test_predictions_copied_to_be_summed_are_reported():
-    code = ANSWERS.replace("label2ans[i] for i", "i * 2 for i")
+def test_predictions_copied_to_be_compared_are_reported():
+    code = ANSWERS.replace(
+        "answers = [label2ans[i] for i in scores.max(dim=-1, keepdim=False)[1].cpu().tolist()]",
+        "answers = (scores.max(dim=-1, keepdim=False)[1].cpu() == batch['labels']).sum()",
+    )
     assert found(code, "TL102", path="inf_vqa.py") == [("TL102", 8)]
 
 

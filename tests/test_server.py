@@ -373,7 +373,7 @@ def test_code_units():
 CELLS = [
     (2, "%matplotlib inline\nimport torch\ndevice = 'cuda'"),
     (1, "# Training\nThe loop below."),
-    (2, "for step in range(10):\n    !nvidia-smi\n    mask = torch.ones(4).to(device)"),
+    (2, "for step in range(100):\n    !nvidia-smi\n    mask = torch.ones(4).to(device)"),
 ]
 
 
@@ -430,7 +430,7 @@ def test_notebook_quick_fix_noqa_and_hover_inside_a_cell(client, tmp_path):
     actions = {a["title"]: a for a in _actions(client, cell_uris[2], found)}
     texts = {u: text for u, (_, text) in zip(cell_uris, CELLS)}
     fixed = _apply(texts, actions["Pass `device=` to `torch.ones` (TL201)"]["edit"])
-    assert fixed[cell_uris[2]] == "for step in range(10):\n    !nvidia-smi\n    mask = torch.ones(4, device=device)"
+    assert fixed[cell_uris[2]] == "for step in range(100):\n    !nvidia-smi\n    mask = torch.ones(4, device=device)"
     assert fixed[cell_uris[0]] == texts[cell_uris[0]]  # other cells untouched
     assert _apply(texts, actions["Fix all safe torchlint fixes in this notebook"]["edit"]) == fixed
     noqa = _apply(texts, actions["Disable TL201 for this line"]["edit"])

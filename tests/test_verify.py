@@ -56,9 +56,9 @@ model = torch.nn.Linear(4, 2)
 data = torch.randn(8, 4)
 
 
-def train():
+def train(steps=3):
     total = 0.0
-    for _ in range(3):
+    for _ in range(steps):
         model.zero_grad(set_to_none=False)
         loss = model(data).square().mean()
         loss.backward()

@@ -52,7 +52,7 @@ def bench():
 
 def unused():
     out = []
-    for i in range(3):
+    for i in range(30):
         out.append(torch.ones(4).to(device))
     return out
 """

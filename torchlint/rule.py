@@ -80,8 +80,14 @@ def _periodic_flags(scope: cst.CSTNode) -> frozenset:
 def tests_periodic_flag(test: cst.BaseExpression, scope: cst.CSTNode, cache: Dict[int, frozenset]) -> bool:
     """Whether ``test`` requires a flag (``if log_now:``, ``if log_now and rank
     == 0:``) that ``scope`` (not its nested functions) only ever assigns an
-    expression with ``%`` (``log_now = step % every == 0``).  ``cache`` keeps
-    each scope's flags, by id: the Context and the frequency model share it."""
+    expression with ``%`` (``log_now = step % every == 0``), or is an ``or``
+    of such flags and tests (``if early_phase or late_phase:``, each one
+    periodic).  ``cache`` keeps each scope's flags, by id: the Context and the
+    frequency model share it."""
+    if isinstance(test, cst.BooleanOperation) and isinstance(test.operator, cst.Or):
+        return all(
+            contains_modulo(side) or tests_periodic_flag(side, scope, cache) for side in (test.left, test.right)
+        )
     names = _flag_names(test)
     if not names:
         return False
