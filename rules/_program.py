@@ -595,22 +595,27 @@ def named_for_inference(path: str) -> bool:
     """Whether a script's name (a word of it: ``run_test_cls.py``) or its
     directory (``eval/``, ``evaluation/``, ``inference/``) says it evaluates or
     runs a trained model, and no word of its name says it trains
-    (``train_and_eval.py``).  Test files proper are not checked at all."""
+    (``train_and_eval.py``).  Test files proper are not checked at all; a
+    ``demo/`` directory counts (``demo/app.py``)."""
     if named_for_training(path):
         return False
     p = PurePath(path.replace("\\", "/"))
     return bool(set(p.stem.lower().split("_")) & _INFERENCE_WORDS) or any(
-        part.lower() in ("eval", "evaluation", "inference") for part in p.parts[:-1])
+        part.lower() in ("eval", "evaluation", "inference", "demo", "demos") for part in p.parts[:-1])
 
 
 _VERIFICATION_STEM = re.compile(r"^_*(convert|compare|verify|check(?!point))", re.IGNORECASE)
 
 
 def notebook_trains_nothing(ctx: Context) -> bool:
-    """A notebook with no backward pass: a demo that loads a trained model and
-    samples or predicts once, cell by cell (the settings it makes serve that
-    one run)."""
-    return ctx.path.endswith(".ipynb") and "backward(" not in ctx.source
+    """A notebook, or a script named for inference (:func:`named_for_inference`:
+    ``inference.py``, ``demo/app.py``, ``test.py``), with no backward pass: a
+    demo that loads a trained model and samples or predicts, one input at a
+    time (the settings it makes serve those runs, often on inputs of every
+    size: one image or utterance after another)."""
+    if "backward(" in ctx.source:
+        return False
+    return ctx.path.endswith(".ipynb") or named_for_inference(ctx.path)
 
 
 def is_verification_path(path: str) -> bool:

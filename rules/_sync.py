@@ -1562,9 +1562,13 @@ def decides_the_step(ctx: Context) -> bool:
 def named_for_cpu(ctx: Context) -> bool:
     """Whether the innermost function's name has the word ``cpu``
     (``fill_indices_cpu``, ``cpu_nms``): the host implementation of an
-    operation, given host tensors."""
+    operation, given host tensors; or the word ``beam`` (``generate_beam``,
+    ``beam_search``): a beam search keeps its hypotheses on the host and
+    needs each step's scores there, so it waits once per step by design and
+    further reads of the same step find the device idle."""
     function = ctx.enclosing_function()
-    return function is not None and "cpu" in function.name.value.lower().strip("_").split("_")
+    words = function.name.value.lower().strip("_").split("_") if function is not None else ()
+    return "cpu" in words or "beam" in words
 
 
 def feeds_host_sink(ctx: Context, top_index: int, loop: cst.CSTNode, gathered: bool = False) -> bool:

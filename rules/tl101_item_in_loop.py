@@ -218,7 +218,10 @@ class ItemInLoop(Rule):
       batch skipped when its loss spikes): the host needs it to choose;
     - a function named for the CPU (the word `cpu` in its name:
       `fill_indices_cpu`, `cpu_nms`): the host implementation of an
-      operation, given host tensors;
+      operation, given host tensors; or for a beam search (the word `beam`:
+      XLM's `generate_beam`, `beam_search`): it keeps its hypotheses on the
+      host and needs each step's scores there, so it waits once per step by
+      design, and the other reads of that step find the device idle;
     - `.tolist()` outside training code (a loop that runs no training step,
       in a function that runs none: evaluation, inference, decoding, data
       processing): a list is made to hand a batch's results to host code

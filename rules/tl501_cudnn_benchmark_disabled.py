@@ -57,9 +57,14 @@ class CudnnBenchmarkDisabled(ProgramRule):
     that reproducibility is its purpose (`enable_full_determinism()`,
     `make_reproducible()`, `class DeterministicEngine`): calling it is the
     switch (a seeding helper such as `set_seed()` is not one, since it runs in
-    every run); an assignment in a notebook that trains nothing (no backward
-    pass: a demo that loads a model and samples once, seeded so that its
-    pictures come out the same); an assignment in a conversion or
+    every run); an assignment in a notebook, or a script named for inference
+    (`inference.py`, `test.py`, `demo.py`, a `demo/` or `eval/` directory),
+    that trains nothing (no backward pass: a demo that loads a model and
+    samples, seeded so that its pictures come out the same, or runs one image
+    or utterance after another, of every size, where autotuning each new
+    shape costs more than it saves; on the projects reviewed, all nine such
+    findings were false positives: CRAFT, MiniGPT-4, VAR, flowtron, BigVGAN);
+    an assignment in a conversion or
     verification script (a file named `convert_*`, `compare_*`, `verify_*` or
     `check_*`), which runs once
     and compares outputs with a reference; benchmark scripts (`bench` in the

@@ -42,8 +42,10 @@ class DeterministicAlgorithms(Rule):
       it runs at the start of every run, so determinism hidden in it is
       always on;
     - test files, which legitimately ask for determinism to compare results;
-      notebooks that train nothing (no backward pass: a demo that loads a
-      model and samples once, seeded so that its pictures come out the same);
+      notebooks, and scripts named for inference (`inference.py`,
+      `demo.py`, a `demo/` directory), that train nothing (no backward pass:
+      a demo that loads a model and samples, seeded so that its pictures come
+      out the same);
       benchmark scripts (`bench` in the file or directory name), which
       measure one configuration on purpose, often comparing results between
       runs; and conversion or verification scripts (a file named

@@ -40,7 +40,12 @@ def test_a_notebook_that_trains_is_reported():
 
 
 def test_the_same_settings_in_a_script_are_reported():
-    assert found(DEMO, "TL501,TL502", path="demo_sample.py") == [("TL502", 10), ("TL501", 11)]
+    assert found(DEMO, "TL501,TL502", path="run_vae.py") == [("TL502", 10), ("TL501", 11)]
+
+
+def test_a_script_named_for_inference_that_trains_nothing_is_like_the_notebook():
+    assert found(DEMO, "TL501,TL502", path="demo_sample.py") == []
+    assert found(DEMO + "image.sum().backward()\n", "TL501,TL502", path="demo_sample.py") == [("TL502", 10), ("TL501", 11)]
 
 
 GATHER = """

@@ -319,3 +319,76 @@ def test_a_custom_backward_runs_every_training_step():
 def test_the_same_loop_in_an_evaluation_function_hands_results_to_host_code():
     code = AUTOGRAD.replace("def backward(ctx, gy):", "def describe(ctx, gy):")
     assert found(code, "TL101") == []
+
+
+# Set PP (BigVGAN, T2I-Adapter, instruct-pix2pix, AudioMAE, zero123, Stark,
+# XLM, pytorch-fid): a periodic helper named `every`, and a beam search.
+def test_a_helper_named_every_is_a_periodic_guard():
+    code = """
+import torch
+
+
+def train(model, optim, pbar, batches):
+    for batch in batches:
+        loss = model(batch.cuda()).mean()
+        loss.backward()
+        optim.step()
+        if every(pbar, percent=35):
+            target = (model.grid_size * 1.3).int().tolist()
+            model.resample(target)
+"""
+    assert found(code, "TL101") == []
+    assert found(code.replace("if every(pbar, percent=35):", "if everything_ready(pbar):"), "TL101") == [("TL101", 11)]
+
+
+BEAM = """
+import torch
+
+
+def {name}(self, src, beam_size, max_len):
+    generated_hyps = [Hypotheses(beam_size) for _ in range(len(src))]
+    cur_len = 1
+    while cur_len < max_len:
+        scores = self.step(src, cur_len)
+        next_scores, next_words = torch.topk(scores, 2 * beam_size, dim=1)
+        for sent_id in range(len(src)):
+            generated_hyps[sent_id].add(next_words[sent_id], next_scores[sent_id].max().item())
+        cur_len += 1
+    return generated_hyps
+"""
+
+
+def test_a_beam_search_keeps_its_hypotheses_on_the_host():
+    assert found(BEAM.format(name="generate_beam"), "TL101") == []
+
+
+def test_the_same_reads_in_another_function_are_reported():
+    assert found(BEAM.format(name="score_sentences"), "TL101") == [("TL101", 12)]
+
+
+INFERENCE_SCRIPT = """
+import torch
+
+torch.backends.cudnn.benchmark = False
+
+
+def inference(a, generator, mels):
+    generator.eval()
+    with torch.no_grad():
+        for mel in mels:
+            audio = generator(mel.cuda())
+            write(audio.squeeze().cpu().numpy())
+
+
+if __name__ == "__main__":
+    inference(parse_args(), build_generator(), load_mels())
+"""
+
+
+def test_an_inference_script_may_leave_the_autotuner_off():
+    assert found(INFERENCE_SCRIPT, "TL501", path="inference.py") == []
+    assert found(INFERENCE_SCRIPT, "TL501", path="demo/app.py") == []
+
+
+def test_the_same_setting_in_a_training_script_is_reported():
+    assert found(INFERENCE_SCRIPT, "TL501", path="train.py") == [("TL501", 4)]

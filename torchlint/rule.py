@@ -34,7 +34,8 @@ _COMPREHENSIONS = frozenset({cst.ListComp, cst.SetComp, cst.DictComp, cst.Genera
 
 def contains_modulo(node: cst.CSTNode) -> bool:
     """Whether an expression uses the ``%`` operator anywhere, or calls a
-    helper named for it (``divisible_by(step, every)``, ``is_divisible``)."""
+    helper named for it (``divisible_by(step, every)``, ``is_divisible``,
+    ``every(pbar, percent=35)``, ``every_n_steps(...)``)."""
     for n in walk_nodes(node):
         kind = type(n)
         if kind is cst.BinaryOperation and type(n.operator) is cst.Modulo:
@@ -42,7 +43,8 @@ def contains_modulo(node: cst.CSTNode) -> bool:
         if kind is cst.Call:
             func = n.func
             name = func.value if type(func) is cst.Name else func.attr.value if type(func) is cst.Attribute else ""
-            if "divisible" in name.lower():
+            lowered = name.lower()
+            if "divisible" in lowered or lowered == "every" or lowered.startswith("every_"):
                 return True
     return False
 
