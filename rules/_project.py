@@ -225,7 +225,8 @@ class Finder:
             elif note is not None:
                 found.append((level, self._line(call), caller, False, self._loader_facts(call, qualname, note)))
             else:
-                found.append((level, self._line(call), caller, self._host_args(call), ()))
+                host = self._host_args(call) or _waits_on_a_finite_guard(site.loops)
+                found.append((level, self._line(call), caller, host, ()))
         return found
 
     def _loader_facts(self, call: cst.Call, qualname: str, note: str) -> Tuple[Tuple[str, str], ...]:
@@ -484,6 +485,50 @@ class Finder:
 # scaler), or is named `forward`/`__call__`/`*train*`/`*loss*` (TRAINING_NAME,
 # as TL302 judges its own module's callers).
 _TRAINING_CALL = re.compile(r"\.backward\(|\b(optim\w*|scaler)\.step\(", re.IGNORECASE)
+
+
+def _waits_on_a_finite_guard(loops) -> bool:
+    """Whether the innermost loop around a call waits for the device every
+    iteration by design, in its own body: it stops the run on a value it reads
+    every iteration (``if not math.isfinite(loss_value): sys.exit(1)``, DETR's
+    and MAE's training loop), or hands every batch's results to an evaluator
+    (``coco_evaluator.update(res)``, also under ``if coco_evaluator is not
+    None:``), which converts them on the host.  A callee that converts what it
+    is given there (``metric_logger.update(**loss_dict)``) adds no wait; the
+    index counts such a site as one that passes host values."""
+    loop = next((m for m in reversed(loops) if type(m) in (cst.For, cst.While)), None)
+    body = getattr(loop, "body", None)
+    if not isinstance(body, cst.IndentedBlock):
+        return False
+    statements = list(body.body)
+    while statements:
+        statement = statements.pop()
+        if type(statement) is cst.If and _tests_presence(statement.test) and isinstance(statement.body, cst.IndentedBlock):
+            statements.extend(statement.body.body)  # `if coco_evaluator is not None:`
+            continue
+        if type(statement) is cst.SimpleStatementLine:
+            for node in walk_nodes(statement):
+                if type(node) is cst.Call and type(node.func) is cst.Attribute and node.func.attr.value == "update" \
+                        and "evaluator" in _tail(node.func.value).lower():
+                    return True
+            continue
+        if type(statement) is not cst.If:
+            continue
+        names = {n.attr.value if type(n) is cst.Attribute else n.value
+                 for n in walk_nodes(statement.test) if type(n) in (cst.Name, cst.Attribute)}
+        if not names & {"isfinite", "isnan", "isinf"}:
+            continue
+        for node in walk_nodes(statement.body):
+            if type(node) is cst.Raise or (type(node) is cst.Call and _tail(node.func) in ("exit", "_exit")):
+                return True
+    return False
+
+
+def _tests_presence(test: cst.BaseExpression) -> bool:
+    """``x is not None``: a test of a setting, not of data."""
+    return (type(test) is cst.Comparison and len(test.comparisons) == 1
+            and type(test.comparisons[0].operator) is cst.IsNot
+            and type(test.comparisons[0].comparator) is cst.Name and test.comparisons[0].comparator.value == "None")
 
 
 def _trains(function: cst.FunctionDef) -> bool:

@@ -64,7 +64,7 @@ def text_wraps_in_ddp(text: str) -> bool:
     return False
 
 
-HOST_ARGS = "host_args"  # every call of the function passes only host values
+HOST_ARGS = "host_args"  # every call passes only host values, or sits in a loop that waits every iteration
 DDP = "ddp"  # a caller module wraps a model in DistributedDataParallel
 # Loaders built in one module and iterated in another (TL202, TL204).  A rule
 # notes ``trait_key(function, LOADER)`` for a function that returns a

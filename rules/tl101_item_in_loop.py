@@ -171,7 +171,11 @@ class ItemInLoop(Rule):
       in a loop that runs no training step (`.backward()`/`.step()`): loggers,
       results tables and input normalisation, which handle values that may not
       be tensors, unless a caller visibly runs it every step and not every
-      caller passes only host values (`logger.update(loss=loss.item())`);
+      caller passes only host values (`logger.update(loss=loss.item())`) or
+      calls it from a loop that waits for the device every iteration anyway
+      (DETR's training loop, which reads the loss to stop on a non-finite
+      value with `sys.exit(1)`, and its evaluation loop, which hands every
+      batch's results to `coco_evaluator.update(res)`);
     - a module that imports PyTorch only for TensorBoard logging
       (`from torch.utils.tensorboard import SummaryWriter` in a JAX program):
       its arrays are not torch tensors;

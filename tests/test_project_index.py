@@ -336,6 +336,32 @@ def test_a_logger_whose_callers_pass_only_host_values(runner, workdir, call, rep
 
 
 @pytest.mark.parametrize(
+    "guard, reported",
+    [
+        # DETR's training loop: the loss is read every step to stop on a non-finite value
+        ("        if not math.isfinite(loss_value):\n            sys.exit(1)\n", False),
+        ("        if not math.isfinite(loss_value):\n            raise RuntimeError(loss_value)\n", False),
+        # DETR's evaluation loop hands every batch's results to the COCO evaluator
+        ("        if coco_evaluator is not None:\n            coco_evaluator.update(res)\n", False),
+        # a guard that only prints, or a setting tested: no wait every iteration
+        ("        if not math.isfinite(loss_value):\n            print(loss_value)\n", True),
+        ("        if args.verbose:\n            coco_evaluator.update(res)\n", True),
+    ],
+)
+def test_a_logger_called_from_a_loop_that_waits_anyway(runner, workdir, guard, reported):
+    """MetricLogger.update given tensors, from a loop that already waits for the
+    device every iteration by design: its conversions add no wait."""
+    loop = LOOP_WITH_LOGGER.replace("import torch\n", "import math\nimport sys\n\nimport torch\n").replace(
+        "        logger.update(loss=loss)\n",
+        "        loss_value = loss.item()\n" + guard + "        logger.update(loss=loss)\n",
+    )
+    (workdir / "metrics.py").write_text(METRICS)
+    (workdir / "train.py").write_text(loop)
+    found = [line for line in _concise(runner, ".") if line.startswith("metrics.py")]
+    assert found == (["metrics.py:11:25: TL101"] if reported else [])
+
+
+@pytest.mark.parametrize(
     "fold, reported",
     [
         ("max_lr = max(max_lr, group['lr'])", False),  # MAE's engine: the largest learning rate
