@@ -99,8 +99,8 @@ from torchlint.rules._models import MODEL_WORDS
 from torchlint.rules._program import demonstrated_once
 from torchlint.rules._training import is_optimizer_step
 from torchlint.rules._sync import (
-    breaks_after_few, capped_by_loop, draws, few_range, mentions_name, runs_one_iteration, target_names,
-    unwrap_iterable,
+    breaks_after_few, capped_by_loop, draws, few_range, loop_clauses, mentions_name, runs_one_iteration,
+    target_names, unwrap_iterable,
 )
 from torchlint.nodes import inner_children, iter_children
 
@@ -594,7 +594,7 @@ def _loop_marker(node: cst.CSTNode, child: cst.CSTNode) -> Optional[object]:
     if kind in (cst.ListComp, cst.SetComp, cst.GeneratorExp, cst.DictComp):
         return node if child is not node.for_in else None
     if kind is cst.If and child is node.body and (
-        contains_modulo(node.test) or _non_finite_test(node.test) or _at_one_step(node.test, cst.Equal, cst.And)
+        contains_modulo(node.test) or non_finite_test(node.test) or _at_one_step(node.test, cst.Equal, cst.And)
     ):
         return _PERIODIC
     if kind is cst.IndentedBlock:
@@ -609,15 +609,15 @@ def _loop_marker(node: cst.CSTNode, child: cst.CSTNode) -> Optional[object]:
 _NON_FINITE = frozenset({"isnan", "isinf", "isposinf", "isneginf"})
 
 
-def _non_finite_test(test: cst.BaseExpression) -> bool:
+def non_finite_test(test: cst.BaseExpression) -> bool:
     """A test that holds only when a value is not finite (``torch.isnan(K).any()``,
     ``math.isinf(loss)``, ``not torch.isfinite(x).all()``), alone or in an ``or``
     of such tests or an ``and`` with one: its body is a recovery path (replace
     a diverged matrix, skip a step) that runs rarely, not every step."""
     if type(test) is cst.BooleanOperation:
         if type(test.operator) is cst.Or:
-            return _non_finite_test(test.left) and _non_finite_test(test.right)
-        return _non_finite_test(test.left) or _non_finite_test(test.right)
+            return non_finite_test(test.left) and non_finite_test(test.right)
+        return non_finite_test(test.left) or non_finite_test(test.right)
     negated = False
     if type(test) is cst.UnaryOperation and type(test.operator) is cst.Not:
         negated, test = True, test.expression
@@ -968,13 +968,8 @@ def _few_values(loop: object) -> bool:
 
 def _few_count(loop: object) -> bool:
     """A loop over a literal count of a few (``for sample in range(5):``)."""
-    if isinstance(loop, cst.For):
-        iterable = loop.iter
-    elif isinstance(loop, (cst.ListComp, cst.SetComp, cst.GeneratorExp, cst.DictComp)):
-        iterable = loop.for_in.iter
-    else:
-        return False
-    return few_range(unwrap_iterable(iterable, _ITERATION_WRAPPERS))
+    clauses = loop_clauses(loop) if isinstance(loop, cst.CSTNode) else []
+    return bool(clauses) and few_range(unwrap_iterable(clauses[0].iter, _ITERATION_WRAPPERS))
 
 
 def _bound_to_displays(fn: cst.FunctionDef, name: str) -> bool:

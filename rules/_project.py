@@ -39,7 +39,7 @@ from typing import Dict, List, Optional, Sequence, Set, Tuple
 import libcst as cst
 
 from torchlint.nodes import iter_children, target_names, walk_nodes
-from torchlint.rules._frequency import FrequencyModel, qualified_name, runs_once_by_path
+from torchlint.rules._frequency import FrequencyModel, non_finite_test, qualified_name, runs_once_by_path
 from torchlint.rules._copies import batches_copied
 from torchlint.rules._project_text import (  # noqa: F401 - DDP, HOST_ARGS: for caller_trait's users
     COPIED,
@@ -57,6 +57,7 @@ from torchlint.rules._project_text import (  # noqa: F401 - DDP, HOST_ARGS: for 
     split_note,
     trait_key,
 )
+from torchlint.rules._sync import ends_with_exit
 from torchlint.rules._training import TRAINING_NAME
 from torchlint.semantic import Location, SemanticModel, location_of
 
@@ -225,7 +226,7 @@ class Finder:
             elif note is not None:
                 found.append((level, self._line(call), caller, False, self._loader_facts(call, qualname, note)))
             else:
-                host = self._host_args(call) or _waits_on_a_finite_guard(site.loops)
+                host = self._host_args(call) or _waits_every_iteration(site.loops)
                 found.append((level, self._line(call), caller, host, ()))
         return found
 
@@ -487,7 +488,7 @@ class Finder:
 _TRAINING_CALL = re.compile(r"\.backward\(|\b(optim\w*|scaler)\.step\(", re.IGNORECASE)
 
 
-def _waits_on_a_finite_guard(loops) -> bool:
+def _waits_every_iteration(loops) -> bool:
     """Whether the innermost loop around a call waits for the device every
     iteration by design, in its own body: it stops the run on a value it reads
     every iteration (``if not math.isfinite(loss_value): sys.exit(1)``, DETR's
@@ -505,22 +506,15 @@ def _waits_on_a_finite_guard(loops) -> bool:
         statement = statements.pop()
         if type(statement) is cst.If and _tests_presence(statement.test) and isinstance(statement.body, cst.IndentedBlock):
             statements.extend(statement.body.body)  # `if coco_evaluator is not None:`
-            continue
-        if type(statement) is cst.SimpleStatementLine:
-            for node in walk_nodes(statement):
-                if type(node) is cst.Call and type(node.func) is cst.Attribute and node.func.attr.value == "update" \
-                        and "evaluator" in _tail(node.func.value).lower():
-                    return True
-            continue
-        if type(statement) is not cst.If:
-            continue
-        names = {n.attr.value if type(n) is cst.Attribute else n.value
-                 for n in walk_nodes(statement.test) if type(n) in (cst.Name, cst.Attribute)}
-        if not names & {"isfinite", "isnan", "isinf"}:
-            continue
-        for node in walk_nodes(statement.body):
-            if type(node) is cst.Raise or (type(node) is cst.Call and _tail(node.func) in ("exit", "_exit")):
+        elif type(statement) is cst.If:
+            if non_finite_test(statement.test) and ends_with_exit(statement.body, leaving=(cst.Raise,)):
                 return True
+        elif type(statement) is cst.SimpleStatementLine and any(
+            type(node) is cst.Call and type(node.func) is cst.Attribute and node.func.attr.value == "update"
+            and "evaluator" in _tail(node.func.value).lower()
+            for node in walk_nodes(statement)
+        ):
+            return True
     return False
 
 

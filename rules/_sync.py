@@ -94,7 +94,7 @@ def _last_small_statement(block: cst.CSTNode) -> Optional[cst.CSTNode]:
     return None
 
 
-def _ends_with_exit(block: cst.CSTNode, *, leaving=(cst.Break, cst.Return, cst.Raise)) -> bool:
+def ends_with_exit(block: cst.CSTNode, *, leaving=(cst.Break, cst.Return, cst.Raise)) -> bool:
     """Whether a block's last statement is ``break``, ``return``, ``raise`` (the
     kinds in ``leaving``) or a call that ends the process (``sys.exit(1)``,
     ``exit()``, ``os._exit(1)``)."""
@@ -110,7 +110,7 @@ def runs_one_iteration(loop: cst.CSTNode) -> bool:
     """A ``for``/``while`` loop whose body ends with an unconditional
     ``break``, ``return`` or ``raise``: it runs its body once (one batch for a
     data-dependent initialisation, ``for x in loader: ...; break``)."""
-    return isinstance(loop, (cst.For, cst.While)) and _ends_with_exit(loop.body)
+    return isinstance(loop, (cst.For, cst.While)) and ends_with_exit(loop.body)
 
 
 _FEW_ITERATIONS = 16  # `if i >= 16: break` still caps a loop at "a few"
@@ -230,7 +230,7 @@ def runs_once(ctx: Context, loop: cst.CSTNode) -> bool:
             return False
         if isinstance(ancestor, (cst.Return, cst.Raise)):
             return True
-        if isinstance(ancestor, (cst.IndentedBlock, cst.SimpleStatementSuite)) and _ends_with_exit(ancestor):
+        if isinstance(ancestor, (cst.IndentedBlock, cst.SimpleStatementSuite)) and ends_with_exit(ancestor):
             return True
         if (
             counters
@@ -1333,7 +1333,7 @@ def _finite_guard(node: cst.CSTNode, names: Optional[List[str]] = None) -> bool:
     when None)."""
     if isinstance(node, cst.Assert):
         test = node.test
-    elif isinstance(node, cst.If) and _ends_with_exit(node.body):
+    elif isinstance(node, cst.If) and ends_with_exit(node.body):
         test = node.test
     else:
         return False
@@ -1532,7 +1532,7 @@ def decides_a_raise(ctx: Context) -> bool:
         if isinstance(node, cst.Assert):
             return child is node.msg
         if isinstance(node, cst.If):
-            return child is node.test and _ends_with_exit(node.body, leaving=cst.Raise)
+            return child is node.test and ends_with_exit(node.body, leaving=cst.Raise)
         if isinstance(node, (cst.BaseStatement, cst.BaseSmallStatement)):
             return False
     return False
@@ -1559,8 +1559,8 @@ def decides_the_step(ctx: Context) -> bool:
     return False
 
 
-def named_for_cpu(ctx: Context) -> bool:
-    """Whether the innermost function's name has the word ``cpu``
+def named_for_host_work(ctx: Context) -> bool:
+    """Whether the innermost function's name says it works on the host: the word ``cpu``
     (``fill_indices_cpu``, ``cpu_nms``): the host implementation of an
     operation, given host tensors; or the word ``beam`` (``generate_beam``,
     ``beam_search``): a beam search keeps its hypotheses on the host and

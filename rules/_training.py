@@ -231,6 +231,9 @@ def called_without_gradients(
 # `train_step`, `compute_loss`): a call from one feeds a training step, and a
 # `.eval()` in one freezes a submodule (a teacher) inside the step.
 TRAINING_NAME = re.compile(r"^(forward|__call__)$|train|loss", re.IGNORECASE)
+# Function names that say "this runs a model for evaluation or inference"
+# (`evaluate`, `validate`, `test_epoch`, `predict`, `inference`).
+EVALUATION_NAME = re.compile(r"^_*(eval|valid|test|predict|infer)", re.IGNORECASE)
 
 
 # Attributes whose mention says the code wants gradients (saliency maps,

@@ -30,7 +30,7 @@ from torchlint.rules._sync import (
     feeds_host_sink,
     in_data_pipeline,
     feeds_host_evaluator,
-    named_for_cpu,
+    named_for_host_work,
     decides_a_raise,
     decides_the_step,
     is_constant_display,
@@ -549,7 +549,7 @@ class ItemInLoop(Rule):
             return  # an assert's message, the test of a check that raises or of whether the step runs
         if (name == "tolist" or copies_out_every_iteration(ctx, loop)) and not in_training_code(ctx, self._facts):
             return  # a batch's results handed to host code (decoding, n-grams, scoring, printing): by design
-        if named_for_cpu(ctx) or feeds_host_evaluator(ctx, self._facts):
+        if named_for_host_work(ctx) or feeds_host_evaluator(ctx, self._facts):
             return  # the host implementation (`fill_indices_cpu`), or results handed to a COCO evaluator
         if exchanges_pickled_objects(ctx) or exchanges_sizes(ctx, recv):
             return  # `all_gather` of pickled objects or of sizes: the host needs the sizes

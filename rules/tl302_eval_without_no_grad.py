@@ -19,6 +19,7 @@ from torchlint.rules._sync import feeds_model_runtime, mentions_name
 from torchlint.rules._training import (
     GRAD_OFF,
     GRAD_ON,
+    EVALUATION_NAME,
     TRAINING_NAME,
     called_without_gradients,
     decorator_grad_mode,
@@ -30,8 +31,6 @@ from torchlint.rules._training import (
     with_grad_modes,
 )
 
-# Function names that say "this runs a model for evaluation or inference".
-_EVAL_NAME = re.compile(r"^_*(eval|valid|test|predict|infer)", re.IGNORECASE)
 # A function that measures the model once (`get_model_flops`, `get_model_complexity_info`, `get_model_summary`).
 _MEASURES = re.compile(r"flops|complexity|macs|summary", re.IGNORECASE)
 
@@ -407,7 +406,7 @@ class EvalWithoutNoGrad(Rule):
         if _MEASURES.search(frame.name) or frame.asserts and (
                 self.context.is_test_file or frame.name.lower().lstrip("_").startswith("test")):
             return  # a test (its speed does not matter), or `get_model_flops`: one forward to count operations
-        named = bool(_EVAL_NAME.match(frame.name))
+        named = bool(EVALUATION_NAME.match(frame.name))
         if not named and (not frame.evals or TRAINING_NAME.search(frame.name)):
             return
         if named and not frame.evals and not frame.has_params and frame.name.lower().lstrip("_").startswith("test"):

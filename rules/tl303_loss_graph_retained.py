@@ -466,8 +466,10 @@ class LossGraphRetained(Rule):
                 if backward_keeps_graph(node):
                     scope.retained.add(id(loop))
             return
-        if is_optimizer_step(node) and self._loop() is not None:
-            scope.stepping.add(id(self._loop()))
+        if is_optimizer_step(node):
+            loop = self._loop()
+            if loop is not None:
+                scope.stepping.add(id(loop))
         name = method_name(node)
         if name == "clear" and not node.args:
             self._record_reset(accumulator_key(receiver(node)))

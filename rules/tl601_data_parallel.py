@@ -11,7 +11,7 @@ from torchlint.rule import Invalid, Rule, Valid
 from torchlint.rules._frequency import runs_once_by_path
 from torchlint.rules._helpers import CallTable, argument, literal_number, method_name
 from torchlint.rules._program import named_for_inference
-from torchlint.rules._training import is_backward
+from torchlint.rules._training import EVALUATION_NAME, is_backward
 
 # The class and the functional form (`data_parallel(module, inputs)`), which
 # replicates, scatters and gathers in the same way on every call.
@@ -29,10 +29,6 @@ _DDP_HELPER = re.compile(r"(^|_)ddp($|_)|ddp_|_ddp", re.IGNORECASE)
 # A training library's implementation of the data-parallel strategy a user picks
 # (Lightning's `DataParallelStrategy`, `Trainer(strategy="dp")`).
 _STRATEGY_CLASS = re.compile(r"^(DP|DataParallel)\w*(Strategy|Plugin)$", re.IGNORECASE)
-
-
-# A function named for evaluation (`validate`, `eval_model`, `test`, `predict`, `infer`).
-_EVALUATION = re.compile(r"^_*(?:eval|valid|test|predict|infer)", re.IGNORECASE)
 
 
 def _offers_ddp(call: cst.Call, context) -> bool:
@@ -341,7 +337,7 @@ class DataParallel(Rule):
         ):
             self._trains = self._trains or name != "step"
             function = self.context.enclosing_function()
-            if not (name == "train" and function is not None and _EVALUATION.match(function.name.value)):
+            if not (name == "train" and function is not None and EVALUATION_NAME.match(function.name.value)):
                 self._function_flags()[1] = True  # (`if train_mode: net.train()` in `validate`: not training)
         elif not self._offers_ddp and _offers_ddp(node, self.context):
             self._offers_ddp = True
