@@ -46,6 +46,16 @@ from torchlint.nodes import iter_children
 from torchlint.rule import Context, Rule
 from torchlint.rules._helpers import argument, literal_number, method_name, names_anywhere
 from torchlint.rules._loaders import DATALOADERS
+from torchlint.rules._project_text import (
+    BENCHMARK,
+    COMPILE,
+    PROGRAM_NOTE,
+    PROGRAM_SUBJECT,
+    REDUCED,
+    SIMULATOR,
+    TF32,
+    trait_key,
+)
 from torchlint.rules._training import is_backward, is_framework_backward, is_optimizer_step
 
 
@@ -386,11 +396,26 @@ class ProgramFacts:
         if self._finished:
             return
         self._finished = True
+        self._apply_project()
         module_scope = self._scopes[0]
         if module_scope is not None and module_scope.backward is not None and module_scope.steps:
             self.entry = True  # a training loop at the top level is a script
             self._add_step(module_scope)
         self.steps.sort(key=lambda step: step.order)
+
+    def _apply_project(self) -> None:
+        """What the modules this one imports, or that import it, say about the
+        program (``_project_text.program_facts``), as if this module said it."""
+        known = self.context.project.get("frequency", {})
+        if not known:
+            return
+        said = {kind for kind in (REDUCED, TF32, COMPILE, BENCHMARK, SIMULATOR)
+                if trait_key(PROGRAM_SUBJECT, kind) in known}
+        self.reduced_precision |= REDUCED in said
+        self.tf32_set |= TF32 in said
+        self.compiles |= COMPILE in said
+        self.benchmark_set |= BENCHMARK in said
+        self.simulator |= SIMULATOR in said
 
     def _add_step(self, scope: _Scope) -> None:
         assert scope.backward is not None
@@ -527,6 +552,9 @@ class ProgramRule(Rule):
         step = facts.first_step()
         if step is not None:
             self.report(step.backward, message)
+            if not self.context.path.endswith(".ipynb"):
+                # other modules of the run may make the setting (the index answers)
+                self.context.pending.add(PROGRAM_NOTE)
 
 
 def under_switch(context: Context, pattern: "re.Pattern[str]") -> bool:

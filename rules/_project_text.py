@@ -203,3 +203,227 @@ def names_in_module(dotted: str, target: Sequence[str], qualname: str) -> bool:
     """Whether ``dotted`` names ``qualname`` of the module ``target``."""
     suffix = "." + qualname
     return dotted.endswith(suffix) and names_module(dotted[: -len(suffix)], target)
+
+
+# -- whole-program facts across modules (TL501, TL503-TL505) -------------------
+# A program's settings often live in another module of the project than its
+# training step: FSDP's `MixedPrecisionPolicy` and `model.compile()` in the
+# `parallelize_model()` that the entry script calls, `cudnn.benchmark = True`
+# at the top of a `setup.py` it imports, a gym environment stepped by the
+# script that imports the agent whose `update()` trains.  A whole-program rule
+# about to report notes PROGRAM_NOTE (``_program.ProgramRule``); the index then
+# reads, textually,
+#
+# - the top-level code (outside functions and classes: what runs on import) of
+#   the modules the file imports, transitively up to MAX_IMPORT_DEPTH;
+# - the functions and classes the file imports from modules of the run and
+#   calls (`parallelize_model(...)`, `mod.setup(...)`), one level deep;
+# - the whole text of the modules that import the file (the programs that use
+#   it),
+#
+# and records under ``trait_key(PROGRAM_SUBJECT, kind)`` (the module that says
+# it) each kind of setting they make: REDUCED (autocast, a gradient scaler,
+# bfloat16/float16, a mixed-precision policy, DeepSpeed), TF32, COMPILE
+# (`torch.compile`, `model.compile()`, `torch._dynamo`, a switch named
+# `compile`), BENCHMARK (`cudnn.benchmark = True`, a `cudnn_benchmark` switch)
+# and SIMULATOR (an imported reinforcement-learning environment).  The file is
+# then checked again with those facts, as if it made the settings itself.
+# The words are stricter than a module's own (``_program._MENTION``): in
+# another module `amp` is as often an amplitude, `half` a half width, and a
+# library class that supports AMP says nothing about this program.
+PROGRAM = "program"
+PROGRAM_SUBJECT = "<program>"
+PROGRAM_NOTE = f"{PROGRAM_SUBJECT}|{PROGRAM}"
+REDUCED = "reduced"
+TF32 = "tf32"
+COMPILE = "compile"
+BENCHMARK = "benchmark"
+SIMULATOR = "simulator"
+MAX_IMPORT_DEPTH = 3
+
+_SETTING = re.compile(
+    r"(?P<reduced>\bautocast\b|GradScaler|MixedPrecision\w*\(|\bmixed_precision\b|\b(?:torch\.)?(?:bfloat16|float16)\b"
+    r"|\bdeepspeed\.initialize\b)"
+    r"|(?P<tf32>\ballow_tf32\s*=\s*True\b|set_float32_matmul_precision\(\s*[\"'](?:high|medium)|fp32_precision\s*=)"
+    r"|(?P<compile>\btorch\.compile\b|\btorch\._dynamo\b|(?<!\bre)(?<!\bregex)\.compile\(\s*(?:\)|mode|fullgraph|dynamic|backend|options)"
+    r"|\b(?:args|cfg|config|opt|opts|hparams|params|\w+_args)\.(?:use_)?compile\b)"
+    r"|(?P<benchmark>cudnn\.benchmark\s*=\s*True\b|\bcudnn_benchmark\b)"
+    r"|(?P<simulator>^[ \t]*(?:import|from)[ \t]+(?:gym|gymnasium|envpool|procgen|dm_control|pettingzoo|mujoco"
+    r"|isaacgym|brax|minigrid|atari_py|ale_py|pybullet_envs|stable_baselines3)\b)",
+    re.M,
+)
+_COMMENT = re.compile(r"#[^\n]*")
+_IMPORT_STATEMENT = re.compile(
+    r"^[ \t]*(?:from[ \t]+(?P<dots>\.*)(?P<base>[\w.]*)[ \t]+import[ \t]+(?P<names>\([^)]*\)|[^\n#;]*)"
+    r"|import[ \t]+(?P<modules>[^\n#;]+))",
+    re.M,
+)
+_DEFINITION = re.compile(r"^(?:async[ \t]+)?(?:def|class)[ \t]+(\w+)")
+
+
+def setting_mentions(text: str) -> FrozenSet[str]:
+    """The kinds of whole-program setting that a piece of code makes (comments aside)."""
+    return frozenset(m.lastgroup or "" for m in _SETTING.finditer(_COMMENT.sub("", text)))
+
+
+def _chunks(text: str) -> Tuple[str, Dict[str, str]]:
+    """A module's text -> (its top-level code, {name: text} of each top-level
+    function and class), by indentation."""
+    top: List[str] = []
+    defs: Dict[str, List[str]] = {}
+    current: Optional[List[str]] = None
+    decorators: List[str] = []
+    for line in text.splitlines():
+        if line[:1] not in ("", " ", "\t", "#", ")", "]", "}"):
+            if line.startswith("@"):
+                decorators.append(line)
+                continue
+            match = _DEFINITION.match(line)
+            if match is not None:
+                current = defs.setdefault(match.group(1), [])
+                current.extend(decorators)
+                current.append(line)
+                decorators = []
+                continue
+            current = None
+            top.extend(decorators)
+            decorators = []
+        (top if current is None else current).append(line)
+    return "\n".join(top), {name: "\n".join(lines) for name, lines in defs.items()}
+
+
+def _imports(text: str, path: str) -> List[Tuple[str, Optional[str], str]]:
+    """(dotted module, imported name or None, local name) for each import of a
+    module, relative imports resolved against the file's package; `__future__`
+    and torch left out.  ``from pkg import x`` gives (pkg, x, x): ``x`` may be
+    a module or a name defined in ``pkg``."""
+    package = module_parts(path)[:-1]
+    found: List[Tuple[str, Optional[str], str]] = []
+    for match in _IMPORT_STATEMENT.finditer(text):
+        if match.group("modules") is not None:
+            for item in match.group("modules").split(","):
+                words = item.split()
+                if words:
+                    local = words[2] if len(words) == 3 and words[1] == "as" else words[0].split(".", 1)[0]
+                    found.append((words[0], None, local))
+            continue
+        base = match.group("base") or ""
+        dots = len(match.group("dots") or "")
+        if dots:
+            up = dots - 1
+            parent = package[: len(package) - up] if up else package
+            base = ".".join([*parent, *([base] if base else [])])
+        if not base:
+            continue
+        for item in match.group("names").strip("()").replace("\\", " ").split(","):
+            words = item.split()
+            if words and words[0].isidentifier():
+                found.append((base, words[0], words[2] if len(words) == 3 and words[1] == "as" else words[0]))
+    return [item for item in found if item[0].split(".", 1)[0] not in ("__future__", "torch")]
+
+
+class ImportGraph:
+    """Which files of a run import which, and what they import from each
+    (a textual reading of the import statements; a dotted name that several
+    files can be is the one nearest the importer, a script's own directory
+    first, as ``sys.path[0]``)."""
+
+    def __init__(self, files: Sequence[str], text_of) -> None:
+        self.files = list(files)
+        self.text_of = text_of
+        self._by_stem: Dict[str, List[str]] = {}
+        for path in self.files:
+            parts = module_parts(path)
+            if parts:
+                self._by_stem.setdefault(parts[-1], []).append(path)
+        self._imports: Dict[str, List[Tuple[str, Optional[str], str]]] = {}
+        self._chunks: Dict[str, Tuple[str, Dict[str, str]]] = {}
+        self._importers: Optional[Dict[str, List[str]]] = None
+
+    def _resolve(self, dotted: str, here: Tuple[str, ...], path: str) -> Optional[str]:
+        wanted = dotted.split(".")
+        candidates = [p for p in self._by_stem.get(wanted[-1], ()) if p != path and names_module(dotted, module_parts(p))]
+        if not candidates:
+            return None
+        return min(candidates, key=lambda p: (-_common_prefix(here, module_parts(p)), len(module_parts(p)), p))
+
+    def imports(self, path: str) -> List[Tuple[str, Optional[str], str]]:
+        """(file of the run, name imported from it or None, local name) for
+        each import of ``path`` that is a module of the run."""
+        if path not in self._imports:
+            here = module_parts(path)
+            out: List[Tuple[str, Optional[str], str]] = []
+            for dotted, name, local in _imports(self.text_of(path) or "", path):
+                if name is not None:
+                    module = self._resolve(f"{dotted}.{name}", here, path)
+                    if module is not None:  # `from pkg import mod`
+                        out.append((module, None, local))
+                        continue
+                module = self._resolve(dotted, here, path)
+                if module is not None:
+                    out.append((module, name, local))
+            self._imports[path] = out
+        return self._imports[path]
+
+    def chunks(self, path: str) -> Tuple[str, Dict[str, str]]:
+        if path not in self._chunks:
+            self._chunks[path] = _chunks(_COMMENT.sub("", self.text_of(path) or ""))
+        return self._chunks[path]
+
+    def importers(self, path: str) -> List[str]:
+        """The files of the run that import ``path``."""
+        if self._importers is None:
+            self._importers = {}
+            for other in self.files:
+                for target in {module for module, _, _ in self.imports(other)}:
+                    self._importers.setdefault(target, []).append(other)
+        return self._importers.get(path, [])
+
+
+def _common_prefix(a: Tuple[str, ...], b: Tuple[str, ...]) -> int:
+    n = 0
+    for x, y in zip(a, b):
+        if x != y:
+            break
+        n += 1
+    return n
+
+
+def program_facts(path: str, graph: ImportGraph) -> List[Tuple[str, str]]:
+    """(fact key, the module that makes the setting) for each kind of
+    whole-program setting made where the program's code runs: on import of
+    the modules ``path`` imports, in what it calls from them, in the modules
+    that import it."""
+    pieces: List[Tuple[str, str, bool]] = []  # (module, code, whether it is code run on import)
+    text = graph.text_of(path) or ""
+    seen = {path}
+    for module, name, local in graph.imports(path):
+        definitions = graph.chunks(module)[1]
+        if name is not None:
+            called = name in definitions and re.search(rf"(?<![\w.]){re.escape(local)}\s*\(", text)
+            if called:
+                pieces.append((module, definitions[name], False))
+        else:
+            for attr in set(re.findall(rf"(?<![\w.]){re.escape(local)}\.(\w+)\s*\(", text)):
+                if attr in definitions:
+                    pieces.append((module, definitions[attr], False))
+    frontier = [path]
+    for _ in range(MAX_IMPORT_DEPTH):
+        nxt: List[str] = []
+        for current in frontier:
+            for module, _, _ in graph.imports(current):
+                if module not in seen:
+                    seen.add(module)
+                    pieces.append((module, graph.chunks(module)[0], True))
+                    nxt.append(module)
+        frontier = nxt
+    for other in graph.importers(path):
+        if other != path:
+            pieces.append((other, graph.text_of(other) or "", False))
+    out: Dict[str, str] = {}
+    for module, code, on_import in pieces:
+        for kind in sorted(setting_mentions(code)):
+            if on_import and kind == COMPILE:
+                continue  # compiled on import is a function (`torch.compile(flex_attention)`), not the model
+            out.setdefault(trait_key(PROGRAM_SUBJECT, kind), module)
+    return sorted(out.items())

@@ -105,9 +105,12 @@ class CudnnBenchmarkDisabled(ProgramRule):
       deliberate trade of speed for reproducibility: keep it behind a switch
       that is off for normal training runs.
 
-    The module-wide check is advice about the whole program and can be wrong
-    when the setting is made in another module (a shared `setup()` helper);
-    suppress it there with `# noqa: TL501` on the reported line.
+    The module-wide check is advice about the whole program. A setting made
+    in another module of the run counts (the project index reads the
+    top-level code of the modules this one imports, the functions it calls
+    from them, and the modules that import it: a shared `setup()` helper); one
+    made where the run cannot see it (an installed package, a configuration
+    file) needs `# noqa: TL501` on the reported line.
 
     ## Example
     ```python

@@ -91,9 +91,11 @@ class Fp32MatmulPrecision(ProgramRule):
     run leaves most of the GPU's matmul throughput unused unless it opts in.
     Deep-learning training is rarely sensitive to the reduced mantissa.
 
-    This is advice about the whole program and can be wrong when the setting
-    is made in another module; suppress it with `# noqa: TL503` on the
-    reported line.
+    This is advice about the whole program. A setting made in another module
+    of the run counts (the project index reads the top-level code of the
+    modules this one imports, the functions it calls from them, and the
+    modules that import it); one made where the run cannot see it needs
+    `# noqa: TL503` on the reported line.
 
     ## Example
     ```python

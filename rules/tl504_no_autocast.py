@@ -76,9 +76,14 @@ class NoAutocast(ProgramRule):
     Performance Tuning Guide reports up to 3x speed-ups on Volta and newer
     GPUs.
 
-    This is advice about the whole program and can be wrong when autocast is
-    applied by code in another module; suppress it with `# noqa: TL504` on
-    the reported line.
+    This is advice about the whole program. Reduced precision set up in
+    another module of the run counts (an FSDP `MixedPrecisionPolicy` in the
+    `parallelize_model()` the script calls, autocast in the script that
+    imports the module with the step, a simulator it steps: the project
+    index reads the top-level code of the modules this one imports, the
+    functions it calls from them, and the modules that import it); set up
+    where the run cannot see it, it needs `# noqa: TL504` on the reported
+    line.
 
     ## Example
     ```python

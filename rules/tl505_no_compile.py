@@ -54,9 +54,13 @@ class NoCompile(ProgramRule):
     it commonly speeds up training by 1.3x to 2x with one line of code, and
     the eager model stays available for debugging.
 
-    This is advice about the whole program and can be wrong when the model
-    is compiled in another module; suppress it with `# noqa: TL505` on the
-    reported line.
+    This is advice about the whole program. A model compiled in another
+    module of the run counts (`model.compile()` in the `parallelize_model()`
+    the script calls: the project index reads the functions this module
+    calls from the modules it imports, and the modules that import it; a
+    `torch.compile` that runs on import compiles a function, not the model,
+    and does not count); compiled where the run cannot see it, it needs
+    `# noqa: TL505` on the reported line.
 
     ## Example
     ```python

@@ -29,6 +29,13 @@ them, on demand, after every file has been checked once:
    result replaces the first one.  Diagnostics name the call site that made the
    code hot (``runs every step: called from engine.py:58``).
 
+One question needs no caller: a whole-program rule (TL501, TL503-TL505) about
+to report a training program notes ``hooks.PROGRAM_NOTE``, and the index reads
+the import statements of the run's files (``hooks.ImportGraph``, textually) to
+tell which settings the program makes in other modules: on import of the
+modules the file imports, in the functions it calls from them, in the modules
+that import it (``hooks.program_facts``).
+
 The facts are derived from file contents only, so they are cached: the index
 of a run is stored under a key made of every file's path and text hash, and a
 re-checked file's result under its own text hash and the hash of its facts.
@@ -135,7 +142,16 @@ def derive(
                 found.append(other)
         return hooks.narrow(path, qualname, found, text_of)
 
-    wanted: List[Tuple[str, str]] = [(p, q) for p, names in pending.items() for q in names]
+    # Whole-program questions (``hooks.PROGRAM_NOTE``): answered from the
+    # import statements of the files, with no parse and no hops.
+    graph = None
+    for path, names in sorted(pending.items()):
+        if hooks.PROGRAM_NOTE in names:
+            if graph is None:
+                graph = hooks.ImportGraph([*files, *([path] if path not in files else [])], text_of)
+            for key, where in hooks.program_facts(path, graph):
+                facts.setdefault(path, {})[key] = (0, where)
+    wanted: List[Tuple[str, str]] = [(p, q) for p, names in pending.items() for q in names if q != hooks.PROGRAM_NOTE]
     asked = set(wanted)
     candidates: Dict[Tuple[str, str], List[str]] = {}
     given: set = set()  # caller files that a noted question gave facts

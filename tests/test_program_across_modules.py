@@ -1,0 +1,154 @@
+"""Whole-program settings made in another module of the run (TL501, TL503-TL505).
+
+The project index reads the top-level code of the modules a file imports, the
+functions it calls from them, and the modules that import it
+(``rules/_project_text.program_facts``).
+"""
+
+from __future__ import annotations
+
+from tests.test_cli import run
+
+TRAIN = """\
+import torch
+from torch import nn
+from distributed import parallelize_model
+
+
+def main():
+    model = nn.Sequential(nn.Linear(512, 512), nn.ReLU(), nn.Linear(512, 10)).cuda()
+    model = parallelize_model(model)
+    optimizer = torch.optim.AdamW(model.parameters())
+    loader = torch.utils.data.DataLoader(make_dataset(), batch_size=64, num_workers=4)
+    for x, y in loader:
+        loss = nn.functional.cross_entropy(model(x.cuda()), y.cuda())
+        loss.backward()
+        optimizer.step()
+        optimizer.zero_grad(set_to_none=True)
+
+
+if __name__ == "__main__":
+    main()
+"""
+
+# FSDP2's mixed precision and `model.compile()`, as lingua's `parallelize_model` does.
+DISTRIBUTED = """\
+import torch
+from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard
+
+
+def parallelize_model(model, compile=True):
+    fully_shard(model, mp_policy=MixedPrecisionPolicy(param_dtype=torch.bfloat16))
+    if compile:
+        model.compile()
+    return model
+
+
+def unrelated(text):
+    return text.upper()
+"""
+
+SELECT = ("--select", "TL503,TL504,TL505", "--output-format", "concise")
+
+
+def _codes(result) -> list:
+    return sorted(line.split(": ")[1].split(" ")[0] for line in result.stdout.splitlines() if ": TL" in line)
+
+
+def test_settings_made_by_a_function_the_script_calls(runner, workdir):
+    (workdir / "train.py").write_text(TRAIN)
+    (workdir / "distributed.py").write_text(DISTRIBUTED)
+    # alone, the script shows no setting: all three report
+    assert _codes(run(runner, "check", *SELECT, "train.py")) == ["TL503", "TL504", "TL505"]
+    # with the module whose `parallelize_model` it calls: bfloat16 parameters
+    # (so no float32 matmuls for TF32 to speed up either), compiled
+    assert _codes(run(runner, "check", *SELECT, ".")) == []
+    full = run(runner, "check", *SELECT, "--output-format", "json", ".").stdout
+    assert full.strip() == "[]"
+
+
+def test_a_function_imported_but_never_called_says_nothing(runner, workdir):
+    (workdir / "train.py").write_text(TRAIN.replace("    model = parallelize_model(model)\n", ""))
+    (workdir / "distributed.py").write_text(DISTRIBUTED)
+    assert _codes(run(runner, "check", *SELECT, ".")) == ["TL503", "TL504", "TL505"]
+
+
+def test_a_called_function_that_sets_nothing_says_nothing(runner, workdir):
+    (workdir / "train.py").write_text(TRAIN)
+    (workdir / "distributed.py").write_text(
+        "import re\n\n\ndef parallelize_model(model):\n"
+        "    pattern = re.compile('amp_to_db')  # amplitude, not AMP; a regex, not compilation\n"
+        "    half_width = 3\n    return model\n"
+    )
+    assert _codes(run(runner, "check", *SELECT, ".")) == ["TL503", "TL504", "TL505"]
+
+
+def test_settings_made_on_import(runner, workdir):
+    # `import setup_env` runs its top-level code: TF32 on for the program
+    (workdir / "setup_env.py").write_text("import torch\n\ntorch.backends.cuda.matmul.allow_tf32 = True\n")
+    (workdir / "distributed.py").write_text("def parallelize_model(model):\n    return model\n")
+    (workdir / "train.py").write_text(TRAIN.replace("import torch\n", "import torch\nimport setup_env\n", 1))
+    assert _codes(run(runner, "check", *SELECT, ".")) == ["TL504", "TL505"]
+
+
+def test_a_function_compiled_on_import_is_not_the_model(runner, workdir):
+    (workdir / "distributed.py").write_text(
+        "import torch\n\n\ndef attention(q, k, v):\n    return q\n\n\nattention = torch.compile(attention)\n\n\n"
+        "def parallelize_model(model):\n    return model\n"
+    )
+    (workdir / "train.py").write_text(TRAIN)
+    assert _codes(run(runner, "check", *SELECT, ".")) == ["TL503", "TL504", "TL505"]
+
+
+AGENT = """\
+import torch
+import torch.nn.functional as F
+
+
+class Agent:
+    def __init__(self, policy, optimizer):
+        self.policy, self.optimizer = policy.cuda(), optimizer
+
+    def update(self, states, targets):
+        loss = F.mse_loss(self.policy(states.cuda()), targets.cuda())
+        self.optimizer.zero_grad()
+        loss.backward()
+        self.optimizer.step()
+"""
+
+
+def test_the_program_that_imports_the_step_steps_a_simulator(runner, workdir):
+    (workdir / "agent.py").write_text(AGENT)
+    (workdir / "main.py").write_text(
+        "import gym\nfrom agent import Agent\n\nenv = gym.make('HalfCheetah-v2')\nagent = Agent(policy, optimizer)\n"
+    )
+    assert _codes(run(runner, "check", "--select", "TL504", "--output-format", "concise", "agent.py")) == ["TL504"]
+    # its step time is the simulator's: autocast buys nothing measurable
+    assert _codes(run(runner, "check", "--select", "TL504", "--output-format", "concise", ".")) == []
+
+
+def test_an_importer_without_a_simulator_leaves_the_finding(runner, workdir):
+    (workdir / "agent.py").write_text(AGENT)
+    (workdir / "main.py").write_text("from agent import Agent\n\nagent = Agent(policy, optimizer)\n")
+    assert _codes(run(runner, "check", "--select", "TL504", "--output-format", "concise", ".")) == ["TL504"]
+
+
+def test_the_nearest_module_of_a_name_is_the_one_imported(runner, workdir):
+    # `from models import Net` in a script resolves to the script's own
+    # directory's models.py, not to a package's `fp16/models.py`
+    (workdir / "fp16").mkdir()
+    (workdir / "fp16" / "models.py").write_text("import torch\n\ntorch.set_default_dtype(torch.float16)\n")
+    (workdir / "models.py").write_text("from torch import nn\n\nNet = nn.Linear\n")
+    (workdir / "distributed.py").write_text("def parallelize_model(model):\n    return model\n")
+    (workdir / "train.py").write_text(TRAIN.replace("import torch\n", "import torch\nfrom models import Net\n", 1))
+    assert _codes(run(runner, "check", *SELECT, ".")) == ["TL503", "TL504", "TL505"]
+
+
+def test_the_cache_follows_the_other_module(runner, workdir):
+    (workdir / "train.py").write_text(TRAIN)
+    (workdir / "distributed.py").write_text("def parallelize_model(model):\n    return model\n")
+    assert _codes(run(runner, "check", *SELECT, ".")) == ["TL503", "TL504", "TL505"]
+    (workdir / "distributed.py").write_text(DISTRIBUTED)  # the script itself is unchanged
+    assert _codes(run(runner, "check", *SELECT, ".")) == []
+    (workdir / "distributed.py").write_text("def parallelize_model(model):\n    return model\n")
+    assert _codes(run(runner, "check", *SELECT, ".")) == ["TL503", "TL504", "TL505"]
