@@ -239,7 +239,25 @@ TF32 = "tf32"
 COMPILE = "compile"
 BENCHMARK = "benchmark"
 SIMULATOR = "simulator"
+# A module that imports this one puts every BatchNorm of its model in eval
+# mode whenever it trains (`def train(self, mode=True):` looping over
+# `self.modules()` with `isinstance(m, nn.BatchNorm2d)` and `m.eval()`: TSN's
+# and TSM's "partial BN", mmdet's `norm_eval`): the running statistics are
+# frozen, so a convolution's bias before them no longer cancels (TL401).
+FROZEN_BN = "frozen_bn"
 MAX_IMPORT_DEPTH = 3
+_TRAIN_OVERRIDE = re.compile(r"^([ \t]+)def train\(\s*self\b[^\n]*\n((?:\1[ \t]+[^\n]*\n|[ \t]*\n)*)", re.M)
+_FREEZES_BN = re.compile(
+    r"isinstance\(\s*\w+\s*,\s*\(?\s*(?:torch\.)?(?:nn\.)?(?:modules\.batchnorm\.)?(?:_BatchNorm|BatchNorm[123]?d|SyncBatchNorm)\b"
+    r"[^\n]*\n(?:[^\n]*\n){0,6}?[^\n]*\.eval\(\)"
+)
+
+
+def freezes_batchnorm(text: str) -> bool:
+    """Whether a module's classes put their BatchNorms in eval mode in their own ``train()``."""
+    if "def train(" not in text:
+        return False
+    return any(_FREEZES_BN.search(match.group(2)) for match in _TRAIN_OVERRIDE.finditer(text))
 
 _SETTING = re.compile(
     r"(?P<reduced>\bautocast\b|GradScaler|MixedPrecision\w*\(|\bmixed_precision\b|\b(?:torch\.)?(?:bfloat16|float16)\b"
@@ -417,10 +435,12 @@ def program_facts(path: str, graph: ImportGraph) -> List[Tuple[str, str]]:
                     pieces.append((module, graph.chunks(module)[0], True))
                     nxt.append(module)
         frontier = nxt
+    out: Dict[str, str] = {}
     for other in graph.importers(path):
         if other != path:
             pieces.append((other, graph.text_of(other) or "", False))
-    out: Dict[str, str] = {}
+            if freezes_batchnorm(_COMMENT.sub("", graph.text_of(other) or "")):
+                out.setdefault(trait_key(PROGRAM_SUBJECT, FROZEN_BN), other)
     for module, code, on_import in pieces:
         for kind in sorted(setting_mentions(code)):
             if on_import and kind == COMPILE:

@@ -9,6 +9,7 @@ from torchlint.model import Applicability, Fix, FixAvailability
 from torchlint.rule import Benchmark, Invalid, Rule, Valid
 from torchlint.rules._helpers import argument, literal_bool
 from torchlint.rules._layer_flow import LayerFlow
+from torchlint.rules._project_text import FROZEN_BN, PROGRAM_NOTE, PROGRAM_SUBJECT, trait_key
 from torchlint.rules._layers import BIAS_SENSITIVE_ATTRIBUTES, LAYER_CALLS, Layer, normalizes
 
 
@@ -34,7 +35,13 @@ class ConvBiasBeforeBatchNorm(Rule):
     elsewhere (or its `.bias` is read), removing the bias would change that
     other use. An activation or any other layer between the two breaks the
     pattern, and so does an `nn.ModuleList` (its order says nothing about data
-    flow). A user's own `Conv2d` class is not reported.
+    flow). A user's own `Conv2d` class is not reported, nor is a module that
+    another module of the run imports and then freezes the BatchNorms of
+    whenever it trains (a `def train(self, mode=True):` override that puts
+    every `nn.BatchNorm2d` in eval mode: TSN's and TSM's "partial BN", mmdet's
+    `norm_eval`): with frozen running statistics the bias does not cancel, it
+    is the layer's only trainable offset (the project index reads the modules
+    that import this one).
 
     ## Why is this bad?
     BatchNorm subtracts the per-channel mean of its input, so a constant added
@@ -223,6 +230,8 @@ class ConvBiasBeforeBatchNorm(Rule):
     def leave_Module(self, node: cst.Module) -> None:
         if not self._convs or not self._has_bn:
             return
+        if trait_key(PROGRAM_SUBJECT, FROZEN_BN) in self.context.project.get("frequency", {}):
+            return  # the model that imports these layers freezes its BatchNorms: the bias does not cancel
         flow = LayerFlow(self._layers, node, BIAS_SENSITIVE_ATTRIBUTES, self.context.semantic)
         for call in self._convs:
             self._check(flow, call)
@@ -236,6 +245,8 @@ class ConvBiasBeforeBatchNorm(Rule):
         if bn is None:
             return
         bn_layer, label = bn
+        if not self.context.path.endswith(".ipynb"):
+            self.context.pending.add(PROGRAM_NOTE)  # does a module that imports this one freeze BatchNorm?
         where = f" (`{label}`)" if label else ""
         self.report(
             call,

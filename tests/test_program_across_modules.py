@@ -152,3 +152,52 @@ def test_the_cache_follows_the_other_module(runner, workdir):
     assert _codes(run(runner, "check", *SELECT, ".")) == []
     (workdir / "distributed.py").write_text("def parallelize_model(model):\n    return model\n")
     assert _codes(run(runner, "check", *SELECT, ".")) == ["TL503", "TL504", "TL505"]
+
+
+BACKBONE = """\
+import torch.nn as nn
+
+
+class Backbone(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.stem = nn.Sequential(nn.Conv2d(3, 64, 7, stride=2), nn.BatchNorm2d(64), nn.ReLU())
+
+    def forward(self, x):
+        return self.stem(x)
+"""
+
+PARTIAL_BN = """\
+import torch.nn as nn
+from backbone import Backbone
+
+
+class VideoNet(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.base_model = Backbone()
+
+    def train(self, mode=True):
+        super().train(mode)
+        for m in self.base_model.modules():
+            if isinstance(m, nn.BatchNorm2d):
+                m.eval()
+                m.weight.requires_grad = False
+                m.bias.requires_grad = False
+        return self
+"""
+
+
+def test_tl401_is_silent_where_the_importing_model_freezes_batchnorm(runner, workdir):
+    (workdir / "backbone.py").write_text(BACKBONE)
+    (workdir / "models.py").write_text(PARTIAL_BN)
+    tl401 = ("--select", "TL401", "--output-format", "concise")
+    assert _codes(run(runner, "check", *tl401, "backbone.py")) == ["TL401"]
+    # partial BN: running statistics frozen while training, so the bias does not cancel
+    assert _codes(run(runner, "check", *tl401, ".")) == []
+
+
+def test_tl401_a_freeze_helper_that_may_never_run_leaves_the_finding(runner, workdir):
+    (workdir / "backbone.py").write_text(BACKBONE)
+    (workdir / "models.py").write_text(PARTIAL_BN.replace("def train(self, mode=True):", "def freeze_bn(self, mode=True):"))
+    assert _codes(run(runner, "check", "--select", "TL401", "--output-format", "concise", ".")) == ["TL401"]
