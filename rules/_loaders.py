@@ -6,6 +6,7 @@ from typing import Dict, List, Optional, Set, Tuple
 
 import libcst as cst
 
+from torchlint.names import dotted_name
 from torchlint.nodes import target_names
 from torchlint.rule import Context
 from torchlint.rules._helpers import (
@@ -20,7 +21,13 @@ from torchlint.rules._helpers import (
     receiver,
     string_value,
 )
-from torchlint.rules._project_text import PINNED_CALL, trait_key
+from torchlint.rules._project_text import (
+    COLLATE_SUBJECT,
+    PINNED_CALL,
+    PROGRAM_NOTE,
+    builds_unpinnable_batches,
+    trait_key,
+)
 from torchlint.semantic import Binding, Location
 
 DATALOADERS = frozenset({"torch.utils.data.DataLoader", "torch.utils.data.dataloader.DataLoader"})
@@ -1143,3 +1150,24 @@ def _update(chain: Tuple[cst.CSTNode, ...], line: Optional[cst.CSTNode]) -> Opti
         key = string_value(chain[-1].slice[0].slice.value)
         return {key: statement.value} if key is not None else None
     return None
+
+
+def unpinnable_batches(call: cst.Call, ctx: Context) -> bool:
+    """Whether the loader's `collate_fn` builds the batch around an object that
+    pinning leaves alone (a class of its module without a `pin_memory()`
+    method: DETR's `NestedTensor`): for a function of this module from its
+    text, for an imported one from the project index's facts (asked for here,
+    ``PROGRAM_NOTE``: ``_project_text.program_facts``)."""
+    collate = keyword(call, "collate_fn")
+    if collate is None or not isinstance(collate.value, (cst.Name, cst.Attribute)):
+        return False
+    written = dotted_name(collate.value)
+    if written is None:
+        return False
+    if isinstance(collate.value, cst.Name) and builds_unpinnable_batches(ctx.source, written):
+        return True
+    if trait_key(COLLATE_SUBJECT, written) in ctx.project.get("frequency", {}):
+        return True
+    if not ctx.path.endswith(".ipynb"):
+        ctx.pending.add(PROGRAM_NOTE)
+    return False

@@ -407,6 +407,63 @@ def _common_prefix(a: Tuple[str, ...], b: Tuple[str, ...]) -> int:
     return n
 
 
+# A `collate_fn` that builds the batch around an object of a class of its own
+# module with no `pin_memory()` method (DETR's `NestedTensor`, made by
+# `nested_tensor_from_tensor_list`): `pin_memory=True` leaves that object, the
+# images, unpinned, so TL202's advice buys nothing.  The fact is recorded under
+# ``trait_key(COLLATE_SUBJECT, <the collate_fn as written>)``.
+COLLATE_SUBJECT = "<collate>"
+_COLLATE_ARGUMENT = re.compile(r"\bcollate_fn\s*=\s*([A-Za-z_][\w.]*)")
+_CALLED = re.compile(r"(?<![\w.])([A-Za-z_]\w*)\s*\(")
+_RETURNED_CALL = re.compile(r"\breturn\s+([A-Za-z_]\w*)\s*\(")
+
+
+def builds_unpinnable_batches(text: str, name: str) -> bool:
+    """Whether the top-level function ``name`` of a module's ``text`` builds an
+    object of a class of that module that has no ``pin_memory()`` method,
+    itself or through a function of the module that returns one."""
+    definitions = _chunks(_COMMENT.sub("", text))[1]
+    body = definitions.get(name)
+    if body is None or _is_class(body):
+        return False
+    opaque = {n for n, code in definitions.items() if _is_class(code) and "def pin_memory(" not in code}
+    if not opaque:
+        return False
+    for called in _CALLED.findall(body):
+        if called in opaque:
+            return True
+        helper = definitions.get(called)
+        if called != name and helper is not None and not _is_class(helper):
+            if any(made in opaque for made in _RETURNED_CALL.findall(helper)):
+                return True
+    return False
+
+
+def _is_class(code: str) -> bool:
+    for line in code.splitlines():
+        if not line.startswith("@"):
+            return line.startswith("class ")
+    return False
+
+
+def _collate_facts(path: str, graph: ImportGraph) -> Dict[str, str]:
+    """The imported `collate_fn`s of ``path`` that build unpinnable batches."""
+    text = graph.text_of(path) or ""
+    if "collate_fn" not in text:
+        return {}
+    out: Dict[str, str] = {}
+    imports = graph.imports(path)
+    for written in set(_COLLATE_ARGUMENT.findall(text)):
+        head, _, rest = written.partition(".")
+        for module, name, local in imports:
+            if local != head:
+                continue
+            wanted = name if name is not None and not rest else rest if name is None and rest and "." not in rest else None
+            if wanted and builds_unpinnable_batches(graph.text_of(module) or "", wanted):
+                out[trait_key(COLLATE_SUBJECT, written)] = module
+    return out
+
+
 def program_facts(path: str, graph: ImportGraph) -> List[Tuple[str, str]]:
     """(fact key, the module that makes the setting) for each kind of
     whole-program setting made where the program's code runs: on import of
@@ -435,7 +492,7 @@ def program_facts(path: str, graph: ImportGraph) -> List[Tuple[str, str]]:
                     pieces.append((module, graph.chunks(module)[0], True))
                     nxt.append(module)
         frontier = nxt
-    out: Dict[str, str] = {}
+    out: Dict[str, str] = _collate_facts(path, graph)
     for other in graph.importers(path):
         if other != path:
             pieces.append((other, graph.text_of(other) or "", False))

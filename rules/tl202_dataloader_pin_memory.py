@@ -26,6 +26,7 @@ from torchlint.rules._loaders import (
     SUBSETS,
     dataset_argument,
     itemless_dataset,
+    unpinnable_batches,
     kwargs_keyword,
     placement,
     returned_by,
@@ -231,6 +232,14 @@ class DataLoaderPinMemory(Rule):
       module (it defines a `__getitem__` and trains nothing), a block that
       moves nothing to a device: the module's demo, which prints a few
       shapes or plots a few samples, once, by hand;
+    - a loader whose `collate_fn` builds the batch around an object of a
+      class of its own module that has no `pin_memory()` method, itself or
+      through a function of that module that returns one (DETR's
+      `collate_fn`, whose `nested_tensor_from_tensor_list` wraps the images
+      in a `NestedTensor`): pinning calls an object's `pin_memory()` or
+      leaves it as it is, so the images would stay pageable and the flag
+      buys nothing. A `collate_fn` of this file is read here, an imported
+      one through the project index (the run's module that defines it);
     - a module that uses `torch_xla`: TPU input pipelines copy batches with
       their own device loader, and pinning is a CUDA feature;
     - test files (`test_*.py`, `*_test.py`, `conftest.py`, `tests/`): a
@@ -495,6 +504,8 @@ class DataLoaderPinMemory(Rule):
             items, batch = where.loader(call, location)
             if DEVICE in (items, batch):
                 continue
+            if batch != HOST and unpinnable_batches(call, self.context):
+                continue  # a batch class of its own without `pin_memory()`: pinning leaves it alone
             if items != HOST and self._in_memory(dataset, location, where):
                 # A `TensorDataset` of tensors the program computed where it
                 # chose (`--features-device cuda`): pinning helps only if they

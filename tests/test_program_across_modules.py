@@ -201,3 +201,77 @@ def test_tl401_a_freeze_helper_that_may_never_run_leaves_the_finding(runner, wor
     (workdir / "backbone.py").write_text(BACKBONE)
     (workdir / "models.py").write_text(PARTIAL_BN.replace("def train(self, mode=True):", "def freeze_bn(self, mode=True):"))
     assert _codes(run(runner, "check", "--select", "TL401", "--output-format", "concise", ".")) == ["TL401"]
+
+
+MISC = """\
+import torch
+
+
+class NestedTensor(object):
+    def __init__(self, tensors, mask):
+        self.tensors, self.mask = tensors, mask
+
+    def to(self, device):
+        return NestedTensor(self.tensors.to(device), self.mask.to(device))
+
+
+def nested_tensor_from_tensor_list(tensor_list):
+    tensor = torch.stack(tensor_list)
+    return NestedTensor(tensor, torch.zeros_like(tensor, dtype=torch.bool))
+
+
+def collate_fn(batch):
+    batch = list(zip(*batch))
+    batch[0] = nested_tensor_from_tensor_list(batch[0])
+    return tuple(batch)
+"""
+
+DETR_MAIN = """\
+import torch
+from torch.utils.data import DataLoader
+import util.misc as utils
+
+
+def main(dataset, model, device):
+    loader = DataLoader(dataset, batch_size=2, collate_fn=utils.collate_fn, num_workers=2)
+    for samples, targets in loader:
+        samples = samples.to(device)
+        model(samples)
+
+
+if __name__ == "__main__":
+    main(make_dataset(), make_model(), "cuda")
+"""
+
+
+def test_tl202_a_batch_class_without_pin_memory_from_another_module(runner, workdir):
+    (workdir / "util").mkdir()
+    (workdir / "util" / "__init__.py").write_text("")
+    (workdir / "util" / "misc.py").write_text(MISC)
+    (workdir / "main.py").write_text(DETR_MAIN)
+    tl202 = ("--select", "TL202", "--output-format", "concise")
+    assert _codes(run(runner, "check", *tl202, "main.py")) == ["TL202"]
+    # NestedTensor has no pin_memory(): pin_memory=True would leave the images pageable
+    assert _codes(run(runner, "check", *tl202, ".")) == []
+
+
+def test_tl202_a_batch_class_that_pins_itself_is_reported(runner, workdir):
+    (workdir / "util").mkdir()
+    (workdir / "util" / "__init__.py").write_text("")
+    pinnable = MISC.replace(
+        "    def to(self, device):",
+        "    def pin_memory(self):\n        return NestedTensor(self.tensors.pin_memory(), self.mask.pin_memory())\n\n"
+        "    def to(self, device):",
+    )
+    (workdir / "util" / "misc.py").write_text(pinnable)
+    (workdir / "main.py").write_text(DETR_MAIN)
+    assert _codes(run(runner, "check", "--select", "TL202", "--output-format", "concise", ".")) == ["TL202"]
+
+
+def test_tl202_a_batch_class_of_the_same_module(runner, workdir):
+    local = MISC + "\n\n" + DETR_MAIN.replace("import util.misc as utils\n", "").replace("utils.collate_fn", "collate_fn")
+    (workdir / "main.py").write_text(local)
+    assert _codes(run(runner, "check", "--select", "TL202", "--output-format", "concise", "main.py")) == []
+    plain = local.replace("batch[0] = nested_tensor_from_tensor_list(batch[0])", "batch[0] = torch.stack(batch[0])")
+    (workdir / "main.py").write_text(plain)
+    assert _codes(run(runner, "check", "--select", "TL202", "--output-format", "concise", "main.py")) == ["TL202"]

@@ -649,6 +649,10 @@ UNSAFE_DATASETS = {
             def __init__(self, x):
                 self.x = x
 
+            def pin_memory(self):
+                self.x = self.x.pin_memory()
+                return self
+
         def collate(samples):
             return Batch(torch.stack(samples))
 
@@ -707,3 +711,21 @@ def test_only_the_safe_fix_is_applied_by_default():
     assert "known = DataLoader(TensorDataset(torch.randn(n, 3)), num_workers=2, batch_size=4, pin_memory=True)" in safe
     assert "unknown = DataLoader(dataset, num_workers=2, batch_size=4)\n" in safe
     assert "unknown = DataLoader(dataset, num_workers=2, batch_size=4, pin_memory=True)" in _fixed(code, unsafe=True)
+
+
+def test_a_batch_object_that_pinning_leaves_alone_is_not_reported():
+    # pinning calls a batch object's `pin_memory()`, or leaves it as it is: a
+    # class without one stays pageable whatever the flag says (DETR's NestedTensor)
+    code = textwrap.dedent(_PRELUDE) + textwrap.dedent(
+        """
+        class Batch:
+            def __init__(self, x):
+                self.x = x
+
+        def collate(samples):
+            return Batch(torch.stack(samples))
+
+        loader = DataLoader(TensorDataset(torch.randn(10, 3)), num_workers=2, batch_size=4, collate_fn=collate)
+        """
+    ) + "model.cuda()\n"
+    assert _lint(code) == []
