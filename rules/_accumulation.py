@@ -143,12 +143,27 @@ def is_detaching(value: cst.BaseExpression) -> bool:
 def detached_names(assignments: Iterable[Tuple[cst.BaseExpression, cst.BaseExpression]]) -> Set[str]:
     """The dotted targets of ``(target, value)`` assignments whose value is detached."""
     names: Set[str] = set()
-    for target, value in assignments:
+    for target, value in _pairs(assignments):
         if is_detaching(value):
             key = dotted_name(target)
             if key is not None:
                 names.add(key)
     return names
+
+
+def _pairs(
+    assignments: Iterable[Tuple[cst.BaseExpression, cst.BaseExpression]]
+) -> Iterator[Tuple[cst.BaseExpression, cst.BaseExpression]]:
+    """The assignments, a tuple assigned a tuple of as many values element by
+    element (``loss, l1 = loss.item(), l1.item()``)."""
+    for target, value in assignments:
+        if isinstance(target, (cst.Tuple, cst.List)) and isinstance(value, (cst.Tuple, cst.List)) \
+                and len(target.elements) == len(value.elements) \
+                and not any(isinstance(e, cst.StarredElement) for e in (*target.elements, *value.elements)):
+            for t, v in zip(target.elements, value.elements):
+                yield t.value, v.value
+        else:
+            yield target, value
 
 
 # -- dataflow over dotted names -------------------------------------------------------------

@@ -13,7 +13,7 @@ Also the vocabulary of attention: the softmax functions and modules
 
 from __future__ import annotations
 
-from typing import Dict, Iterator, List, Optional, Sequence, Tuple
+from typing import Dict, Iterator, List, Optional, Sequence, Set, Tuple
 
 import libcst as cst
 
@@ -613,3 +613,36 @@ def _in_target(target: cst.CSTNode, name: cst.CSTNode) -> bool:
     if isinstance(target, cst.StarredElement):
         return target.value is name
     return False
+
+
+def fused_fallbacks(module: cst.Module) -> Set[str]:
+    """The classes of the module that are one entry of a table of attention
+    implementations (a dict, list or tuple display of class names:
+    ``{AttnMode.VANILLA: CrossAttention, AttnMode.SDP: SDPCrossAttention}``)
+    in which another class of the module calls ``scaled_dot_product_attention``:
+    a written-out class there is the fallback for a PyTorch without SDPA,
+    which every PyTorch 2 passes over."""
+    classes = {c.name.value: c for c in module.body if isinstance(c, cst.ClassDef)}
+    if len(classes) < 2:
+        return set()
+    fused: Dict[str, bool] = {}
+
+    def calls_sdpa(name: str) -> bool:
+        if name not in fused:
+            fused[name] = any(
+                isinstance(n, cst.Name) and n.value == "scaled_dot_product_attention" for n in _walk(classes[name])
+            )
+        return fused[name]
+
+    found: Set[str] = set()
+    for node in _walk(module):
+        if isinstance(node, cst.Dict):
+            values = [e.value for e in node.elements if isinstance(e, cst.DictElement)]
+        elif isinstance(node, (cst.List, cst.Tuple)):
+            values = [e.value for e in node.elements]
+        else:
+            continue
+        names = {v.value for v in values if isinstance(v, cst.Name) and v.value in classes}
+        if len(names) > 1 and any(calls_sdpa(n) for n in names):
+            found.update(n for n in names if not calls_sdpa(n))
+    return found

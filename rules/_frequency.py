@@ -13,7 +13,9 @@ visited run?" for the rules that need it, from the module alone:
   once per epoch.  A loop over a
   few literal values, a mapping's items, a model's parameters or a few named
   entries (``for k in keys: if k == "crossattn":``), or, unless it is an
-  outer loop, over a literal count of a few (``range(5)``, at most 16), in code that
+  outer loop, over a literal count of a few (``range(5)``, at most 16) or
+  over the machine's GPUs (``for g in gpus:``, ``for i in
+  range(torch.cuda.device_count()):``, ``range(num_gpus)``), in code that
   does not itself run per step, runs a handful of times; so does any loop in
   code known to run once or once per epoch, unless it looks like a training,
   evaluation or inference loop (it goes over a loader, a dataset, batches,
@@ -31,7 +33,11 @@ visited run?" for the rules that need it, from the module alone:
   ``step``, ``*_step``, ``iteration``, ``it``, ``tick``, or such an attribute
   of ``self``, compared with ``==``, alone or in an ``and``), at a few steps
   (``if self.global_step in self.upsample_steps:``), or after ``if ... or step
-  != apply_step: continue``.  A lazy initialisation (``if self.grid is None: self.grid =
+  != apply_step: continue``; and so does code under ``if i == n_iter:`` (alone
+  or in an ``and``) where ``i`` is the index of a loop around it (``for i in
+  range(...)``, ``for i, x in enumerate(...)``) and ``n_iter`` does not
+  mention it: each iteration has its own ``i``, so the test holds at one of
+  them (a report after the last iteration).  A lazy initialisation (``if self.grid is None: self.grid =
   ...``, ``if len(state) == 0:`` on an optimizer's ``state = self.state[p]``)
   runs the first time only and counts the same; one of a local assigned
   before the loops around it (``grid = None`` ... ``if grid is None:``) runs
@@ -692,8 +698,42 @@ def _guard_marker(node: cst.If, fn: Optional[cst.FunctionDef], loops: Sequence[o
     lazy = _lazy_init(node, fn, loops)
     if lazy is not None:
         return lazy
+    if _at_one_index(node.test, loops):
+        return _PERIODIC
     loop = next((l for l in reversed(loops) if isinstance(l, (cst.For, cst.While))), None)
     return _PERIODIC if loop is not None and capped_by_loop(node, loop) else None
+
+
+def _at_one_index(test: cst.BaseExpression, loops: Sequence[object]) -> bool:
+    """``i == n_iter`` (alone or in an ``and``) where ``i`` counts the
+    iterations of a loop around it (``for i in range(...)``, ``for i, x in
+    enumerate(...)``) and ``n_iter`` does not mention it: each iteration has
+    its own ``i``, so the body runs at one iteration of that loop (the last
+    step's checkpoint, the first step's print)."""
+    if type(test) is cst.BooleanOperation:
+        return type(test.operator) is cst.And and (_at_one_index(test.left, loops) or _at_one_index(test.right, loops))
+    if type(test) is not cst.Comparison or len(test.comparisons) != 1 or type(test.comparisons[0].operator) is not cst.Equal:
+        return False
+    sides = (test.left, test.comparisons[0].comparator)
+    counters = {_loop_index(loop) for loop in loops if isinstance(loop, cst.For)} - {None}
+    for side, other in (sides, sides[::-1]):
+        if type(side) is cst.Name and side.value in counters and not mentions_name(other, (side.value,)):
+            return True
+    return False
+
+
+def _loop_index(loop: cst.For) -> Optional[str]:
+    """``i`` of ``for i in range(...)`` or of ``for i, x in enumerate(...)``."""
+    iterable = loop.iter
+    if not (isinstance(iterable, cst.Call) and isinstance(iterable.func, cst.Name)):
+        return None
+    target = loop.target
+    if iterable.func.value == "range" and type(target) is cst.Name:
+        return target.value
+    if iterable.func.value == "enumerate" and type(target) is cst.Tuple and target.elements \
+            and type(target.elements[0].value) is cst.Name:
+        return target.elements[0].value.value
+    return None
 
 
 def _lazy_init(node: cst.If, fn: Optional[cst.FunctionDef], loops: Sequence[object]) -> Optional[object]:
@@ -967,9 +1007,35 @@ def _few_values(loop: object) -> bool:
 
 
 def _few_count(loop: object) -> bool:
-    """A loop over a literal count of a few (``for sample in range(5):``)."""
+    """A loop over a literal count of a few (``for sample in range(5):``), or
+    over the machine's GPUs (``for g in gpus:``, ``for i in
+    range(torch.cuda.device_count()):``): a handful of iterations."""
     clauses = loop_clauses(loop) if isinstance(loop, cst.CSTNode) else []
-    return bool(clauses) and few_range(unwrap_iterable(clauses[0].iter, _ITERATION_WRAPPERS))
+    if not clauses:
+        return False
+    iterable = unwrap_iterable(clauses[0].iter, _ITERATION_WRAPPERS)
+    return few_range(iterable) or _over_devices(iterable)
+
+
+# Names of the machine's devices: `gpus`, `gpu_ids`, `device_ids`, `devices`,
+# `args.gpus`; and their counts in `range(...)`: `num_gpus`, `n_gpu`, `ngpus`,
+# `world_size` is not one (a process count can be large).
+_DEVICE_LIST = re.compile(r"^(?:gpus|gpu_ids|gpu_list|device_ids|devices|cuda_devices)$")
+_DEVICE_COUNT = re.compile(r"^(?:num_gpus|n_gpus?|ngpus?|gpu_count|num_devices|n_devices|device_count)$")
+
+
+def _over_devices(iterable: cst.BaseExpression) -> bool:
+    name = last_name(iterable) if isinstance(iterable, (cst.Name, cst.Attribute)) else None
+    if name is not None:
+        return bool(_DEVICE_LIST.match(name))
+    if isinstance(iterable, cst.Call) and isinstance(iterable.func, cst.Name) and iterable.func.value == "range" \
+            and len(iterable.args) == 1:
+        count = iterable.args[0].value
+        if isinstance(count, cst.Call):
+            return last_name(count.func) == "device_count"
+        counted = last_name(count) if isinstance(count, (cst.Name, cst.Attribute)) else None
+        return counted is not None and bool(_DEVICE_COUNT.match(counted))
+    return False
 
 
 def _bound_to_displays(fn: cst.FunctionDef, name: str) -> bool:

@@ -19,6 +19,8 @@ What flows into what (which layer follows which) is ``rules/_layer_flow.py``.
 
 from __future__ import annotations
 
+import re
+
 from typing import Dict, NamedTuple, Optional
 
 from torchlint.rules._helpers import CallTable
@@ -57,3 +59,19 @@ BIAS_SENSITIVE_ATTRIBUTES = frozenset({"bias", "forward", "__call__", "_conv_for
 def normalizes(bn: Layer, conv: Layer) -> bool:
     """Whether the BatchNorm ``bn`` takes the output of ``conv`` (same dimensionality)."""
     return bn.kind == "bn" and (bn.dim is None or bn.dim == conv.dim)
+
+
+# `model.load_state_dict(model_zoo.load_url(url))`: the module loads published
+# weights into its own model, strictly; the layers are fixed by the checkpoint.
+_LOADS_PUBLISHED_WEIGHTS = re.compile(
+    r"\.load_state_dict\(\s*(?:[\w.]+\.)?(?:load_url|load_state_dict_from_url)\((?![^\n]*strict\s*=\s*False)"
+)
+
+
+def loads_published_weights(source: str) -> bool:
+    """Whether a module loads a downloaded checkpoint whole into a model
+    (``model.load_state_dict(model_zoo.load_url(url))``, without
+    ``strict=False``): a port of published weights (Caffe's BN-Inception,
+    Torch7's ResNets), whose layers must keep every parameter the checkpoint
+    has."""
+    return "load_state_dict" in source and _LOADS_PUBLISHED_WEIGHTS.search(source) is not None

@@ -85,7 +85,9 @@ class LossGraphRetained(Rule):
     intermediate assignments such as `total = sum(losses)`); an accumulation
     under `torch.no_grad()`/`inference_mode()` (no graph is recorded); a loss
     name that is assigned a detached value anywhere in the function
-    (`loss = loss.item()`), since the name may then hold a number; a different
+    (`loss = loss.item()`, also element by element in a tuple assignment:
+    `loss, l1 = loss.item(), l1.item()`), since the name may then hold a
+    number; a different
     name (`acc += ce_loss` while `loss = ce_loss + aux` is backpropagated: it
     also holds the graph, but the rule only follows the backpropagated name);
     accumulations in a different loop than the backward call (e.g. an

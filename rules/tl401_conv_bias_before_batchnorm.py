@@ -10,7 +10,7 @@ from torchlint.rule import Benchmark, Invalid, Rule, Valid
 from torchlint.rules._helpers import argument, literal_bool
 from torchlint.rules._layer_flow import LayerFlow
 from torchlint.rules._project_text import FROZEN_BN, PROGRAM_NOTE, PROGRAM_SUBJECT, trait_key
-from torchlint.rules._layers import BIAS_SENSITIVE_ATTRIBUTES, LAYER_CALLS, Layer, normalizes
+from torchlint.rules._layers import BIAS_SENSITIVE_ATTRIBUTES, LAYER_CALLS, Layer, loads_published_weights, normalizes
 
 
 class ConvBiasBeforeBatchNorm(Rule):
@@ -41,7 +41,12 @@ class ConvBiasBeforeBatchNorm(Rule):
     every `nn.BatchNorm2d` in eval mode: TSN's and TSM's "partial BN", mmdet's
     `norm_eval`): with frozen running statistics the bias does not cancel, it
     is the layer's only trainable offset (the project index reads the modules
-    that import this one).
+    that import this one). Nor is a module that loads downloaded weights whole
+    into its model (`model.load_state_dict(model_zoo.load_url(url))`, without
+    `strict=False`): a port of a published checkpoint (Caffe's BN-Inception,
+    Torch7's ResNets), whose convolutions must keep the biases the checkpoint
+    holds; dropping one breaks that load, and loading around it changes the
+    eval-mode outputs (see Fix safety).
 
     ## Why is this bad?
     BatchNorm subtracts the per-channel mean of its input, so a constant added
@@ -230,6 +235,8 @@ class ConvBiasBeforeBatchNorm(Rule):
     def leave_Module(self, node: cst.Module) -> None:
         if not self._convs or not self._has_bn:
             return
+        if loads_published_weights(self.context.source):
+            return  # a port of published weights: dropping a bias breaks loading them, and changes eval outputs
         if trait_key(PROGRAM_SUBJECT, FROZEN_BN) in self.context.project.get("frequency", {}):
             return  # the model that imports these layers freezes its BatchNorms: the bias does not cancel
         flow = LayerFlow(self._layers, node, BIAS_SENSITIVE_ATTRIBUTES, self.context.semantic)

@@ -6,7 +6,14 @@ import libcst as cst
 
 from torchlint.model import FixAvailability
 from torchlint.rule import Invalid, Rule, Valid
-from torchlint.rules._attention import FUSED_HINTS, SOFTMAX_FUNCTIONS, SOFTMAX_MODULES, Scope, mentions_fused_path
+from torchlint.rules._attention import (
+    FUSED_HINTS,
+    SOFTMAX_FUNCTIONS,
+    SOFTMAX_MODULES,
+    Scope,
+    fused_fallbacks,
+    mentions_fused_path,
+)
 from torchlint.rules._helpers import has_star, keyword, literal_int, positional
 from torchlint.rules._program import demonstrated_once
 
@@ -65,7 +72,13 @@ class ManualAttention(Rule):
       strings, not in comments or docstrings): the manual code is then the
       fallback or the reference; in a notebook, a fused path anywhere in it
       (a notebook comparing implementations keeps the manual ones as
-      baselines);
+      baselines); and a class that is one entry of a table of implementations
+      (a dict, list or tuple display of class names: `{AttnMode.VANILLA:
+      CrossAttention, AttnMode.SDP: SDPCrossAttention}`) in which another
+      class of the file calls `scaled_dot_product_attention`: the written-out
+      class is the fallback for a PyTorch without SDPA, which PyTorch 2 passes
+      over (a table whose other entry is xFormers only, an optional package,
+      keeps the finding);
     - weights used for anything but the product with the values: returned
       (`return out, attn`), stored (`self.attn_map = attn`), passed to another
       function, edited after the softmax (`masked_fill`, renormalisation, a
@@ -345,9 +358,14 @@ class ManualAttention(Rule):
         maybe_fused = any(hint in source for hint in FUSED_HINTS)
         fused: Dict[int, bool] = {}
         scopes: Dict[int, Scope] = {}
+        fallbacks: Optional[Set[str]] = None
         for cand in self._candidates:
             if isinstance(cand.owner, cst.ClassDef) and demonstrated_once(self.context, cand.owner):
                 continue  # a teaching notebook's module, run once on a toy input
+            if isinstance(cand.owner, cst.ClassDef):
+                fallbacks = fused_fallbacks(node) if fallbacks is None else fallbacks
+                if cand.owner.name.value in fallbacks:
+                    continue  # the fallback of a table whose SDPA class PyTorch 2 picks
             if cand.module_attr is not None:
                 cls, attr = cand.module_attr
                 if attr in self._other_attrs.get(cls, ()) or self._softmax_attrs[cls].get(attr) != cand.dim:

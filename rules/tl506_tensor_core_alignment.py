@@ -7,6 +7,7 @@ import libcst as cst
 from torchlint.model import FixAvailability
 from torchlint.rule import Invalid, Rule, Valid
 from torchlint.rules._helpers import argument
+from torchlint.rules._layers import loads_published_weights
 
 # Layer -> its size parameters as (keyword, position).
 _LAYERS = {
@@ -37,7 +38,11 @@ class TensorCoreAlignment(Rule):
     Not reported: sizes that are not integer literals (`nn.Linear(d,
     vocab_size)`, `nn.Linear(4 * 768, 768)`, a `**kwargs`), sizes below 1024
     (a 1000-class ImageNet head is a small matmul where padding gains
-    nothing), other layers, and a user's own class named `Linear`.
+    nothing), other layers, a user's own class named `Linear`, and a module
+    that loads downloaded weights whole into its model
+    (`model.load_state_dict(model_zoo.load_url(url))`, without
+    `strict=False`): a port of a published checkpoint (PNASNet's 4320-wide
+    classifier) must keep the checkpoint's sizes.
 
     ## Why is this bad?
     Tensor cores process matrix tiles; when a GEMM dimension is not a
@@ -136,8 +141,8 @@ class TensorCoreAlignment(Rule):
         tail = func.attr.value if isinstance(func, cst.Attribute) else func.value if isinstance(func, cst.Name) else None
         if tail is None or ("Linear" not in tail and "Embedding" not in tail):
             return
-        if self.context.is_test_file:
-            return
+        if self.context.is_test_file or loads_published_weights(self.context.source):
+            return  # a port of published weights: its sizes are the checkpoint's
         layer = _QUALNAMES.get(self.context.qualname(func) or "")
         if layer is None:
             return

@@ -1,0 +1,193 @@
+"""Precision on sets QQ-SS (DiffBIR, LaTeX-OCR, NeuS, lingua, gmflow,
+temporal-shift-module, pretrained-models.pytorch, VQGAN-CLIP, st-gcn,
+pytorch-dc-tts, ...; synthetic examples written here, not their code): a
+guard that holds at one iteration of the loop (``if i == max_iterations:``), a
+loop over the machine's GPUs, a loss rebound to a number by a tuple
+assignment, and a model that loads a published checkpoint whole.  Each with
+the near-miss that must still be reported.  The cross-module facts of these
+sets are tested in tests/test_program_across_modules.py."""
+
+from __future__ import annotations
+
+from tests.helpers import lint
+
+
+def found(code: str, select: str, path: str = "train.py"):
+    return [(d.code, d.line) for d in lint(code, select=select.split(","), path=path)]
+
+
+# An optimisation loop that reports at its last iteration (VQGAN-CLIP).
+LAST_ITERATION = """
+import torch
+
+
+def checkin(i, losses):
+    print(i, ", ".join(f"{loss.item():g}" for loss in losses))
+
+
+def run(z, opt, max_iterations, display_freq):
+    for i in range(1, max_iterations + 1):
+        opt.zero_grad(set_to_none=True)
+        losses = ascend(z)
+        sum(losses).backward()
+        opt.step()
+        if i == max_iterations:
+            checkin(i, losses)
+"""
+
+
+def test_a_guard_that_holds_at_one_iteration_runs_once():
+    assert found(LAST_ITERATION, "TL101") == []
+    code = LAST_ITERATION.replace("for i in range(1, max_iterations + 1):", "for i, batch in enumerate(loader):")
+    assert found(code, "TL101") == []
+
+
+def test_a_guard_on_something_else_than_the_loop_index_is_every_step():
+    # `flag == 1` holds at any number of iterations
+    code = LAST_ITERATION.replace("if i == max_iterations:", "if flag == 1:")
+    assert found(code, "TL101") == [("TL101", 6)]
+    # the index compared with itself (`i == i // 1`) says nothing
+    code = LAST_ITERATION.replace("if i == max_iterations:", "if i == i // 1:")
+    assert found(code, "TL101") == [("TL101", 6)]
+
+
+# A start-up helper that touches every GPU (st-gcn's torchlight).
+OCCUPY = """
+import torch
+
+
+def occupy_gpu(gpus=None):
+    if gpus is None:
+        torch.zeros(1).cuda()
+    else:
+        for g in gpus:
+            torch.zeros(1).cuda(g)
+        for i in range(torch.cuda.device_count()):
+            torch.ones(1).cuda(i)
+"""
+
+
+def test_a_loop_over_the_gpus_runs_a_handful_of_times():
+    assert found(OCCUPY, "TL201") == []
+
+
+def test_a_loop_over_batches_in_the_same_helper_is_every_step():
+    code = OCCUPY + """
+
+def warm(loader):
+    for batch in loader:
+        torch.zeros(1).cuda()
+"""
+    assert found(code, "TL201") == [("TL201", 17)]
+
+
+# Training loop that turns its losses into numbers in one tuple assignment (dc-tts).
+TUPLE_ITEMS = """
+import torch
+
+
+def train(model, loader, optimizer):
+    running_loss = 0
+    for x, y in loader:
+        l1_loss, att_loss = model(x.cuda(), y.cuda())
+        loss = l1_loss + att_loss
+        optimizer.zero_grad()
+        loss.backward()
+        optimizer.step()
+        loss, l1_loss, att_loss = loss.item(), l1_loss.item(), att_loss.item()
+        running_loss += loss
+    return running_loss
+"""
+
+
+def test_a_loss_rebound_to_a_number_by_a_tuple_assignment_holds_no_graph():
+    assert found(TUPLE_ITEMS, "TL303") == []
+
+
+def test_a_tuple_assignment_that_keeps_the_tensor_is_still_reported():
+    code = TUPLE_ITEMS.replace(
+        "loss, l1_loss, att_loss = loss.item(), l1_loss.item(), att_loss.item()",
+        "loss, l1_loss = loss, l1_loss.item()",
+    )
+    assert found(code, "TL303") == [("TL303", 14)]
+
+
+# A port of published weights (pretrained-models.pytorch's BN-Inception).
+PORT = """
+import torch.nn as nn
+import torch.utils.model_zoo as model_zoo
+
+
+class BNInception(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.conv1 = nn.Conv2d(3, 64, kernel_size=7, stride=2, padding=3)
+        self.conv1_bn = nn.BatchNorm2d(64)
+
+    def forward(self, x):
+        return self.conv1_bn(self.conv1(x))
+
+
+def bninception(pretrained=True):
+    model = BNInception()
+    if pretrained:
+        model.load_state_dict(model_zoo.load_url("https://example.org/bninception.pth"))
+    return model
+"""
+
+
+def test_tl401_a_port_of_published_weights_keeps_its_biases():
+    assert found(PORT, "TL401", path="bninception.py") == []
+
+
+def test_tl401_a_model_that_loads_pretrained_weights_leniently_is_reported():
+    # filtered or non-strict loading: dropping the bias loses nothing the load needs
+    code = PORT.replace('model_zoo.load_url("https://example.org/bninception.pth")',
+                        'model_zoo.load_url("https://example.org/bninception.pth"), strict=False')
+    assert found(code, "TL401", path="bninception.py") == [("TL401", 9)]
+    code = PORT.replace('model.load_state_dict(model_zoo.load_url("https://example.org/bninception.pth"))',
+                        'state = model_zoo.load_url("https://example.org/x.pth")')
+    assert found(code, "TL401", path="bninception.py") == [("TL401", 9)]
+
+
+# A table of attention implementations (DiffBIR): vanilla, xFormers, SDPA.
+ATTENTION_TABLE = """
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+
+class CrossAttention(nn.Module):
+    def forward(self, q, k, v):
+        sim = torch.einsum("b i d, b j d -> b i j", q, k) * self.scale
+        sim = sim.softmax(dim=-1)
+        return torch.einsum("b i j, b j d -> b i d", sim, v)
+
+
+class MemoryEfficientCrossAttention(nn.Module):
+    def forward(self, q, k, v):
+        return xformers.ops.memory_efficient_attention(q, k, v)
+
+
+class SDPCrossAttention(nn.Module):
+    def forward(self, q, k, v):
+        return F.scaled_dot_product_attention(q, k, v)
+
+
+class BasicTransformerBlock(nn.Module):
+    ATTENTION_MODES = {
+        "vanilla": CrossAttention,
+        "xformers": MemoryEfficientCrossAttention,
+        "sdp": SDPCrossAttention,
+    }
+"""
+
+
+def test_tl402_the_fallback_of_a_table_with_an_sdpa_entry():
+    assert found(ATTENTION_TABLE, "TL402", path="attention.py") == []
+
+
+def test_tl402_a_table_whose_only_fused_entry_is_xformers_keeps_the_finding():
+    # latent-diffusion's table: without xFormers installed, the written-out class runs
+    code = ATTENTION_TABLE.replace('        "sdp": SDPCrossAttention,\n', "")
+    assert found(code, "TL402", path="attention.py") == [("TL402", 10)]
