@@ -187,6 +187,8 @@ class HostValues:
             )
         if isinstance(expr, cst.UnaryOperation):
             return self._is_host(expr.expression, at, depth + 1, seen)
+        if isinstance(expr, cst.IfExp):  # `a.numpy() if cpu else a.cpu().numpy()`: host if both are
+            return self._is_host(expr.body, at, depth + 1, seen) and self._is_host(expr.orelse, at, depth + 1, seen)
         if isinstance(expr, cst.Call):
             return self._call_is_host(expr, at, depth, seen)
         return False

@@ -15,6 +15,7 @@ from torchlint.rules._helpers import (
     is_docstring,
     keyword,
     literal_bool,
+    literal_number,
     method_name,
     moves_to_device,
     positional,
@@ -1170,4 +1171,21 @@ def unpinnable_batches(call: cst.Call, ctx: Context) -> bool:
         return True
     if not ctx.path.endswith(".ipynb"):
         ctx.pending.add(PROGRAM_NOTE)
+    return False
+
+
+def loads_in_main_process(call: cst.Call, kwargs, location: Location, where: "Placement") -> bool:
+    """Whether the loader loads in the main process: ``num_workers`` absent,
+    the literal ``0``, or a name every binding of which is the literal ``0``
+    (``num_workers = 0`` ... ``DataLoader(ds, num_workers=num_workers)``).
+    ``kwargs``: what a ``**kwargs`` dict gives (``kwargs_keyword``), if any."""
+    known, workers = kwargs or argument(call, "num_workers", 5)
+    workers = workers.value if isinstance(workers, cst.Arg) else workers
+    if not known:
+        return False
+    if workers is None or literal_number(workers) == 0:
+        return True
+    if isinstance(workers, cst.Name):
+        values = where.values_of(workers.value, location)
+        return bool(values) and all(v is not None and literal_number(v) == 0 for v, _ in values)
     return False

@@ -52,6 +52,8 @@ def fetches_one_batch(call: cst.Call, assignment: Optional[cst.Assign], scope: c
     if not uses:  # never used: dead in a function (a module's name might be imported elsewhere)
         return type(scope) is cst.FunctionDef
     for name, parents, in_loop in uses:
+        if _only_shown(name, parents):
+            continue  # `train_loader, test_loader` shown by a notebook cell, `len(loader)`
         if in_loop:
             return False
         iterator = _iter_call(name, parents)
@@ -67,6 +69,32 @@ def fetches_one_batch(call: cst.Call, assignment: Optional[cst.Assign], scope: c
                 continue
         return False
     return True
+
+
+_SHOWING = frozenset({"len", "print", "type", "repr", "str", "display"})
+
+
+def _only_shown(name: cst.Name, parents: List[cst.CSTNode]) -> bool:
+    """The loader shown, not iterated: an expression statement of the name or
+    of a tuple of names (a notebook cell's last line), or the argument of
+    ``len``/``print``/``type``."""
+    if not parents:
+        return False
+    parent = parents[-1]
+    if type(parent) is cst.Expr:
+        return True
+    if type(parent) is cst.Element and len(parents) >= 3 and type(parents[-2]) is cst.Tuple \
+            and type(parents[-3]) is cst.Expr:
+        return all(type(e.value) is cst.Name or _shows(e.value) for e in parents[-2].elements)
+    if type(parent) is cst.Arg and len(parents) >= 2 and type(parents[-2]) is cst.Call:
+        func = parents[-2].func
+        return type(func) is cst.Name and func.value in _SHOWING and parent.keyword is None and not parent.star
+    return False
+
+
+def _shows(expr: cst.BaseExpression) -> bool:
+    """``len(x)``, ``print(x)``: a call that only shows its argument."""
+    return type(expr) is cst.Call and type(expr.func) is cst.Name and expr.func.value in _SHOWING
 
 
 def _iter_call(name: cst.Name, parents: List[cst.CSTNode]) -> Optional[cst.Call]:
@@ -112,6 +140,8 @@ def _mentions(
                     continue
                 yield node, list(parents), in_loop
             continue
+        if kind in (cst.FunctionDef, cst.Lambda) and _binds_parameter(node, name):
+            continue  # a parameter of that name: another variable
         below = parents + (node,)
         looping = in_loop or kind in _LOOPS
         if kind is cst.For:
@@ -127,6 +157,16 @@ def _mentions(
             todo.extend((child, below, True) for child in iter_children(node) if child is not first)
             continue
         todo.extend((child, below, looping) for child in iter_children(node))
+
+
+def _binds_parameter(function, name: str) -> bool:
+    params = function.params
+    return any(
+        p.name.value == name
+        for p in (*params.posonly_params, *params.params, *params.kwonly_params)
+    ) or any(
+        isinstance(p, cst.Param) and p.name.value == name for p in (params.star_arg, params.star_kwarg)
+    )
 
 
 def in_dataset_demo(ctx) -> bool:

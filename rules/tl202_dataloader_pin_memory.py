@@ -26,6 +26,7 @@ from torchlint.rules._loaders import (
     SUBSETS,
     dataset_argument,
     itemless_dataset,
+    loads_in_main_process,
     unpinnable_batches,
     kwargs_keyword,
     placement,
@@ -181,8 +182,9 @@ class DataLoaderPinMemory(Rule):
     index finds a caller that copies the batches (above).
 
     Also not reported, because pinning would not help or would break:
-    - a loader that loads in the main process (`num_workers` absent or the
-      literal `0`): the pinning copy then runs in the same thread that loads,
+    - a loader that loads in the main process (`num_workers` absent, the
+      literal `0`, or a name every binding of which is `0`: `num_workers = 0`
+      ... `num_workers=num_workers`): the pinning copy then runs in the same thread that loads,
       decodes and copies each batch, so it buys nothing until workers load
       ahead; TL203 reports such a loader, and once it has workers this rule
       applies;
@@ -218,8 +220,11 @@ class DataLoaderPinMemory(Rule):
     - a loader only used to fetch a batch or two outside any loop
       (`loader = DataLoader(...)` then `next(iter(loader))`, or `it =
       iter(loader)` then `next(it)` / `it.next()`, to show sample images):
-      there is no stream of copies to overlap; a loader that is also iterated,
-      passed on, or read with `next(it)` in a loop is still reported;
+      there is no stream of copies to overlap (showing the loader does not
+      count: a notebook cell's `train_loader, test_loader`, `len(loader)`,
+      `print(loader)`; nor does a function's parameter of the same name); a
+      loader that is also iterated, passed on, or read with `next(it)` in a
+      loop is still reported;
     - an evaluation loader of one sample per batch (the literal
       `batch_size=1`, `shuffle` absent or not `True`: a video evaluated
       frame by frame, a few audio clips generated one at a time): each copy
@@ -490,9 +495,7 @@ class DataLoaderPinMemory(Rule):
             if not self._moves and factory is None:
                 continue
             where = placement(self.context)
-            known, workers = kwargs or argument(call, "num_workers", 5)
-            workers = workers.value if isinstance(workers, cst.Arg) else workers
-            if known and (workers is None or literal_number(workers) == 0):
+            if loads_in_main_process(call, kwargs, location, where):
                 continue  # loads in the main process: TL203's finding; pinning buys nothing yet
             if _one_sample_batches(call):
                 continue  # an evaluation loader of one sample per batch: a copy small next to the model run on it

@@ -19,6 +19,7 @@ from torchlint.rules._loaders import (
     dataset_argument,
     has_transform,
     kwargs_keyword,
+    loads_in_main_process,
     subset_source,
     indexes_memory_only,
     placement,
@@ -139,6 +140,8 @@ class DataLoaderNumWorkers(Rule):
       moves nothing to a device: the module's demo, which prints a few
       shapes or plots a few samples, once, by hand;
     - a `num_workers` given as a variable or expression (`num_workers=args.workers`),
+      unless it is a name every binding of which is the literal 0
+      (`num_workers = 0` ... `DataLoader(ds, num_workers=num_workers)`: reported),
       or a call with `*args`, or a `**kwargs` the rule cannot read (a
       parameter, a dict from a call, one updated under a condition or passed
       elsewhere, one holding a `collate_fn`), any of which may set it;
@@ -256,7 +259,9 @@ class DataLoaderNumWorkers(Rule):
             # `**kw`: a dict built in this scope says (see `kwargs_dict`)
             known, workers = kwargs_keyword(node, "num_workers", location, ctx)
             given = "dict" if workers is not None else None
-        if not known or workers is not None and literal_number(workers) != 0:
+        if known and isinstance(workers, cst.Name) and given == "keyword":
+            given = "variable"  # `num_workers=num_workers`: decided at the end, from its bindings
+        elif not known or workers is not None and literal_number(workers) != 0:
             return
         if self._one_batch(node) or loader_fetches_one_batch(node, ctx) or in_dataset_demo(ctx):
             return  # (a dataset module's `__main__` demo loads a few samples to look at, once)
@@ -286,6 +291,8 @@ class DataLoaderNumWorkers(Rule):
             return
         where = placement(self.context)
         for call, location, given in self._candidates:
+            if given == "variable" and not loads_in_main_process(call, None, location, where):
+                continue  # a variable that may hold a worker count
             if not self._works_per_item(dataset_argument(call), location, 0):
                 continue
             # Items or batches put on a device (the same question TL202 asks):
@@ -295,6 +302,7 @@ class DataLoaderNumWorkers(Rule):
             what = {
                 "keyword": "`DataLoader(num_workers=0)`",
                 "dict": "`DataLoader(**kwargs)` whose dict sets `num_workers=0`",
+                "variable": "`DataLoader(num_workers=...)` with a worker count set to 0",
                 None: "`DataLoader` without `num_workers`",
             }[given]
             self.report(call, f"{what} loads every batch in the main process, {self._ADVICE}")

@@ -191,3 +191,137 @@ def test_tl402_a_table_whose_only_fused_entry_is_xformers_keeps_the_finding():
     # latent-diffusion's table: without xFormers installed, the written-out class runs
     code = ATTENTION_TABLE.replace('        "sdp": SDPCrossAttention,\n', "")
     assert found(code, "TL402", path="attention.py") == [("TL402", 10)]
+
+
+# A model converted from a Torch7 file by convert_torch_to_pytorch (DAIN's MegaDepth).
+CONVERTED = """
+import torch
+import torch.nn as nn
+from functools import reduce
+
+
+class LambdaBase(nn.Sequential):
+    def __init__(self, fn, *args):
+        super(LambdaBase, self).__init__(*args)
+        self.lambda_func = fn
+
+
+class LambdaReduce(LambdaBase):
+    def forward(self, input):
+        return reduce(self.lambda_func, self.forward_prepare(input))
+
+
+hourglass = nn.Sequential(
+    nn.Conv2d(3, 128, (7, 7), (1, 1), (3, 3)),
+    nn.BatchNorm2d(128, 1e-05, 0.1, False),
+    nn.ReLU(),
+)
+"""
+
+
+def test_tl401_a_model_converted_from_torch7_keeps_its_biases():
+    assert found(CONVERTED, "TL401", path="pytorch_DIW_scratch.py") == []
+
+
+def test_tl401_a_class_merely_named_lambdabase_is_not_a_conversion():
+    code = CONVERTED.replace("class LambdaReduce(LambdaBase):", "class Reduce(LambdaBase):")
+    assert found(code, "TL401", path="pytorch_DIW_scratch.py") == [("TL401", 19)]
+
+
+# A script whose worker count is a variable set to 0 (Udacity's notebooks).
+WORKERS = """
+import torch
+from torch.utils.data import DataLoader
+
+num_workers = 0
+train_loader = DataLoader(train_data, batch_size=20, sampler=train_sampler, num_workers=num_workers)
+model = Net().cuda()
+for data, target in train_loader:
+    data, target = data.cuda(), target.cuda()
+    model(data)
+"""
+
+
+def test_tl202_a_worker_count_variable_of_zero_loads_in_the_main_process():
+    assert found(WORKERS, "TL202") == []
+
+
+def test_tl202_a_worker_count_variable_above_zero_is_reported():
+    assert found(WORKERS.replace("num_workers = 0", "num_workers = 4"), "TL202") == [("TL202", 6)]
+
+
+# A loader built to show one batch; the training function's parameter has its name.
+SHOWN = """
+import torch
+from torch.utils.data import DataLoader
+
+train_dataloader = DataLoader(train_data, batch_size=1, num_workers=1, shuffle=True)
+train_dataloader, len(train_dataloader)
+print(len(train_dataloader))
+img, label = next(iter(train_dataloader))
+
+
+def train_step(model, train_dataloader, device):
+    for X, y in train_dataloader:
+        X, y = X.to(device), y.to(device)
+        model(X)
+"""
+
+
+def test_tl202_a_loader_only_shown_and_peeked_fetches_one_batch():
+    assert found(SHOWN, "TL202") == []
+
+
+def test_tl202_a_shown_loader_that_is_also_passed_on_is_reported():
+    code = SHOWN + "\ntrain_step(model, train_dataloader, 'cuda')\n"
+    assert found(code, "TL202") == [("TL202", 5)]
+
+
+# Per-class accuracy on NumPy values chosen by a conditional expression (Udacity).
+NUMPY_BRANCHES = """
+import numpy as np
+import torch
+
+
+def test(model, loader, train_on_gpu):
+    for data, target in loader:
+        data, target = data.cuda(), target.cuda()
+        output = model(data)
+        _, pred = torch.max(output, 1)
+        correct_tensor = pred.eq(target.data.view_as(pred))
+        correct = np.squeeze(correct_tensor.numpy()) if not train_on_gpu else np.squeeze(correct_tensor.cpu().numpy())
+        for i in range(target.size(0)):
+            class_correct[target.data[i]] += correct[i].item()
+"""
+
+
+def test_tl101_numpy_values_from_either_branch_are_on_the_host():
+    assert [f for f in found(NUMPY_BRANCHES, "TL101") if f[1] == 14] == []
+
+
+def test_tl101_a_conditional_expression_with_a_device_branch_is_reported():
+    code = NUMPY_BRANCHES.replace("else np.squeeze(correct_tensor.cpu().numpy())", "else correct_tensor")
+    assert ("TL101", 14) in found(code, "TL101")
+
+
+CIFAR_WORKERS = """
+import torch
+from torch.utils.data import DataLoader
+from torchvision import datasets, transforms
+
+num_workers = 0
+transform = transforms.Compose([transforms.ToTensor()])
+train_data = datasets.CIFAR10("data", train=True, download=True, transform=transform)
+train_loader = DataLoader(train_data, batch_size=20, num_workers=num_workers)
+model = Net().cuda()
+for data, target in train_loader:
+    model(data.cuda())
+"""
+
+
+def test_tl203_reports_a_worker_count_variable_of_zero_instead():
+    # the loader that TL202 leaves (no workers, so pinning buys nothing yet) is TL203's
+    assert found(CIFAR_WORKERS, "TL202,TL203") == [("TL203", 9)]
+    assert found(CIFAR_WORKERS.replace("num_workers = 0", "num_workers = 4"), "TL202,TL203") == [("TL202", 9)]
+    two = CIFAR_WORKERS.replace("num_workers = 0", "num_workers = 0\nif fast:\n    num_workers = 8")
+    assert found(two, "TL203") == []
