@@ -44,7 +44,7 @@ import libcst as cst
 from torchlint.names import dotted_name
 from torchlint.nodes import iter_children
 from torchlint.rule import Context, Rule
-from torchlint.rules._helpers import argument, literal_number, method_name, names_anywhere
+from torchlint.rules._helpers import argument, literal_bool, literal_number, method_name, names_anywhere
 from torchlint.rules._loaders import DATALOADERS
 from torchlint.rules._project_text import (
     BENCHMARK,
@@ -570,6 +570,30 @@ def under_switch(context: Context, pattern: "re.Pattern[str]") -> bool:
                     return True
                 if isinstance(n, cst.SimpleString) and pattern.search(n.value):
                     return True
+    return False
+
+
+def other_branch_sets(context: Context, qualname: str, value: bool) -> bool:
+    """Whether the node being visited sits in one branch of an ``if`` whose
+    other branch assigns ``qualname = value``: ``if args.cudnn:
+    cudnn.benchmark = True`` / ``else: cudnn.benchmark = False`` is a switch,
+    and the ``else`` is what the user asked for."""
+    from torchlint.nodes import walk_nodes
+
+    stack = context.stack
+    for i in range(len(stack) - 1, 0, -1):
+        node = stack[i - 1]
+        if not isinstance(node, cst.If):
+            continue
+        here = stack[i]
+        other = node.orelse if here is node.body else node.body if here is node.orelse else None
+        if other is None:
+            continue
+        for n in walk_nodes(other):
+            if isinstance(n, cst.Assign) and literal_bool(n.value) is value and any(
+                context.qualname(t.target) == qualname for t in n.targets
+            ):
+                return True
     return False
 
 

@@ -15,6 +15,7 @@ from torchlint.rules._program import (
     in_scope_named,
     is_verification_path,
     notebook_trains_nothing,
+    other_branch_sets,
     under_switch,
 )
 
@@ -50,8 +51,10 @@ class CudnnBenchmarkDisabled(ProgramRule):
     reproducibility trade-off.
 
     Not reported: an assignment of anything but the literal `False`
-    (`cudnn.benchmark = args.benchmark` is the user's choice); an assignment
-    inside an `if` whose test names a reproducibility switch (`if
+    (`cudnn.benchmark = args.benchmark` is the user's choice); one in a
+    branch of an `if` whose other branch sets it to `True` (`if
+    args.use_cudnn: ... = True` / `else: ... = False`: the user's switch); an
+    assignment inside an `if` whose test names a reproducibility switch (`if
     args.deterministic:`, `if args.seed is not None:`), since the fast path is
     then the default; an assignment inside a function or class whose name says
     that reproducibility is its purpose (`enable_full_determinism()`,
@@ -255,6 +258,7 @@ class CudnnBenchmarkDisabled(ProgramRule):
                     and not in_scope_named(self.context, REPRODUCIBILITY_PURPOSE)
                     and not is_verification_path(self.context.path)
                     and not notebook_trains_nothing(self.context)
+                    and not other_branch_sets(self.context, _BENCHMARK, True)  # `else:` of a user's switch
                 ):
                     self._disabled.append((node, self._scope()))
             elif q == _DETERMINISTIC and literal_bool(node.value) is True:

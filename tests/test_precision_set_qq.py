@@ -325,3 +325,24 @@ def test_tl203_reports_a_worker_count_variable_of_zero_instead():
     assert found(CIFAR_WORKERS.replace("num_workers = 0", "num_workers = 4"), "TL202,TL203") == [("TL202", 9)]
     two = CIFAR_WORKERS.replace("num_workers = 0", "num_workers = 0\nif fast:\n    num_workers = 8")
     assert found(two, "TL203") == []
+
+
+SWITCH = """
+import torch
+
+if args.use_cudnn:
+    print("cudnn is used")
+    torch.backends.cudnn.benchmark = True
+else:
+    print("cudnn is not used")
+    torch.backends.cudnn.benchmark = False
+"""
+
+
+def test_tl501_the_off_branch_of_a_users_switch_is_their_choice():
+    assert found(SWITCH, "TL501", path="my_args.py") == []
+
+
+def test_tl501_a_switch_whose_other_branch_sets_something_else_is_reported():
+    code = SWITCH.replace("    torch.backends.cudnn.benchmark = True\n", "    torch.backends.cudnn.enabled = True\n")
+    assert found(code, "TL501", path="my_args.py") == [("TL501", 9)]
