@@ -221,6 +221,7 @@ class ProgramFacts:
         self._scopes: List[Optional[_Scope]] = [_Scope(nested=False)]
         self._counter = 0
         self._finished = False
+        self._tiny: Optional[bool] = None
         self._feeder: Optional[int] = None
 
     def claim(self, rule: Rule) -> bool:
@@ -362,7 +363,21 @@ class ProgramFacts:
         """Whether the step time is not the kernels' to begin with: the program
         steps a simulator, or every loader it builds loads in the main process
         (input-bound; TL203 reports those loaders)."""
-        return self.simulator or (self.main_process_loaders > 0 and self.worker_loaders == 0)
+        return self.simulator or (self.main_process_loaders > 0 and self.worker_loaders == 0) or self.tiny_model()
+
+    def tiny_model(self) -> bool:
+        """Whether the module's model is visibly tiny (:func:`tiny_layers`) and no
+        known architecture is named: its steps are launch-bound, and tensor
+        cores, autotuned kernels or compilation have nothing to speed up."""
+        if self._tiny is None:
+            self._tiny = (
+                self.entry
+                and not (self.transformer or self.convnet)
+                and self.context.module is not None
+                and not _imports_a_class(self.context.source)
+                and tiny_layers(self.context.module, self.context)
+            )
+        return self._tiny
 
     def quiet_reason(self) -> Optional[str]:
         """Why whole-program speed advice that changes numerics does not apply
@@ -869,3 +884,166 @@ def _walk_with_parents(root: cst.CSTNode):
                 todo.append((child, parent if child is node.value else node, inner))
             else:
                 todo.append((child, node, inner))
+
+
+# -- a visibly tiny model ------------------------------------------------------------------
+
+# The size arguments of torch's layers: (keyword, position) of the input and output width.
+_SIZED_LAYERS: Dict[str, Tuple[Tuple[str, int], Tuple[str, int]]] = {
+    **{name: (("in_features", 0), ("out_features", 1)) for name in ("Linear",)},
+    **{name: (("in_channels", 0), ("out_channels", 1))
+       for name in ("Conv1d", "Conv2d", "Conv3d", "ConvTranspose1d", "ConvTranspose2d", "ConvTranspose3d")},
+    **{name: (("input_size", 0), ("hidden_size", 1)) for name in ("LSTM", "GRU", "RNN", "LSTMCell", "GRUCell", "RNNCell")},
+    **{name: (("num_embeddings", 0), ("embedding_dim", 1)) for name in ("Embedding",)},
+}
+_TINY_WIDTH = 256  # widest layer
+_TINY_CHANNELS = 32  # most output channels of a convolution (its cost also grows with the image)
+_TINY_PARAMETERS = 100_000
+# A model that comes from elsewhere: its size is not in this module.
+_MODEL_FROM_ELSEWHERE = re.compile(
+    r"torchvision\.models|\btimm\.|from_pretrained|torch\.hub\.load|\bAutoModel"
+)
+
+
+# Libraries whose classes are not the model: `from torch.utils.data import
+# DataLoader`, `from sklearn.datasets import make_circles`.
+_NOT_MODELS = frozenset({
+    "torch", "torchvision", "torchaudio", "torchtext", "torchmetrics", "torchinfo", "sklearn", "numpy", "pandas",
+    "PIL", "matplotlib", "typing", "collections", "dataclasses", "pathlib", "tqdm", "datetime", "argparse",
+    "functools", "itertools", "enum", "abc", "timeit", "IPython", "mlxtend", "helper_functions",
+})
+_FROM_IMPORT = re.compile(r"^[ \t]*from[ \t]+\.*([\w.]*)[ \t]+import[ \t]+\(?([^\n#)]*)", re.M)
+
+
+def _imports_a_class(source: str) -> bool:
+    """Whether the module imports a class from a module of its own or a
+    library that may hold its model (`from models import ResNet`)."""
+    for match in _FROM_IMPORT.finditer(source):
+        root = match.group(1).split(".", 1)[0]
+        if root in _NOT_MODELS:
+            continue
+        if any(name.strip().split(" ")[0][:1].isupper() for name in match.group(2).split(",")):
+            return True
+    return False
+
+
+def tiny_layers(module: cst.Module, ctx: Context) -> bool:
+    """Whether every layer the module builds has sizes written as numbers
+    (literals, module-level constants, arithmetic on them), at most
+    ``_TINY_WIDTH`` wide (convolutions at most ``_TINY_CHANNELS`` channels out),
+    with fewer than ``_TINY_PARAMETERS`` weights in all, and it loads no model
+    from elsewhere: a course notebook's linear regression, its 2-10-10-1 MLP,
+    NYU's spiral classifier.  A size that comes from a constructor argument
+    (``nn.Linear(d_model, d_ff)``) is unknown: not tiny."""
+    source = ctx.source
+    if _MODEL_FROM_ELSEWHERE.search(source):
+        return False
+    constants: Dict[str, int] = {}
+    for stmt in module.body:
+        if isinstance(stmt, cst.SimpleStatementLine):
+            for small in stmt.body:
+                if isinstance(small, cst.Assign) and len(small.targets) == 1 and isinstance(small.targets[0].target, cst.Name):
+                    name = small.targets[0].target.value
+                    value = _constant(small.value, constants)
+                    if value is None:
+                        constants.pop(name, None)
+                    elif name in constants and constants[name] != value:
+                        constants[name] = max(constants[name], value)
+                    else:
+                        constants[name] = value
+    from torchlint.nodes import walk_nodes
+
+    # The constructor arguments of the module's classes, from their defaults
+    # and from every instantiation in the module (`BlobModel(2, 4, hidden_units=8)`).
+    scopes: List[Tuple[cst.CSTNode, Dict[str, int]]] = [(module, constants)]
+    classes = {c.name.value: c for c in module.body if isinstance(c, cst.ClassDef)}
+    calls = [n for n in walk_nodes(module) if isinstance(n, cst.Call) and isinstance(n.func, cst.Name)
+             and n.func.value in classes]
+    for name, cls in classes.items():
+        init = next((f for f in cls.body.body if isinstance(f, cst.FunctionDef) and f.name.value == "__init__"), None)
+        if init is None:
+            continue
+        params = list(init.params.params)[1:]
+        env = dict(constants)
+        for k, param in enumerate(params):
+            known = [_constant(param.default, constants)] if param.default is not None else []
+            for call in calls:
+                if call.func.value != name:
+                    continue
+                arg = next((a for a in call.args if a.keyword is not None and a.keyword.value == param.name.value), None)
+                positional = [a for a in call.args if a.keyword is None]
+                if arg is None and k < len(positional) and not positional[k].star:
+                    arg = positional[k]
+                if arg is not None:
+                    known.append(_constant(arg.value, constants))
+            if known and None not in known:
+                env[param.name.value] = max(known)
+            else:
+                env.pop(param.name.value, None)
+        scopes.append((init, env))
+    layers = 0
+    parameters = 0
+    seen: set = set()
+    for scope, env in reversed(scopes):  # a constructor's layers with its arguments first
+        for node in walk_nodes(scope):
+            if not isinstance(node, cst.Call) or id(node) in seen:
+                continue
+            seen.add(id(node))
+            verdict = _layer_size(node, env, ctx)
+            if verdict is None:
+                continue
+            if verdict is False:
+                return False
+            layers += 1
+            parameters += verdict
+    return layers > 0 and parameters < _TINY_PARAMETERS
+
+
+def _layer_size(node: cst.Call, constants: Dict[str, int], ctx: Context):
+    """None for a call that is not a sized layer; False for one that is not
+    tiny (or whose sizes are unknown); else its weight count."""
+    q = ctx.qualname(node.func) or ""
+    if not q.startswith("torch.nn."):
+        return None
+    sizes = _SIZED_LAYERS.get(q.rsplit(".", 1)[-1])
+    if sizes is None:
+        return None
+    values = []
+    for keyword, position in sizes:
+        known, arg = argument(node, keyword, position)
+        value = _constant(arg.value, constants) if known and arg is not None else None
+        if value is None:
+            return False
+        values.append(value)
+    width_in, width_out = values
+    if max(values) > _TINY_WIDTH and not q.endswith("Embedding"):
+        return False
+    if "Conv" in q and width_out > _TINY_CHANNELS:
+        return False
+    return width_in * width_out * (9 if "Conv" in q else 4 if q.rsplit(".", 1)[-1] in ("LSTM", "LSTMCell") else 1)
+
+
+def _constant(expr: cst.BaseExpression, constants: Dict[str, int], depth: int = 0) -> Optional[int]:
+    """An integer expression of literals and known constants (``28 * 28``, ``H``, ``d ** 2``)."""
+    if depth > 8:
+        return None
+    if isinstance(expr, cst.Integer):
+        return literal_number(expr)
+    if isinstance(expr, cst.Name):
+        return constants.get(expr.value)
+    if isinstance(expr, cst.BinaryOperation):
+        left, right = _constant(expr.left, constants, depth + 1), _constant(expr.right, constants, depth + 1)
+        if left is None or right is None:
+            return None
+        op = type(expr.operator)
+        if op is cst.Add:
+            return left + right
+        if op is cst.Subtract:
+            return left - right
+        if op is cst.Multiply:
+            return left * right
+        if op is cst.FloorDivide and right:
+            return left // right
+        if op is cst.Power and 0 <= right <= 8:
+            return left ** right
+    return None

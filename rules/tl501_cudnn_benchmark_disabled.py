@@ -79,16 +79,24 @@ class CudnnBenchmarkDisabled(ProgramRule):
     import their model from elsewhere (no convolution layer built here); the
     scoped `with torch.backends.cudnn.flags(benchmark=False):`.
 
-    The module check (never sets it) is also silent for a program whose
-    every `DataLoader` loads in the main process (`num_workers` absent or
-    `0`: its steps wait for data; TL203 reports those loaders), for one that
-    imports a reinforcement-learning simulator (`gym`, `gymnasium`,
-    `envpool`, `procgen`, `dm_control`, ...: the step time is the
-    environment's, on the host, and the policy networks are small) and for
-    one that asks for reproducible kernels anywhere (`cudnn.deterministic =
-    ...` or `torch.use_deterministic_algorithms(...)` with anything but the
-    literal `False`, often `args.torch_deterministic`): the autotuner picks
-    algorithms by timing them, so results change from run to run.
+    The module check (never sets it) is also silent for a program whose every
+    `DataLoader` loads in the main process (`num_workers` absent or `0`: its
+    steps wait for data; TL203 reports those loaders), for one that imports a
+    reinforcement-learning simulator (`gym`, `gymnasium`, `envpool`, `procgen`,
+    `dm_control`, ...: the step time is the environment's, on the host, and the
+    policy networks are small) and for one that asks for reproducible kernels
+    anywhere (`cudnn.deterministic = ...` or
+    `torch.use_deterministic_algorithms(...)` with anything but the literal
+    `False`, often `args.torch_deterministic`): the autotuner picks algorithms
+    by timing them, so results change from run to run; and for one whose model
+    is visibly tiny: every layer the module builds (`nn.Linear`, convolutions,
+    RNNs, embeddings) has sizes written as numbers (literals, module-level
+    constants, the constructor arguments its instantiations pass), at most 256
+    wide and convolutions at most 32 channels out, under 100,000 weights in all,
+    and no model comes from elsewhere (`torchvision.models`, `timm`,
+    `from_pretrained`, `torch.hub`, a class imported from another module; a
+    script or notebook only): a course notebook's linear regression or 2-10-10-1
+    MLP, whose steps are launch-bound.
 
     ## Why is this bad?
     With `benchmark = True`, cuDNN times the available convolution algorithms
@@ -156,7 +164,7 @@ class CudnnBenchmarkDisabled(ProgramRule):
             import torch
             from torch import nn
 
-            model = nn.Conv2d(3, 8, 3).cuda()
+            model = nn.Conv2d(3, 64, 3).cuda()
             for x in loader:
                 model(x).sum().backward()
                 optimizer.step()
@@ -167,7 +175,7 @@ class CudnnBenchmarkDisabled(ProgramRule):
             import torch
             from torch import nn
 
-            model = nn.Conv2d(3, 8, 3).cuda()
+            model = nn.Conv2d(3, 64, 3).cuda()
             torch.use_deterministic_algorithms(args.deterministic)
             for x in loader:
                 model(x).sum().backward()
@@ -198,7 +206,7 @@ class CudnnBenchmarkDisabled(ProgramRule):
             import torch
             from torch import nn
 
-            model = nn.Conv2d(3, 8, 3).cuda()
+            model = nn.Conv2d(3, 64, 3).cuda()
             torch.backends.cudnn.benchmark = True
             for x in loader:
                 model(x).sum().backward()
@@ -225,7 +233,7 @@ class CudnnBenchmarkDisabled(ProgramRule):
             import torch
             from torch import nn
 
-            model = nn.Conv2d(3, 8, 3).cuda()
+            model = nn.Conv2d(3, 64, 3).cuda()
             for x in loader:
                 model(x).sum().backward()
                 optimizer.step()
@@ -258,7 +266,7 @@ class CudnnBenchmarkDisabled(ProgramRule):
                     and not in_scope_named(self.context, REPRODUCIBILITY_PURPOSE)
                     and not is_verification_path(self.context.path)
                     and not notebook_trains_nothing(self.context)
-                    and not other_branch_sets(self.context, _BENCHMARK, True)  # `else:` of a user's switch
+                    and not other_branch_sets(self.context, _BENCHMARK, True)  # a user's switch
                 ):
                     self._disabled.append((node, self._scope()))
             elif q == _DETERMINISTIC and literal_bool(node.value) is True:

@@ -30,22 +30,28 @@ class NoCompile(ProgramRule):
     is silent when the configured `target-torch` is below 2.0, where
     `torch.compile` does not exist.
 
-    Choices where the catalog is silent: training steps driven by
-    Accelerate, Lightning Fabric or `manual_backward` are not reported
-    (Accelerate compiles through its `dynamo_backend` option, and a
-    LightningModule is usually compiled by the script that builds it); a
-    module that never mentions CUDA is not reported (for a small model on a
-    CPU the compile time is rarely repaid); only entry modules are reported,
-    because the model is usually compiled where it is built; a program that
-    imports a reinforcement-learning simulator (`gym`, `gymnasium`,
-    `envpool`, `procgen`, `dm_control`, ...) is not reported, since its step
-    time is spent stepping environments on the host, nor one whose every
-    `DataLoader` loads in the main process (`num_workers` absent or `0`): its
-    steps wait for data, which compiling does not change (TL203 reports those
-    loaders), nor a module with recurrent layers (`nn.LSTM`, `nn.GRU`,
-    `LSTMCell`, `pack_padded_sequence`): cuDNN's fused RNN kernels and
-    variable sequence lengths leave little for the compiler to fuse and force
-    recompilations.
+    Choices where the catalog is silent: training steps driven by Accelerate,
+    Lightning Fabric or `manual_backward` are not reported (Accelerate compiles
+    through its `dynamo_backend` option, and a LightningModule is usually
+    compiled by the script that builds it); a module that never mentions CUDA is
+    not reported (for a small model on a CPU the compile time is rarely repaid);
+    only entry modules are reported, because the model is usually compiled where
+    it is built; a program that imports a reinforcement-learning simulator
+    (`gym`, `gymnasium`, `envpool`, `procgen`, `dm_control`, ...) is not
+    reported, since its step time is spent stepping environments on the host,
+    nor one whose every `DataLoader` loads in the main process (`num_workers`
+    absent or `0`): its steps wait for data, which compiling does not change
+    (TL203 reports those loaders), nor a module with recurrent layers
+    (`nn.LSTM`, `nn.GRU`, `LSTMCell`, `pack_padded_sequence`): cuDNN's fused RNN
+    kernels and variable sequence lengths leave little for the compiler to fuse
+    and force recompilations; nor one whose model is visibly tiny: every layer
+    the module builds (`nn.Linear`, convolutions, RNNs, embeddings) has sizes
+    written as numbers (literals, module-level constants, the constructor
+    arguments its instantiations pass), at most 256 wide and convolutions at
+    most 32 channels out, under 100,000 weights in all, and no model comes from
+    elsewhere (`torchvision.models`, `timm`, `from_pretrained`, `torch.hub`, a
+    class imported from another module; a script or notebook only): a course
+    notebook's linear regression or 2-10-10-1 MLP, whose steps are launch-bound.
 
     ## Why is this bad?
     `torch.compile` captures the model's forward and backward passes as

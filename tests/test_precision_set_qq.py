@@ -346,3 +346,49 @@ def test_tl501_the_off_branch_of_a_users_switch_is_their_choice():
 def test_tl501_a_switch_whose_other_branch_sets_something_else_is_reported():
     code = SWITCH.replace("    torch.backends.cudnn.benchmark = True\n", "    torch.backends.cudnn.enabled = True\n")
     assert found(code, "TL501", path="my_args.py") == [("TL501", 9)]
+
+
+# A course notebook's model (mrdbourke's circles classifier, NYU's spiral MLP).
+TINY = """
+import torch
+from torch import nn
+
+NUM_FEATURES = 2
+H = 100
+
+
+class CircleModel(nn.Module):
+    def __init__(self, input_features, output_features, hidden_units=8):
+        super().__init__()
+        self.layers = nn.Sequential(
+            nn.Linear(in_features=input_features, out_features=hidden_units),
+            nn.ReLU(),
+            nn.Linear(in_features=hidden_units, out_features=output_features),
+        )
+
+    def forward(self, x):
+        return self.layers(x)
+
+
+model = CircleModel(input_features=NUM_FEATURES, output_features=4, hidden_units=H).to("cuda")
+optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+for epoch in range(1000):
+    loss = nn.functional.cross_entropy(model(X_train), y_train)
+    optimizer.zero_grad()
+    loss.backward()
+    optimizer.step()
+"""
+
+
+def test_whole_program_advice_is_silent_for_a_visibly_tiny_model():
+    assert found(TINY, "TL503,TL504,TL505") == []
+
+
+def test_a_model_whose_width_is_not_written_out_is_still_reported():
+    # a width from the data (`len(classes)`) or a large one: the rules judge as usual
+    unknown = TINY.replace("output_features=4", "output_features=len(classes)")
+    assert [code for code, _ in found(unknown, "TL503,TL504,TL505")] == ["TL503", "TL504", "TL505"]
+    wide = TINY.replace("H = 100", "H = 4096")
+    assert [code for code, _ in found(wide, "TL503,TL504,TL505")] == ["TL503", "TL504", "TL505"]
+    pretrained = TINY.replace("import torch\n", "import torch\nimport timm\n", 1) + "backbone = timm.create_model('x')\n"
+    assert [code for code, _ in found(pretrained, "TL503,TL504,TL505")] == ["TL503", "TL504", "TL505"]

@@ -56,7 +56,7 @@ def finetune(model, loader, optimizer):
         optimizer.step()
 
 if __name__ == "__main__":
-    model = nn.Sequential(nn.Linear(32, 64), nn.ReLU(), nn.Linear(64, 10)).cuda()
+    model = nn.Sequential(nn.Linear(1024, 4096), nn.ReLU(), nn.Linear(4096, 10)).cuda()
     train(model, loader, torch.optim.AdamW(model.parameters()))
 """
 
@@ -248,13 +248,13 @@ def test_tl503_silent_when_precision_is_chosen(setting):
 
 
 def test_tl503_convolution_only_network():
-    code = SCRIPT.replace("nn.Sequential(nn.Linear(32, 64), nn.ReLU(), nn.Linear(64, 10))", "nn.Sequential(nn.Conv2d(3, 8, 3), nn.ReLU())")
+    code = SCRIPT.replace("nn.Sequential(nn.Linear(1024, 4096), nn.ReLU(), nn.Linear(4096, 10))", "nn.Sequential(nn.Conv2d(3, 64, 3), nn.ReLU())")
     assert run(code, "TL503") == []
     # a convolutional network with a classifier head: its cost is still the convolutions
-    head = code.replace("nn.ReLU())", "nn.ReLU(), nn.Flatten(), nn.Linear(8, 10))")
+    head = code.replace("nn.ReLU())", "nn.ReLU(), nn.Flatten(), nn.Linear(64, 10))")
     assert run(head, "TL503") == []
     # a model built elsewhere: reported only when it is visibly of the transformer family
-    elsewhere = SCRIPT.replace("nn.Sequential(nn.Linear(32, 64), nn.ReLU(), nn.Linear(64, 10))", "build_model(args)")
+    elsewhere = SCRIPT.replace("nn.Sequential(nn.Linear(1024, 4096), nn.ReLU(), nn.Linear(4096, 10))", "build_model(args)")
     assert run(elsewhere, "TL503") == []
     assert codes(run(elsewhere.replace("build_model(args)", "timm.create_model('vit_base_patch16_224')"), "TL503")) == [
         "TL503"
@@ -329,8 +329,8 @@ def test_tl505_regex_compile_does_not_count_and_target_torch():
 # -- TL501 -------------------------------------------------------------------
 
 CONV_SCRIPT = SCRIPT.replace(
-    "nn.Sequential(nn.Linear(32, 64), nn.ReLU(), nn.Linear(64, 10))",
-    "nn.Sequential(nn.Conv2d(3, 16, 3), nn.ReLU(), nn.Flatten(), nn.LazyLinear(10))",
+    "nn.Sequential(nn.Linear(1024, 4096), nn.ReLU(), nn.Linear(4096, 10))",
+    "nn.Sequential(nn.Conv2d(3, 64, 3), nn.ReLU(), nn.Flatten(), nn.LazyLinear(10))",
 )
 
 
@@ -548,12 +548,12 @@ def test_tl503_silent_for_a_named_convolutional_family():
     """A ResNet built elsewhere (`torchvision.models.resnet50()`, `--arch
     resnet50`) is convolutions: its linear head is not worth TF32."""
     for model in ("torchvision.models.resnet50()", "models.__dict__['resnet50']()"):
-        code = SCRIPT.replace("nn.Sequential(nn.Linear(32, 64), nn.ReLU(), nn.Linear(64, 10))", model)
+        code = SCRIPT.replace("nn.Sequential(nn.Linear(1024, 4096), nn.ReLU(), nn.Linear(4096, 10))", model)
         assert run(code, "TL503") == []
 
 
 def test_tl505_silent_for_recurrent_models():
     """cuDNN's fused LSTM kernels and variable lengths leave little to compile."""
-    lstm = SCRIPT.replace("nn.Sequential(nn.Linear(32, 64), nn.ReLU(), nn.Linear(64, 10))", "nn.LSTM(32, 64)")
+    lstm = SCRIPT.replace("nn.Sequential(nn.Linear(1024, 4096), nn.ReLU(), nn.Linear(4096, 10))", "nn.LSTM(1024, 1024)")
     assert run(lstm, "TL505") == []
     assert codes(run(SCRIPT, "TL505")) == ["TL505"]
