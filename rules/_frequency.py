@@ -105,7 +105,8 @@ from torchlint.rules._models import MODEL_WORDS
 from torchlint.rules._program import demonstrated_once
 from torchlint.rules._training import is_optimizer_step
 from torchlint.rules._sync import (
-    breaks_after_few, capped_by_loop, draws, few_range, loop_clauses, mentions_name, runs_one_iteration,
+    breaks_after_few, capped_by_loop, draws, few_range, loop_clauses, loop_counters, mentions_name,
+    runs_one_iteration,
     target_names, unwrap_iterable,
 )
 from torchlint.nodes import inner_children, iter_children
@@ -715,25 +716,11 @@ def _at_one_index(test: cst.BaseExpression, loops: Sequence[object]) -> bool:
     if type(test) is not cst.Comparison or len(test.comparisons) != 1 or type(test.comparisons[0].operator) is not cst.Equal:
         return False
     sides = (test.left, test.comparisons[0].comparator)
-    counters = {_loop_index(loop) for loop in loops if isinstance(loop, cst.For)} - {None}
+    counters = {name for loop in loops for name in loop_counters(loop)}
     for side, other in (sides, sides[::-1]):
         if type(side) is cst.Name and side.value in counters and not mentions_name(other, (side.value,)):
             return True
     return False
-
-
-def _loop_index(loop: cst.For) -> Optional[str]:
-    """``i`` of ``for i in range(...)`` or of ``for i, x in enumerate(...)``."""
-    iterable = loop.iter
-    if not (isinstance(iterable, cst.Call) and isinstance(iterable.func, cst.Name)):
-        return None
-    target = loop.target
-    if iterable.func.value == "range" and type(target) is cst.Name:
-        return target.value
-    if iterable.func.value == "enumerate" and type(target) is cst.Tuple and target.elements \
-            and type(target.elements[0].value) is cst.Name:
-        return target.elements[0].value.value
-    return None
 
 
 def _lazy_init(node: cst.If, fn: Optional[cst.FunctionDef], loops: Sequence[object]) -> Optional[object]:

@@ -54,6 +54,7 @@ from torchlint.rules._project_text import (
     REDUCED,
     SIMULATOR,
     TF32,
+    imported_names,
     trait_key,
 )
 from torchlint.rules._training import is_backward, is_framework_backward, is_optimizer_step
@@ -374,7 +375,7 @@ class ProgramFacts:
                 self.entry
                 and not (self.transformer or self.convnet)
                 and self.context.module is not None
-                and not _imports_a_class(self.context.source)
+                and not _imports_a_class(self.context)
                 and tiny_layers(self.context.module, self.context)
             )
         return self._tiny
@@ -910,21 +911,15 @@ _MODEL_FROM_ELSEWHERE = re.compile(
 _NOT_MODELS = frozenset({
     "torch", "torchvision", "torchaudio", "torchtext", "torchmetrics", "torchinfo", "sklearn", "numpy", "pandas",
     "PIL", "matplotlib", "typing", "collections", "dataclasses", "pathlib", "tqdm", "datetime", "argparse",
-    "functools", "itertools", "enum", "abc", "timeit", "IPython", "mlxtend", "helper_functions",
+    "functools", "itertools", "enum", "abc", "timeit", "IPython", "mlxtend",
 })
-_FROM_IMPORT = re.compile(r"^[ \t]*from[ \t]+\.*([\w.]*)[ \t]+import[ \t]+\(?([^\n#)]*)", re.M)
-
-
-def _imports_a_class(source: str) -> bool:
+def _imports_a_class(ctx: Context) -> bool:
     """Whether the module imports a class from a module of its own or a
     library that may hold its model (`from models import ResNet`)."""
-    for match in _FROM_IMPORT.finditer(source):
-        root = match.group(1).split(".", 1)[0]
-        if root in _NOT_MODELS:
-            continue
-        if any(name.strip().split(" ")[0][:1].isupper() for name in match.group(2).split(",")):
-            return True
-    return False
+    return any(
+        name is not None and name[:1].isupper() and module.split(".", 1)[0] not in _NOT_MODELS
+        for module, name, _ in imported_names(ctx.source, ctx.path)
+    )
 
 
 def tiny_layers(module: cst.Module, ctx: Context) -> bool:

@@ -10,6 +10,7 @@ free of LibCST so that the main process never imports it for them.
 from __future__ import annotations
 
 import functools
+import os
 import re
 from typing import Dict, FrozenSet, List, Optional, Sequence, Tuple
 
@@ -279,9 +280,10 @@ _IMPORT_STATEMENT = re.compile(
 _DEFINITION = re.compile(r"^(?:async[ \t]+)?(?:def|class)[ \t]+(\w+)")
 
 
-def setting_mentions(text: str) -> FrozenSet[str]:
-    """The kinds of whole-program setting that a piece of code makes (comments aside)."""
-    return frozenset(m.lastgroup or "" for m in _SETTING.finditer(_COMMENT.sub("", text)))
+def setting_mentions(code: str) -> FrozenSet[str]:
+    """The kinds of whole-program setting that a piece of code (comments
+    removed: ``_COMMENT``) makes."""
+    return frozenset(m.lastgroup or "" for m in _SETTING.finditer(code))
 
 
 def _chunks(text: str) -> Tuple[str, Dict[str, str]]:
@@ -310,7 +312,7 @@ def _chunks(text: str) -> Tuple[str, Dict[str, str]]:
     return "\n".join(top), {name: "\n".join(lines) for name, lines in defs.items()}
 
 
-def _imports(text: str, path: str) -> List[Tuple[str, Optional[str], str]]:
+def imported_names(text: str, path: str) -> List[Tuple[str, Optional[str], str]]:
     """(dotted module, imported name or None, local name) for each import of a
     module, relative imports resolved against the file's package; `__future__`
     and torch left out.  ``from pkg import x`` gives (pkg, x, x): ``x`` may be
@@ -371,7 +373,7 @@ class ImportGraph:
         if path not in self._imports:
             here = module_parts(path)
             out: List[Tuple[str, Optional[str], str]] = []
-            for dotted, name, local in _imports(self.text_of(path) or "", path):
+            for dotted, name, local in imported_names(self.text_of(path) or "", path):
                 if name is not None:
                     module = self._resolve(f"{dotted}.{name}", here, path)
                     if module is not None:  # `from pkg import mod`
@@ -399,12 +401,7 @@ class ImportGraph:
 
 
 def _common_prefix(a: Tuple[str, ...], b: Tuple[str, ...]) -> int:
-    n = 0
-    for x, y in zip(a, b):
-        if x != y:
-            break
-        n += 1
-    return n
+    return len(os.path.commonprefix([a, b]))
 
 
 # A `collate_fn` that builds the batch around an object of a class of its own
@@ -422,7 +419,11 @@ def builds_unpinnable_batches(text: str, name: str) -> bool:
     """Whether the top-level function ``name`` of a module's ``text`` builds an
     object of a class of that module that has no ``pin_memory()`` method,
     itself or through a function of the module that returns one."""
-    definitions = _chunks(_COMMENT.sub("", text))[1]
+    return _builds_unpinnable(_chunks(_COMMENT.sub("", text))[1], name)
+
+
+def _builds_unpinnable(definitions: Dict[str, str], name: str) -> bool:
+    """:func:`builds_unpinnable_batches` on a module's top-level definitions (``_chunks``)."""
     body = definitions.get(name)
     if body is None or _is_class(body):
         return False
@@ -459,7 +460,7 @@ def _collate_facts(path: str, graph: ImportGraph) -> Dict[str, str]:
             if local != head:
                 continue
             wanted = name if name is not None and not rest else rest if name is None and rest and "." not in rest else None
-            if wanted and builds_unpinnable_batches(graph.text_of(module) or "", wanted):
+            if wanted and _builds_unpinnable(graph.chunks(module)[1], wanted):
                 out[trait_key(COLLATE_SUBJECT, written)] = module
     return out
 
@@ -495,8 +496,9 @@ def program_facts(path: str, graph: ImportGraph) -> List[Tuple[str, str]]:
     out: Dict[str, str] = _collate_facts(path, graph)
     for other in graph.importers(path):
         if other != path:
-            pieces.append((other, graph.text_of(other) or "", False))
-            if freezes_batchnorm(_COMMENT.sub("", graph.text_of(other) or "")):
+            code = _COMMENT.sub("", graph.text_of(other) or "")
+            pieces.append((other, code, False))
+            if freezes_batchnorm(code):
                 out.setdefault(trait_key(PROGRAM_SUBJECT, FROZEN_BN), other)
     for module, code, on_import in pieces:
         for kind in sorted(setting_mentions(code)):

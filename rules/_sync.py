@@ -121,7 +121,7 @@ def breaks_after_few(loop: cst.CSTNode) -> bool:
     break`` (or ``>``, ``==``) with ``i`` its counter (``range``/``enumerate``)
     and a small integer: it runs a few times whatever it iterates over (a few
     reconstructions written out after an evaluation)."""
-    counters = _counters(loop)
+    counters = loop_counters(loop)
     body = getattr(loop, "body", None)
     if not counters or not isinstance(body, cst.IndentedBlock):
         return False
@@ -184,7 +184,7 @@ def _exits_process(expr: cst.BaseExpression) -> bool:
     return False
 
 
-def _counters(loop: cst.CSTNode) -> List[str]:
+def loop_counters(loop: cst.CSTNode) -> List[str]:
     """The loop variable that counts iterations: ``i`` in ``for i in range(n)``
     and in ``for i, x in enumerate(xs)`` (its values never repeat)."""
     if not isinstance(loop, cst.For) or not isinstance(loop.iter, cst.Call):
@@ -222,7 +222,7 @@ def runs_once(ctx: Context, loop: cst.CSTNode) -> bool:
     caps how often it runs (``if shown < 3:`` whose body does ``shown += 1``),
     or of the body of a periodic guard kept with a counter (``if seen == k:``
     whose body resets ``seen = 0``)."""
-    counters = _counters(loop)
+    counters = loop_counters(loop)
     stack = ctx.stack
     for i in range(len(stack) - 2, -1, -1):
         ancestor = stack[i]
