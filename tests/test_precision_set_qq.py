@@ -392,3 +392,31 @@ def test_a_model_whose_width_is_not_written_out_is_still_reported():
     assert [code for code, _ in found(wide, "TL503,TL504,TL505")] == ["TL503", "TL504", "TL505"]
     pretrained = TINY.replace("import torch\n", "import torch\nimport timm\n", 1) + "backbone = timm.create_model('x')\n"
     assert [code for code, _ in found(pretrained, "TL503,TL504,TL505")] == ["TL503", "TL504", "TL505"]
+
+
+# PNASNet's published classifier (pretrained-models.pytorch): TL506 on a port.
+PNASNET_HEAD = """
+import torch.nn as nn
+import torch.utils.model_zoo as model_zoo
+
+
+class PNASNet5Large(nn.Module):
+    def __init__(self, num_classes=1001):
+        super().__init__()
+        self.last_linear = nn.Linear(4320, num_classes)
+
+
+def pnasnet5large(pretrained=True):
+    model = PNASNet5Large()
+    model.load_state_dict(model_zoo.load_url("https://example.org/pnasnet5large.pth"))
+    return model
+"""
+
+
+def test_tl506_a_port_of_published_weights_keeps_its_sizes():
+    assert found(PNASNET_HEAD, "TL506", path="pnasnet.py") == []
+
+
+def test_tl506_the_same_layer_without_published_weights_is_reported():
+    code = PNASNET_HEAD.replace('    model.load_state_dict(model_zoo.load_url("https://example.org/pnasnet5large.pth"))\n', "")
+    assert found(code, "TL506", path="pnasnet.py") == [("TL506", 9)]
