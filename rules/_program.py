@@ -897,9 +897,8 @@ _SIZED_LAYERS: Dict[str, Tuple[Tuple[str, int], Tuple[str, int]]] = {
     **{name: (("input_size", 0), ("hidden_size", 1)) for name in ("LSTM", "GRU", "RNN", "LSTMCell", "GRUCell", "RNNCell")},
     **{name: (("num_embeddings", 0), ("embedding_dim", 1)) for name in ("Embedding",)},
 }
-_TINY_WIDTH = 256  # widest layer
 _TINY_CHANNELS = 32  # most output channels of a convolution (its cost also grows with the image)
-_TINY_PARAMETERS = 100_000
+_TINY_PARAMETERS = 1_000_000
 # A model that comes from elsewhere: its size is not in this module.
 _MODEL_FROM_ELSEWHERE = re.compile(
     r"torchvision\.models|\btimm\.|from_pretrained|torch\.hub\.load|\bAutoModel"
@@ -924,11 +923,13 @@ def _imports_a_class(ctx: Context) -> bool:
 
 def tiny_layers(module: cst.Module, ctx: Context) -> bool:
     """Whether every layer the module builds has sizes written as numbers
-    (literals, module-level constants, arithmetic on them), at most
-    ``_TINY_WIDTH`` wide (convolutions at most ``_TINY_CHANNELS`` channels out),
-    with fewer than ``_TINY_PARAMETERS`` weights in all, and it loads no model
-    from elsewhere: a course notebook's linear regression, its 2-10-10-1 MLP,
-    NYU's spiral classifier.  A size that comes from a constructor argument
+    (literals, module-level constants, arithmetic on them; convolutions at
+    most ``_TINY_CHANNELS`` channels out), with fewer than ``_TINY_PARAMETERS``
+    weights in all (an embedding counts its width, the cost of a lookup
+    whatever the vocabulary; ``nn.Parameter(torch.randn(1))`` its shape), and
+    it loads no model from elsewhere: a course notebook's linear regression,
+    its 2-10-10-1 MLP, NYU's spiral classifier, an MNIST VAE.  A size that
+    comes from a constructor argument no instantiation in the module gives
     (``nn.Linear(d_model, d_ff)``) is unknown: not tiny."""
     source = ctx.source
     if _MODEL_FROM_ELSEWHERE.search(source):
@@ -998,6 +999,8 @@ def _layer_size(node: cst.Call, constants: Dict[str, int], ctx: Context):
     """None for a call that is not a sized layer; False for one that is not
     tiny (or whose sizes are unknown); else its weight count."""
     q = ctx.qualname(node.func) or ""
+    if q in ("torch.nn.Parameter", "torch.nn.parameter.Parameter"):
+        return _parameter_size(node, constants, ctx)
     if not q.startswith("torch.nn."):
         return None
     sizes = _SIZED_LAYERS.get(q.rsplit(".", 1)[-1])
@@ -1007,15 +1010,37 @@ def _layer_size(node: cst.Call, constants: Dict[str, int], ctx: Context):
     for keyword, position in sizes:
         known, arg = argument(node, keyword, position)
         value = _constant(arg.value, constants) if known and arg is not None else None
-        if value is None:
+        if value is None and not (q.endswith("Embedding") and position == 0):
             return False
         values.append(value)
     width_in, width_out = values
-    if max(values) > _TINY_WIDTH and not q.endswith("Embedding"):
-        return False
+    if width_in is None:  # an embedding's vocabulary: a lookup costs its width, whatever the rows
+        return width_out
     if "Conv" in q and width_out > _TINY_CHANNELS:
         return False
     return width_in * width_out * (9 if "Conv" in q else 4 if q.rsplit(".", 1)[-1] in ("LSTM", "LSTMCell") else 1)
+
+
+_SHAPED_FACTORIES = frozenset({"randn", "rand", "zeros", "ones", "empty"})
+
+
+def _parameter_size(node: cst.Call, constants: Dict[str, int], ctx: Context):
+    """The size of ``nn.Parameter(torch.randn(1, 4))``: a model built from raw
+    tensors (a course's linear regression); False when its shape is unknown."""
+    known, arg = argument(node, "data", 0)
+    value = arg.value if known and arg is not None else None
+    if not (isinstance(value, cst.Call) and (ctx.qualname(value.func) or "").rsplit(".", 1)[-1] in _SHAPED_FACTORIES
+            and (ctx.qualname(value.func) or "").startswith("torch.")):
+        return False
+    size = 1
+    for dim in value.args:
+        if dim.keyword is not None:
+            continue
+        number = _constant(dim.value, constants) if not dim.star else None
+        if number is None:
+            return False
+        size *= number
+    return size
 
 
 def _constant(expr: cst.BaseExpression, constants: Dict[str, int], depth: int = 0) -> Optional[int]:

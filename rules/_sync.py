@@ -1812,6 +1812,8 @@ def in_timing_loop(ctx: Context, step: cst.CSTNode, cache: Dict[int, LoopFacts])
         facts = loop_facts(ctx, loop, cache)
         if facts.synchronizes and facts.reads_clock:
             return True
+        if loop is step and facts.reads_clock and not facts.trains and _between_clock_reads(ctx, loop):
+            return True
         past_step = past_step or loop is step
         if past_step and not only_reads(loop):
             if k + 1 < len(loops) and not facts.trains and over_iteration_results(
@@ -1820,6 +1822,41 @@ def in_timing_loop(ctx: Context, step: cst.CSTNode, cache: Dict[int, LoopFacts])
                 continue  # `for si, pred in enumerate(out):` the items of what this iteration computed
             break  # (a comprehension that only reads runs within one iteration of the loop around it)
     return False
+
+
+def _between_clock_reads(ctx: Context, loop: cst.CSTNode) -> bool:
+    """Whether the node being visited runs after a clock is started in an
+    iteration of ``loop`` and before it is read again (``start = timer()``
+    ... ``pred.cpu()`` ... ``end = timer()``, also inside a ``with`` block of
+    the body): an inference loop that times each prediction, where the read is
+    the wait that makes the timing honest (without it the clock would measure
+    only the launches).  The meters of a training loop (``data_time.update(
+    time.time() - end)`` ... ``end = time.time()``) start no clock before the
+    read."""
+    if not isinstance(loop, (cst.For, cst.While)):
+        return False
+    flat: List[cst.CSTNode] = []
+    todo = list(reversed(loop.body.body)) if isinstance(loop.body, cst.IndentedBlock) else []
+    while todo:
+        stmt = todo.pop()
+        if isinstance(stmt, cst.With) and isinstance(stmt.body, cst.IndentedBlock):
+            todo.extend(reversed(stmt.body.body))
+        else:
+            flat.append(stmt)
+    on_stack = {id(node) for node in ctx.stack}
+    here = next((k for k, stmt in enumerate(flat) if id(stmt) in on_stack), None)
+    if here is None:
+        return False
+
+    def reads_clock(stmt: cst.CSTNode) -> bool:
+        return isinstance(stmt, cst.SimpleStatementLine) and any(
+            isinstance(n, cst.Call) and ctx.qualname(n.func) in CLOCKS for n in walk_nodes(stmt))
+
+    def starts_clock(stmt: cst.CSTNode) -> bool:  # `start = timer()`
+        return (isinstance(stmt, cst.SimpleStatementLine) and len(stmt.body) == 1 and isinstance(stmt.body[0], cst.Assign)
+                and isinstance(stmt.body[0].value, cst.Call) and ctx.qualname(stmt.body[0].value.func) in CLOCKS)
+
+    return any(starts_clock(stmt) for stmt in flat[:here]) and any(reads_clock(stmt) for stmt in flat[here + 1:])
 
 
 def over_iteration_results(inner: cst.CSTNode, outer: cst.CSTNode, outer_facts: LoopFacts) -> bool:
@@ -2146,10 +2183,16 @@ def host_arithmetic(ctx: Context, top_index: int) -> bool:
     operand of a comparison or arithmetic (``(pred.cpu().numpy() ==
     y.cpu().numpy()).sum()``): a metric computed on the host that the device
     computes as well, without the copy.  Not a threshold against a number
-    (``probs.cpu().numpy() > 0.5``): predictions kept whole, not a metric."""
+    (``probs.cpu().numpy() > 0.5``): predictions kept whole, not a metric; nor
+    a scaling by a number (``img.cpu().numpy() * 255``: pixels for an image
+    on the host; an offset such as ``5 + labels.cpu().numpy()`` is not a
+    scaling)."""
     parent = ctx.stack[top_index - 1] if top_index else None
     if isinstance(parent, cst.Comparison):
         return not all(literal_number(c.comparator) is not None for c in parent.comparisons)
+    if isinstance(parent, cst.BinaryOperation) and isinstance(parent.operator, (cst.Multiply, cst.Divide)):
+        other = parent.right if parent.left is ctx.stack[top_index] else parent.left
+        return literal_number(other) is None  # `img.cpu().numpy() * 255`: scaled for an image, not a metric
     return isinstance(parent, (cst.ComparisonTarget, cst.BinaryOperation))
 
 

@@ -66,7 +66,8 @@ class HostCopyInLoop(Rule):
     rule's example: one copy after the loop does the same), a copy that is an
     operand of a comparison or arithmetic (`(pred.cpu().numpy() ==
     y.cpu().numpy()).sum()`: a metric the device computes as well; not a
-    threshold against a number, `probs.cpu().numpy() > 0.5`), and a
+    threshold against a number, `probs.cpu().numpy() > 0.5`, nor a scaling
+    by one, `img.cpu().numpy() * 255`: pixels for an image), and a
     chain that ends in `.item()` (`loss.cpu().item()`), as TL101
     reports a bare `.item()` (one that ends in `.tolist()`,
     `scores.cpu().tolist()` for a results file, hands a batch's results to
@@ -215,7 +216,12 @@ class HostCopyInLoop(Rule):
       that is already the copy-once form;
     - test files (`test_*.py`, `*_test.py`, `conftest.py`, under `tests/`):
       tests copy results to compare them;
-    - a copy in the `for` statement's iterable, which runs once.
+    - a copy in the `for` statement's iterable, which runs once;
+    - a copy in an inference loop that times each prediction: a clock is
+      started in the iteration before it (`start = timer()`) and read after
+      it (`end = timer()`); the copy is the wait that makes the timing honest
+      (the meters of a training loop, `data_time.update(time.time() - end)`,
+      start no clock there).
 
     ## Why is this bad?
     CUDA kernels run asynchronously: the host queues work and moves on while the

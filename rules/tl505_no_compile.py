@@ -47,8 +47,9 @@ class NoCompile(ProgramRule):
     and force recompilations; nor one whose model is visibly tiny: every layer
     the module builds (`nn.Linear`, convolutions, RNNs, embeddings) has sizes
     written as numbers (literals, module-level constants, the constructor
-    arguments its instantiations pass), at most 256 wide and convolutions at
-    most 32 channels out, under 100,000 weights in all, and no model comes from
+    arguments its instantiations pass), convolutions at most 32 channels out,
+    under 1,000,000 weights in all (an embedding counts its width, what a
+    lookup costs; `nn.Parameter(torch.randn(1))` its shape), and no model comes from
     elsewhere (`torchvision.models`, `timm`, `from_pretrained`, `torch.hub`, a
     class imported from another module; a script or notebook only): a course
     notebook's linear regression or 2-10-10-1 MLP, whose steps are launch-bound.

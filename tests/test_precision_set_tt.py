@@ -1,0 +1,201 @@
+"""Precision on set TT's leftovers (course notebooks: an MNIST VAE, a linear
+regression built from raw parameters, word2vec; video inpainting that writes
+its frames; a deployment notebook that times each prediction; synthetic
+examples written here, not their code).  Each with the near-miss that must
+still be reported."""
+
+from __future__ import annotations
+
+from tests.helpers import lint
+
+
+def found(code: str, select: str, path: str = "train.py"):
+    return [(d.code, d.line) for d in lint(code, select=select.split(","), path=path)]
+
+
+WHOLE_PROGRAM = "TL503,TL504,TL505"
+
+TRAIN = """
+model = Model().to("cuda")
+optimizer = torch.optim.Adam(model.parameters(), lr=1e-3)
+for epoch in range(10):
+    for x, y in loader:
+        loss = loss_fn(model(x.to("cuda")), y.to("cuda"))
+        optimizer.zero_grad()
+        loss.backward()
+        optimizer.step()
+"""
+
+# An MNIST VAE: 784-400-40 encoder, 20-400-784 decoder (650k weights).
+VAE = """
+import torch
+from torch import nn
+
+d = 20
+
+
+class Model(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.encoder = nn.Sequential(nn.Linear(784, d ** 2), nn.ReLU(), nn.Linear(d ** 2, d * 2))
+        self.decoder = nn.Sequential(nn.Linear(d, d ** 2), nn.ReLU(), nn.Linear(d ** 2, 784), nn.Sigmoid())
+""" + TRAIN
+
+
+def test_an_mnist_vae_is_tiny():
+    assert found(VAE, WHOLE_PROGRAM) == []
+
+
+def test_a_wide_mlp_is_not_tiny():
+    # 784-4096-4096-784: 22M weights, where tensor cores and the compiler pay off
+    code = VAE.replace("d = 20", "d = 64")
+    assert [c for c, _ in found(code, WHOLE_PROGRAM)] == ["TL503", "TL504", "TL505"]
+
+
+# A linear regression from raw parameters (a course's first model).
+PARAMETERS = """
+import torch
+from torch import nn
+
+
+class Model(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.weight = nn.Parameter(torch.randn(1, requires_grad=True))
+        self.bias = nn.Parameter(torch.randn(1, requires_grad=True))
+
+    def forward(self, x):
+        return self.weight * x + self.bias
+""" + TRAIN
+
+
+def test_a_model_of_raw_parameters_is_sized_by_their_shapes():
+    assert found(PARAMETERS, WHOLE_PROGRAM) == []
+
+
+def test_raw_parameters_of_unknown_or_large_shape_are_not_tiny():
+    # (TL503 asks for matmul layers, which raw parameters are not)
+    unknown = PARAMETERS.replace("torch.randn(1, requires_grad=True)", "torch.randn(n_in, n_out)")
+    assert [c for c, _ in found(unknown, WHOLE_PROGRAM)] == ["TL504", "TL505"]
+    large = PARAMETERS.replace("torch.randn(1, requires_grad=True)", "torch.randn(2048, 2048)")
+    assert [c for c, _ in found(large, WHOLE_PROGRAM)] == ["TL504", "TL505"]
+    loaded = PARAMETERS.replace("torch.randn(1, requires_grad=True)", "torch.load('w.pt')")
+    assert [c for c, _ in found(loaded, WHOLE_PROGRAM)] == ["TL504", "TL505"]
+
+
+# word2vec with negative sampling: the vocabulary comes from the data.
+EMBEDDINGS = """
+import torch
+from torch import nn
+
+n_vocab = len(vocab_to_int)
+
+
+class Model(nn.Module):
+    def __init__(self, n_vocab, n_embed):
+        super().__init__()
+        self.in_embed = nn.Embedding(n_vocab, n_embed)
+        self.out_embed = nn.Embedding(n_vocab, n_embed)
+
+
+model = Model(n_vocab, 300)
+""" + TRAIN.replace("model = Model()", "model = model")
+
+
+def test_an_embeddings_vocabulary_does_not_size_its_cost():
+    assert found(EMBEDDINGS, WHOLE_PROGRAM) == []
+
+
+def test_an_embedding_of_unknown_width_is_not_tiny():
+    code = EMBEDDINGS.replace("Model(n_vocab, 300)", "Model(n_vocab, args.dim)")
+    assert [c for c, _ in found(code, WHOLE_PROGRAM)] == ["TL504", "TL505"]
+
+
+# Video inpainting: predicted frames scaled to pixels and composited on the host.
+FRAMES = """
+import numpy as np
+import torch
+
+
+def inpaint(model, clips, frames, masks):
+    out = []
+    with torch.no_grad():
+        for f, clip in enumerate(clips):
+            pred = model(clip.cuda())
+            pred = pred.cpu().permute(0, 2, 3, 1).numpy() * 255
+            out.append(pred.astype(np.uint8) * masks[f] + frames[f] * (1 - masks[f]))
+    return out
+
+
+inpaint(net, clips, frames, masks)
+"""
+
+
+def test_tl102_frames_scaled_to_pixels_on_the_host_are_the_point():
+    assert found(FRAMES, "TL102", path="inference.py") == []
+
+
+def test_tl102_a_metric_against_device_values_is_still_reported():
+    code = FRAMES.replace("pred.cpu().permute(0, 2, 3, 1).numpy() * 255", "pred.cpu().numpy() * target.cpu().numpy()")
+    assert found(code, "TL102", path="inference.py") == [("TL102", 11), ("TL102", 11)]
+    # an offset by a number is an index or a shift, not pixels
+    code = FRAMES.replace("pred.cpu().permute(0, 2, 3, 1).numpy() * 255", "5 + pred.cpu().numpy()")
+    assert found(code, "TL102", path="inference.py") == [("TL102", 11)]
+
+
+# A deployment notebook that times each prediction.
+TIMED = """
+import torch
+from timeit import default_timer as timer
+
+
+def pred_and_store(paths, model, transform, device):
+    results = []
+    for path in paths:
+        start_time = timer()
+        image = transform(Image.open(path)).unsqueeze(0).to(device)
+        with torch.inference_mode():
+            prob = torch.softmax(model(image), dim=1)
+            results.append({"prob": prob.max().cpu().item()})
+            end_time = timer()
+        results[-1]["time"] = end_time - start_time
+    return results
+
+
+pred_and_store(test_paths, model, transform, "cuda")
+"""
+
+
+def test_tl102_a_prediction_timed_between_two_clock_reads_must_finish():
+    assert found(TIMED, "TL102", path="predict.py") == []
+
+
+def test_tl102_a_copy_outside_the_timed_span_or_in_training_is_reported():
+    # read after the clock stops: nothing times it
+    code = TIMED.replace(
+        '            results.append({"prob": prob.max().cpu().item()})\n            end_time = timer()\n',
+        '            end_time = timer()\n            results.append({"prob": prob.max().cpu().item()})\n',
+    )
+    assert found(code, "TL102", path="predict.py") == [("TL102", 14)]
+    # a training loop's meters start no clock before the read
+    meters = """
+import time
+import torch
+
+
+def train(loader, model, optimizer):
+    end = time.time()
+    for x, y in loader:
+        data_time.update(time.time() - end)
+        loss = model(x.cuda(), y.cuda())
+        optimizer.zero_grad()
+        loss.backward()
+        optimizer.step()
+        hits.update(loss.detach().cpu().numpy())
+        batch_time.update(time.time() - end)
+        end = time.time()
+"""
+    assert found(meters, "TL102", path="train.py") == [("TL102", 14)]
+    # the same timing in a loop that trains: not a latency measurement
+    trains = meters.replace("        data_time.update(time.time() - end)\n", "        start = time.time()\n")
+    assert found(trains, "TL102", path="train.py") == [("TL102", 14)]
