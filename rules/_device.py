@@ -38,7 +38,9 @@ from torchlint.rules._helpers import (
     last_name,
     method_name,
     positional,
+    receiver,
 )
+from torchlint.nodes import target_names, walk_nodes
 from torchlint.rules._loaders import is_dataloader
 from torchlint.rules._models import names_a_module
 from torchlint.rules._sync import is_env_step_call, isinstance_tensor_subject
@@ -98,6 +100,7 @@ class HostValues:
             re.search(r"with\s+\w+(\.\w+)*\.device\(", source)
         )
         self._converted_by_scope: Dict[int, Set[str]] = {}
+        self._loops_by_scope: Dict[int, Dict[int, cst.For]] = {}
         # Accelerate's and Fabric's prepared loaders move their batches to the device.
         self.prepares_loaders = ".prepare(" in source or "setup_dataloaders" in source
 
@@ -522,11 +525,37 @@ class HostValues:
                 part = self._zipped_part(value, b.index)
                 if part is not None:  # `for caption, img_id in zip(captions, image_ids)`: img_id is an image_ids item
                     return part is True or self._iterable_is_host(part, at, depth + 1, seen)
-            return self._iterable_is_host(value, at, depth + 1, seen)
+            if self._iterable_is_host(value, at, depth + 1, seen):
+                return True
+            return kind == "iter_part" and self._sibling_moved(at.scope, value, b.name)
         if kind == "param":
             if b.name in self._converted(at):
                 return True  # `if isinstance(x, torch.Tensor): x = x.cpu().numpy()`
             return value is not None and self._annotation_is_host(value)
+        return False
+
+    def _sibling_moved(self, scope: cst.CSTNode, iterable: Optional[cst.CSTNode], name: str) -> bool:
+        """Whether the ``for`` statement over ``iterable`` in ``scope`` unpacks
+        ``name`` with other parts of which its body moves one to a device first
+        thing (``for (x, y) in iterator:`` then ``x = x.to(device)``): the
+        iterable yields host tensors, so ``name``, never moved, is one of them."""
+        loops = self._loops_by_scope.get(id(scope))
+        if loops is None:
+            loops = self._loops_by_scope[id(scope)] = {
+                id(n.iter): n for n in walk_nodes(scope) if isinstance(n, cst.For)}
+        loop = loops.get(id(iterable))
+        if loop is None or not isinstance(loop.body, cst.IndentedBlock):
+            return False
+        siblings = set(target_names(loop.target)) - {name}
+        for stmt in loop.body.body:
+            for small in stmt.body if isinstance(stmt, cst.SimpleStatementLine) else ():
+                if not (isinstance(small, cst.Assign) and len(small.targets) == 1
+                        and isinstance(small.targets[0].target, cst.Name) and isinstance(small.value, cst.Call)):
+                    continue
+                moved, base = small.targets[0].target.value, receiver(small.value)
+                if (moved in siblings and method_name(small.value) in ("to", "cuda")
+                        and isinstance(base, cst.Name) and base.value == moved):
+                    return True
         return False
 
     def _updates_host_array(self, b: Binding, depth: int, seen: Set[tuple]) -> bool:

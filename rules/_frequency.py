@@ -1156,12 +1156,44 @@ def frequency_here(ctx: Context, skip: frozenset = frozenset()) -> Frequency:
     return model_for(ctx).here(ctx, skip)
 
 
+_DEBUG_WORD = re.compile(r"(?:^|_)debug(?:$|_)", re.IGNORECASE)
+
+
+def under_debug_switch(ctx: Context) -> bool:
+    """Whether the node being visited is in the body of an ``if`` that asks
+    for a debug mode (``if args.debug_mode:``, ``if DEBUG:``, ``if self.debug
+    and step % 10 == 0:``; not ``if not args.debug:`` or its ``else``): the
+    prints and checks there run when the user debugs, not in the run whose
+    steps the rules speak of."""
+    stack = ctx.stack
+    for i, node in enumerate(stack[:-1]):
+        if type(node) is cst.If and stack[i + 1] is node.body:
+            test = node.test
+            tests = [op for op in _and_operands(test)]
+            if any(_names_debug(t) for t in tests):
+                return True
+    return False
+
+
+def _and_operands(test: cst.BaseExpression) -> List[cst.BaseExpression]:
+    if isinstance(test, cst.BooleanOperation) and isinstance(test.operator, cst.And):
+        return _and_operands(test.left) + _and_operands(test.right)
+    return [test]
+
+
+def _names_debug(test: cst.BaseExpression) -> bool:
+    name = test.value if isinstance(test, cst.Name) else test.attr.value if isinstance(test, cst.Attribute) else None
+    return name is not None and _DEBUG_WORD.search(name) is not None
+
+
 def per_step_here(ctx: Context, skip: frozenset = frozenset()) -> Optional[Frequency]:
     """The frequency of the node being visited when it runs every step, else
     None.  When it is unknown only because the module does not show who calls
     its function, the function is noted for the project index
     (``ctx.pending``): if another module of the run calls it every step, the
     file is checked again with that fact (see docs/precision.md)."""
+    if under_debug_switch(ctx):
+        return None  # `if args.debug_mode:` diagnostics the user turns on, not the run's steps
     frequency = frequency_here(ctx, skip)
     fn = frequency.function
     if frequency.per_step:

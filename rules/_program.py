@@ -705,7 +705,15 @@ _PLAIN_IMPORTS = frozenset(
         "zipfile",
     }
 )
-_IMPORT_ROOT = re.compile(r"^[ \t]*(?:import|from)[ \t]+(\.*[\w]*)", re.M)
+_IMPORT_ROOT = re.compile(r"^[ \t]*(?:import|from)[ \t]+(\.*[\w]*)[^\n]*", re.M)
+# torchvision for data only: `import torchvision.transforms as transforms`,
+# `from torchvision import datasets, transforms` (not its models).
+_DATA_ONLY_TORCHVISION = re.compile(
+    r"(?:import[ \t]+torchvision\.(?:transforms|datasets|utils|io)\b[\w. \t]*"
+    r"|from[ \t]+torchvision(?:\.(?:transforms|datasets|utils|io)\b[\w.]*)?[ \t]+import[ \t]+"
+    r"(?:\(?[ \t]*(?:transforms|datasets|utils|io|[A-Z]\w*|to_\w+|make_grid|save_image)(?:[ \t]+as[ \t]+\w+)?[ \t]*,?[ \t]*)+\)?)"
+    r"[ \t]*(?:#.*)?"
+)
 _OWN_MODEL = re.compile(r"^[ \t]*class[ \t]+\w+[ \t]*\([^)]*Module[^)]*\)", re.M)
 
 
@@ -725,7 +733,8 @@ def runs_no_convolution(source: str) -> bool:
         return False
     if _OWN_MODEL.search(source):
         roots = [m.group(1) for m in _IMPORT_ROOT.finditer(source)]
-        if all(root in _PLAIN_IMPORTS for root in roots):
+        if all(root in _PLAIN_IMPORTS or (root == "torchvision" and _DATA_ONLY_TORCHVISION.fullmatch(m.group(0).strip()))
+               for root, m in zip(roots, _IMPORT_ROOT.finditer(source))):
             return True
     return (
         _TRANSFORMERS_IMPORT.search(source) is not None

@@ -1812,7 +1812,8 @@ def in_timing_loop(ctx: Context, step: cst.CSTNode, cache: Dict[int, LoopFacts])
         facts = loop_facts(ctx, loop, cache)
         if facts.synchronizes and facts.reads_clock:
             return True
-        if loop is step and facts.reads_clock and not facts.trains and _between_clock_reads(ctx, loop):
+        if (loop is step and facts.reads_clock and not facts.trains and _between_clock_reads(ctx, loop)
+                and not in_training_code(ctx, cache)):
             return True
         past_step = past_step or loop is step
         if past_step and not only_reads(loop):

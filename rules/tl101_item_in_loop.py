@@ -80,7 +80,10 @@ class ItemInLoop(Rule):
     device), the batch parts a `DataLoader` collates (also through
     `metric_logger.log_every(loader, ...)`, `track(loader)` or a name bound to
     `tqdm if is_main_process() else iter`, which yield the loader's batches, and the matching part of a `zip(...)`/`enumerate(...)`
-    over them: `for caption, img_id in zip(captions, image_ids)`), the items of
+    over them: `for caption, img_id in zip(captions, image_ids)`), a part
+    of a batch left where the iterable put it while the loop moves another
+    part first thing (`for (x, y) in iterator:` then `x = x.to(device)`:
+    `y` stays a host tensor), the items of
     a dataset handed to the function (a parameter named `dataset`: its
     `__getitem__` builds them on the host), a NumPy array or host tensor
     updated in place (`box /= ratio` leaves it on the host; a Python number
@@ -197,7 +200,8 @@ class ItemInLoop(Rule):
       the results into lists every iteration, so the loop waits anyway (a
       scoring after the loop does not count);
     - code that runs once or once per epoch (see "How often code runs" in
-      `docs/precision.md`), or in a function whose callers the run does not show;
+      `docs/precision.md`), or in a function whose callers the run does not show,
+      and code under a debug switch (`if args.debug_mode:`);
     - a value read from a state dict or checkpoint (`state_dict.pop(k).item()`,
       `ckpt["model"][k]`, a loop over `state_dict.values()`): checkpoints are
       loaded on the host and converted once; and any call in a function that

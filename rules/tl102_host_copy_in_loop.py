@@ -173,7 +173,8 @@ class HostCopyInLoop(Rule):
       `dataset`/`datasets`/`transforms` directory that never names a device;
     - code that runs once or once per epoch, or in a function whose callers the
       run does not show (see "How often code runs" in `docs/precision.md`;
-      callers in other modules of the run count, through the project index);
+      callers in other modules of the run count, through the project index),
+      and code under a debug switch (`if args.debug_mode:`);
     - a copy that runs at most once per loop or a fixed number of times: in a
       `return` or `raise`, in a block that ends with `break`/`return`/`raise`
       or `sys.exit(...)`, under `if i == 0:` on the loop counter

@@ -44,7 +44,7 @@ class CreateThenMove(Rule):
     `if __name__ == "__main__":` demo, an export script's dummy input, a
     `log_images` helper) or once per epoch costs microseconds once, and is not
     reported; nor is one in a function whose callers torchlint does not see
-    (precision first).
+    (precision first), nor one under a debug switch (`if args.debug_mode:`).
 
     `torch.tensor(data).to(device)` is not reported either: `data` is host
     memory (a list, a number, a NumPy array), and PyTorch builds the tensor on

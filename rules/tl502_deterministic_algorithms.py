@@ -57,7 +57,8 @@ class DeterministicAlgorithms(Rule):
       convolution: it defines its own `nn.Module` models, never mentions a
       convolution (`Conv1d`/`Conv2d`/`conv2d`...), and imports only the
       standard library, torch and data, text or plotting libraries (no model
-      zoo such as torchvision or timm, no module of its own project), or is a
+      zoo such as timm or torchvision's models, whose datasets, transforms and
+      utils are data; no module of its own project), or is a
       text program (it uses a tokenizer from Hugging Face `transformers`,
       never says `conv` or `cnn`, and names no image, video, audio or vision
       model: a BERT or RoBERTa fine-tuning script): the flag restricts only

@@ -199,3 +199,124 @@ def train(loader, model, optimizer):
     # the same timing in a loop that trains: not a latency measurement
     trains = meters.replace("        data_time.update(time.time() - end)\n", "        start = time.time()\n")
     assert found(trains, "TL102", path="train.py") == [("TL102", 14)]
+
+
+# Set UU (bentrevett's image classification notebooks, DLRM; synthetic examples).
+PREDICTIONS = """
+import torch
+
+
+def get_predictions(model, iterator, device):
+    model.eval()
+    labels, probs = [], []
+    with torch.no_grad():
+        for (x, y) in iterator:
+            x = x.to(device)
+            y_prob = torch.softmax(model(x), dim=-1)
+            labels.append(y.cpu())
+            probs.append(y_prob.cpu())
+    return torch.cat(labels), torch.cat(probs)
+
+
+get_predictions(model, test_iterator, "cuda")
+"""
+
+
+def test_tl102_the_part_of_a_batch_left_on_the_host_copies_nothing():
+    # `x` is moved first thing, so the iterable yields host tensors: `y.cpu()` copies nothing
+    assert found(PREDICTIONS, "TL102", path="predict.py") == [("TL102", 13)]
+
+
+def test_tl102_a_part_whose_sibling_is_not_moved_is_still_reported():
+    # nothing says what the iterable yields: `y` may be a device tensor
+    code = PREDICTIONS.replace("            x = x.to(device)\n", "")
+    assert found(code, "TL102", path="predict.py") == [("TL102", 11), ("TL102", 12)]
+    # moved under another name: `x` itself stays what the iterable gave
+    code = PREDICTIONS.replace("x = x.to(device)", "inputs = x.to(device)")
+    assert found(code, "TL102", path="predict.py") == [("TL102", 12), ("TL102", 13)]
+
+
+SEEDED = """
+import random
+import torch
+import torch.nn as nn
+import torchvision.transforms as transforms
+import torchvision.datasets as datasets
+
+torch.manual_seed(0)
+torch.backends.cudnn.deterministic = True
+
+
+class MLP(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.fc = nn.Linear(784, 10)
+"""
+
+
+def test_tl502_an_mlp_that_takes_only_data_from_torchvision_has_no_convolution():
+    assert found(SEEDED, "TL502", path="mlp.py") == []
+    code = SEEDED.replace(
+        "import torchvision.transforms as transforms\nimport torchvision.datasets as datasets\n",
+        "from torchvision import datasets, transforms\n",
+    )
+    assert found(code, "TL502", path="mlp.py") == []
+
+
+def test_tl502_a_model_from_torchvision_may_have_convolutions():
+    code = SEEDED.replace("import torchvision.datasets as datasets", "import torchvision.models as models")
+    assert found(code, "TL502", path="mlp.py") == [("TL502", 9)]
+    code = SEEDED.replace("import torchvision.datasets as datasets", "import torchvision")
+    assert found(code, "TL502", path="mlp.py") == [("TL502", 9)]
+
+
+DEBUG_DUMP = """
+import torch
+
+
+def train(args, model, loader, optimizer):
+    for j, (x, y) in enumerate(loader):
+        out = model(x.cuda())
+        loss = out.sum()
+        loss.backward()
+        optimizer.step()
+        if args.debug_mode:
+            print(out.detach().cpu())
+            print(loss.item())
+"""
+
+
+def test_per_step_rules_leave_a_debug_mode_alone():
+    assert found(DEBUG_DUMP, "TL101,TL102") == []
+
+
+def test_per_step_rules_report_the_same_code_outside_a_debug_switch():
+    code = DEBUG_DUMP.replace("if args.debug_mode:", "if args.verbose:")
+    assert found(code, "TL101,TL102") == [("TL102", 12), ("TL101", 13)]
+    # `if not args.debug:` is the normal run
+    code = DEBUG_DUMP.replace("if args.debug_mode:", "if not args.debug_mode:")
+    assert found(code, "TL101,TL102") == [("TL102", 12), ("TL101", 13)]
+    # a word that only contains "debug" is not the switch
+    code = DEBUG_DUMP.replace("if args.debug_mode:", "if args.debugger_attached_flag_x:")
+    assert len(found(code, "TL101,TL102")) == 2
+
+
+def test_tl101_a_timed_forward_in_a_function_that_trains_is_a_step():
+    # open_lm's accumulation loop times its forward; the step is still training
+    code = """
+import time
+import torch
+
+
+def train_one_epoch(model, loader, optimizer, scaler, args):
+    for inputs in loader:
+        for ii in range(args.accum_freq):
+            forward_start = time.time()
+            out = model(inputs[ii].cuda())
+            if args.log_logit_mean:
+                logit_m.update(torch.mean(out).item())
+            forward_total_time += time.time() - forward_start
+            backward(out.mean(), scaler)
+        optimizer.step()
+"""
+    assert found(code, "TL101") == [("TL101", 12)]
