@@ -2,7 +2,8 @@
 
 `images, labels = next(iter(loader))` to show a grid of samples, or
 `dataiter = iter(loader)` followed by `dataiter.next()`, reads one batch outside
-any loop. Pinned memory and worker processes pay off over many batches; for one,
+any loop (or under a periodic guard in one: `if step % 100 == 0:` then
+`next(test_iter)`, a test batch every 100 steps). Pinned memory and worker processes pay off over many batches; for one,
 starting workers costs more than it saves, so the loader rules stay silent.
 """
 
@@ -54,6 +55,8 @@ def fetches_one_batch(call: cst.Call, assignment: Optional[cst.Assign], scope: c
     for name, parents, in_loop in uses:
         if _only_shown(name, parents):
             continue  # `train_loader, test_loader` shown by a notebook cell, `len(loader)`
+        if parents and type(parents[-1]) is cst.AssignTarget:
+            continue  # the name bound again (another branch's loader): its uses are mentions too
         if in_loop:
             return False
         iterator = _iter_call(name, parents)
@@ -65,7 +68,7 @@ def fetches_one_batch(call: cst.Call, assignment: Optional[cst.Assign], scope: c
         if type(outer) is cst.Assign and len(outer.targets) == 1 and type(outer.targets[0].target) is cst.Name:
             it = outer.targets[0].target
             it_uses = list(_mentions(scope, it.value, it))
-            if it_uses and all(not loop and _fetch(n, p) for n, p, loop in it_uses):
+            if it_uses and all(not loop and (_fetch(n, p) or type(p[-1]) is cst.AssignTarget) for n, p, loop in it_uses):
                 continue
         return False
     return True
@@ -144,6 +147,13 @@ def _mentions(
             continue  # a parameter of that name: another variable
         below = parents + (node,)
         looping = in_loop or kind in _LOOPS
+        if kind is cst.If and _periodic(node.test):
+            # `if step % 100 == 0: next(test_iter)`: a batch every N iterations, not one per iteration
+            todo.append((node.test, below, in_loop))
+            todo.append((node.body, below, False))
+            if node.orelse is not None:
+                todo.append((node.orelse, below, in_loop))
+            continue
         if kind is cst.For:
             # The iterable is evaluated once, before the loop.
             todo.append((node.iter, below, in_loop))
@@ -157,6 +167,16 @@ def _mentions(
             todo.extend((child, below, True) for child in iter_children(node) if child is not first)
             continue
         todo.extend((child, below, looping) for child in iter_children(node))
+
+
+def _periodic(test: cst.BaseExpression) -> bool:
+    """``step % 100 == 0`` (or ``not step % 100``): true every N iterations."""
+    if type(test) is cst.UnaryOperation and type(test.operator) is cst.Not:
+        test = test.expression
+        return type(test) is cst.BinaryOperation and type(test.operator) is cst.Modulo
+    return (type(test) is cst.Comparison and type(test.left) is cst.BinaryOperation
+            and type(test.left.operator) is cst.Modulo and len(test.comparisons) == 1
+            and type(test.comparisons[0].operator) is cst.Equal)
 
 
 def _binds_parameter(function, name: str) -> bool:

@@ -757,13 +757,15 @@ _MEDIA_WORDS = re.compile(
 
 # Words that say a program may put work on an accelerator, directly (`.cuda()`,
 # `device`, `.to(...)`, `mps`, `xla`) or through a framework that moves batches
-# for it (Lightning, Accelerate, Fabric, DeepSpeed, Ignite, a `Trainer`).
+# for it (Lightning, Accelerate, Fabric, DeepSpeed, a `Trainer` class; not a variable
+# named `trainer`, d2l's optimizer; Ignite moves batches only where it is given a
+# `device`, and `ignite.distributed` says "distributed").
 # (The look-ahead for the words' first letters spares the regex engine trying
 # every word at every character of the text: 2.5 times faster, the same matches.)
 _ACCELERATOR_WORDS = re.compile(
     r"(?=[cdgmxthnalfis.])"
     r"(?:cuda|device|gpu|\b(?:mps|xla|tpu|xpu|hpu|npu)\b|accelerat|\.to\(|distributed|local_rank|lightning|fabric"
-    r"|deepspeed|ignite|Trainer\b|set_default_tensor_type)",
+    r"|deepspeed|(?-i:Trainer)\b|set_default_tensor_type)",
     re.IGNORECASE,
 )
 _ENTRY_LINE = re.compile(r"^(?:if __name__|for |while |with )", re.M)
@@ -920,6 +922,7 @@ _NOT_MODELS = frozenset({
     "torch", "torchvision", "torchaudio", "torchtext", "torchmetrics", "torchinfo", "sklearn", "numpy", "pandas",
     "PIL", "matplotlib", "typing", "collections", "dataclasses", "pathlib", "tqdm", "datetime", "argparse",
     "functools", "itertools", "enum", "abc", "timeit", "IPython", "mlxtend",
+    "ignite", "tensorboardX", "wandb", "visdom", "clearml", "neptune", "mlflow",
 })
 def _imports_a_class(ctx: Context) -> bool:
     """Whether the module imports a class from a module of its own or a

@@ -1301,7 +1301,8 @@ def _autograd_backward(ctx: Context, function: cst.FunctionDef) -> bool:
 def _evaluation_loop(ctx: Context, cache: Dict[int, LoopFacts]) -> bool:
     """Whether the innermost loop around the node being visited runs no
     training step and sits in a grad-disabling ``with`` block of its function,
-    or has one in its own body."""
+    or has one in its own body, or in the body of a loop around it that runs
+    no training step either (a loop over one evaluation batch's items)."""
     stack = ctx.stack
     looped = False
     for i in range(len(stack) - 2, -1, -1):
@@ -1309,12 +1310,14 @@ def _evaluation_loop(ctx: Context, cache: Dict[int, LoopFacts]) -> bool:
         kind = type(node)
         if kind in (cst.FunctionDef, cst.Lambda, cst.ClassDef):
             return False
-        if not looped and (kind is cst.For or kind is cst.While):
+        if kind is cst.For or kind is cst.While:
             facts = loop_facts(ctx, node, cache)
             if facts.optimizes:
                 return False
             if facts.disables_grad:
-                return True  # `for batch in loader: with torch.no_grad(): out = model(...)`
+                # `for batch in loader: with torch.no_grad(): out = model(...)`, also
+                # around a loop over the batch's items (SQuAD's per-example results)
+                return True
             looped = True
         elif looped and kind is cst.With and with_grad_modes(node, ctx)[1]:
             return True

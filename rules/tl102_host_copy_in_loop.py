@@ -60,7 +60,8 @@ class HostCopyInLoop(Rule):
     Outside training (a loop that runs no backward or optimizer step, in a
     function that runs none and is not named like a training step, or a loop
     that runs none inside a `with torch.no_grad():` block or with one in its
-    body, such as a validation pass in the function that trains), only the
+    body, such as a validation pass in the function that trains, and a loop
+    over one such pass's batch items), only the
     copies that the device could spare are reported: results appended to a
     list that the function later joins with `torch.cat`/`torch.stack` (the
     rule's example: one copy after the loop does the same), a copy that is an

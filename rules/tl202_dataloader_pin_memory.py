@@ -222,9 +222,11 @@ class DataLoaderPinMemory(Rule):
       iter(loader)` then `next(it)` / `it.next()`, to show sample images):
       there is no stream of copies to overlap (showing the loader does not
       count: a notebook cell's `train_loader, test_loader`, `len(loader)`,
-      `print(loader)`; nor does a function's parameter of the same name); a
-      loader that is also iterated, passed on, or read with `next(it)` in a
-      loop is still reported;
+      `print(loader)`; nor does a function's parameter of the same name, or
+      the name bound again to another loader in another branch), or read one
+      batch every N steps (`next(test_iter)` under `if step % 100 == 0:`); a
+      loader that is also iterated, passed on, or read with `next(it)` every
+      iteration of a loop is still reported;
     - an evaluation loader of one sample per batch (the literal
       `batch_size=1`, `shuffle` absent or not `True`: a video evaluated
       frame by frame, a few audio clips generated one at a time): each copy

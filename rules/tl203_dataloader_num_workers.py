@@ -131,9 +131,10 @@ class DataLoaderNumWorkers(Rule):
     - a loader only used to fetch a batch or two outside any loop:
       `next(iter(DataLoader(...)))`, `loader = DataLoader(...)` then
       `next(iter(loader))`, or `it = iter(loader)` then `next(it)` /
-      `it.next()` (a grid of sample images): starting workers costs more than
-      it saves; a loader that is also iterated, passed on, or read with
-      `next(it)` in a loop is still reported;
+      `it.next()` (a grid of sample images), or one batch every N steps
+      (`next(test_iter)` under `if step % 100 == 0:`): starting workers costs
+      more than it saves; a loader that is also iterated, passed on, or read
+      with `next(it)` every iteration of a loop is still reported;
     - a loader that a function binds to a name and never uses again;
     - a loader built in the `if __name__ == "__main__":` block of a dataset
       module (it defines a `__getitem__` and trains nothing), a block that

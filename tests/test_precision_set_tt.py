@@ -320,3 +320,121 @@ def train_one_epoch(model, loader, optimizer, scaler, args):
         optimizer.step()
 """
     assert found(code, "TL101") == [("TL101", 12)]
+
+
+# Set WW (NCSN, d2l-pytorch, DeepSpeedExamples, Ignite's examples; synthetic examples).
+RUNNER = """
+import torch
+from torch.utils.data import DataLoader
+
+
+def train(config, dataset, test_dataset, score, optimizer):
+    dataloader = DataLoader(dataset, batch_size=128, shuffle=True, num_workers=4)
+    test_loader = DataLoader(test_dataset, batch_size=128, shuffle=True, num_workers=4)
+    test_iter = iter(test_loader)
+    step = 0
+    for epoch in range(100):
+        for X, y in dataloader:
+            step += 1
+            loss = score(X.to(config.device)).mean()
+            optimizer.zero_grad()
+            loss.backward()
+            optimizer.step()
+            if step % 100 == 0:
+                try:
+                    test_X, test_y = next(test_iter)
+                except StopIteration:
+                    test_iter = iter(test_loader)
+                    test_X, test_y = next(test_iter)
+                test_loss = score(test_X.to(config.device)).mean()
+
+
+def inpaint(config, dataset, score):
+    if config.dataset == "CELEBA":
+        dataloader = DataLoader(dataset, batch_size=20, shuffle=True, num_workers=4)
+        refer_image, _ = next(iter(dataloader))
+    else:
+        dataloader = DataLoader(dataset, batch_size=20, shuffle=True, num_workers=4)
+        data_iter = iter(dataloader)
+        refer_image, _ = next(data_iter)
+    return score(refer_image.to(config.device))
+"""
+
+
+def test_tl202_loaders_read_one_batch_or_one_every_n_steps_are_left_alone():
+    # only the training loader, iterated every step, is reported
+    assert found(RUNNER, "TL202", path="runner.py") == [("TL202", 7)]
+
+
+def test_tl202_a_test_loader_read_every_step_is_reported():
+    code = RUNNER.replace("if step % 100 == 0:", "if step > 100:")
+    assert found(code, "TL202", path="runner.py") == [("TL202", 7), ("TL202", 8)]
+    # a one-batch loader whose name is also iterated in a loop
+    code = RUNNER.replace("    return score(refer_image.to(config.device))\n",
+                          "    for x, _ in dataloader:\n        score(x.to(config.device))\n")
+    assert found(code, "TL202", path="runner.py") == [("TL202", 7), ("TL202", 29), ("TL202", 32)]
+
+
+SCRATCH = """
+import torch
+import d2l
+
+train_iter, test_iter = d2l.load_data_fashion_mnist(256)
+W = torch.normal(0, 0.01, (784, 10)).requires_grad_(True)
+
+
+def train(net, train_iter, trainer, loss):
+    total = 0.0
+    for X, y in train_iter:
+        l = loss(net(X), y).sum()
+        l.backward()
+        trainer.step(256)
+        total += l.item()
+
+
+if __name__ == "__main__":
+    train(net, train_iter, trainer, loss)
+"""
+
+
+def test_tl101_a_cpu_notebook_with_an_optimizer_named_trainer_runs_on_the_host():
+    assert found(SCRATCH, "TL101", path="softmax.py") == []
+
+
+def test_tl101_a_framework_trainer_may_move_the_batches():
+    code = SCRATCH.replace("import d2l\n", "import d2l\nfrom transformers import Trainer\n")
+    assert found(code, "TL101") == [("TL101", 16)]
+    code = SCRATCH.replace("l.backward()", "l.backward()\n        X = X.cuda()")
+    assert found(code, "TL101") == [("TL101", 16)]
+
+
+SQUAD = """
+import torch
+
+
+def main(args, model, optimizer, train_loader, eval_loader):
+    for epoch in range(3):
+        for batch in train_loader:
+            loss = model(*batch)
+            loss.backward()
+            optimizer.step()
+    all_results = []
+    for input_ids, example_indices in eval_loader:
+        with torch.no_grad():
+            start_logits, end_logits = model(input_ids.cuda())
+        for i, example_index in enumerate(example_indices):
+            start = start_logits[i].detach().cpu().tolist()
+            all_results.append(RawResult(example_index, start))
+    write_predictions(all_results)
+"""
+
+
+def test_tl102_a_loop_over_an_evaluation_batchs_items_is_evaluation():
+    assert found(SQUAD, "TL102", path="run_squad.py") == []
+
+
+def test_tl102_the_same_loop_in_a_training_pass_is_reported():
+    code = SQUAD.replace("        with torch.no_grad():\n            start_logits", "        if True:\n            start_logits")
+    code = code.replace("            all_results.append(RawResult(example_index, start))\n",
+                        "            all_results.append(RawResult(example_index, start))\n        optimizer.step()\n")
+    assert found(code, "TL102", path="run_squad.py") == [("TL102", 16)]
