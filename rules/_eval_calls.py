@@ -11,9 +11,11 @@ from typing import Dict, List, Optional, Tuple
 
 import libcst as cst
 
+from torchlint.nodes import walk_nodes
 from torchlint.rules._frequency import ONCE, PER_EPOCH, model_for
 from torchlint.rules._helpers import has_parameters, last_name
 from torchlint.rules._models import names_a_model
+from torchlint.rules._training import with_grad_modes
 from torchlint.semantic import Location
 
 
@@ -160,3 +162,19 @@ def _is_data(arg: cst.Arg) -> bool:
     if isinstance(arg.value, cst.Name):
         return arg.value.value not in ("True", "False", "None")
     return not arg.star and not isinstance(arg.value, (cst.SimpleString, cst.Integer, cst.Float))
+
+
+def closure_under_no_grad(ctx, function: Optional[cst.FunctionDef]) -> bool:
+    """Whether ``function`` is defined in the body of another function that
+    disables gradients in a ``with`` block (airbench's ``infer``: the
+    test-time-augmentation helpers ``infer_basic``/``infer_mirror`` are picked
+    from a list and called under its ``torch.no_grad()``): a closure of that
+    function runs where it disables them."""
+    module = ctx.module
+    if function is None or module is None:
+        return False
+    for outer in walk_nodes(module):
+        if (isinstance(outer, cst.FunctionDef) and isinstance(outer.body, cst.IndentedBlock)
+                and any(stmt is function for stmt in outer.body.body)):
+            return any(isinstance(n, cst.With) and with_grad_modes(n, ctx)[1] for n in walk_nodes(outer.body))
+    return False

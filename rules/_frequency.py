@@ -644,7 +644,10 @@ _PROGRESS_WORDS = ("step", "tick", "nimg", "iter", "count", "seen", "accum")
 
 def _periodic_continue(statement: cst.CSTNode) -> bool:
     """``if <a progress counter below a threshold>: continue`` (no else): the rest of
-    the loop body runs once every so many iterations (a tick), not every one."""
+    the loop body runs once every so many iterations (a tick), not every one;
+    also ``if step % every != 0: return`` (or ``continue``) ahead of a demo or
+    logging hook's work (stable-audio-tools' ``on_train_batch_end``): the rest
+    runs every ``every`` steps."""
     if type(statement) is not cst.If or statement.orelse is not None:
         return False
     body = statement.body
@@ -653,7 +656,11 @@ def _periodic_continue(statement: cst.CSTNode) -> bool:
         return False
     line = lines[0]
     small = line.body if type(line) in (cst.SimpleStatementLine, cst.SimpleStatementSuite) else ()
-    if len(small) != 1 or type(small[0]) is not cst.Continue:
+    if len(small) != 1 or not (type(small[0]) is cst.Continue or (type(small[0]) is cst.Return and small[0].value is None)):
+        return False
+    if _skips_off_period(statement.test):
+        return True  # after `if step % every != 0: return`: every `every` steps
+    if type(small[0]) is cst.Return:
         return False
     if _at_one_step(statement.test, cst.NotEqual, cst.Or):
         return True  # after `if ... or step != apply_step: continue`: at that step only
@@ -664,6 +671,15 @@ def _periodic_continue(statement: cst.CSTNode) -> bool:
         ) and _names_contain([node], _PROGRESS_WORDS):
             return True
     return False
+
+
+def _skips_off_period(test: cst.BaseExpression) -> bool:
+    """``step % every != 0`` (alone or in an ``or``): true except every ``every`` steps."""
+    if type(test) is cst.BooleanOperation and type(test.operator) is cst.Or:
+        return _skips_off_period(test.left) or _skips_off_period(test.right)
+    return (type(test) is cst.Comparison and len(test.comparisons) == 1
+            and type(test.comparisons[0].operator) is cst.NotEqual
+            and type(test.left) is cst.BinaryOperation and type(test.left.operator) is cst.Modulo)
 
 
 def _at_one_step(test: cst.BaseExpression, operator: type, joins: type) -> bool:

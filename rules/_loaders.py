@@ -1153,14 +1153,19 @@ def _update(chain: Tuple[cst.CSTNode, ...], line: Optional[cst.CSTNode]) -> Opti
     return None
 
 
-def unpinnable_batches(call: cst.Call, ctx: Context) -> bool:
+def unpinnable_batches(call: cst.Call, ctx: Context, location: Optional[Location] = None, where=None) -> bool:
     """Whether the loader's `collate_fn` builds the batch around an object that
     pinning leaves alone (a class of its module without a `pin_memory()`
     method: DETR's `NestedTensor`): for a function of this module from its
     text, for an imported one from the project index's facts (asked for here,
-    ``PROGRAM_NOTE``: ``_project_text.program_facts``)."""
+    ``PROGRAM_NOTE``: ``_project_text.program_facts``); or batches the PIL
+    images of a torchvision dataset that makes no tensors (:func:`_yields_images`)."""
     collate = keyword(call, "collate_fn")
-    if collate is None or not isinstance(collate.value, (cst.Name, cst.Attribute)):
+    if collate is None:
+        return False
+    if location is not None and where is not None and _yields_images(call, ctx, location, where):
+        return True
+    if not isinstance(collate.value, (cst.Name, cst.Attribute)):
         return False
     written = dotted_name(collate.value)
     if written is None:
@@ -1172,6 +1177,45 @@ def unpinnable_batches(call: cst.Call, ctx: Context) -> bool:
     if not ctx.path.endswith(".ipynb"):
         ctx.pending.add(PROGRAM_NOTE)
     return False
+
+
+_MAKES_TENSORS = ("Tensor", "tensor", "ToImage", "float32", "Lambda", "lambda")
+
+
+def _yields_images(call: cst.Call, ctx: Context, location: Location, where) -> bool:
+    """Whether the loader's dataset is a torchvision dataset whose items stay
+    PIL images (``datasets.ImageFolder(root)``, ``transform=None``, or a
+    transform that only resizes: ``transforms.Resize((512, 512))``): a
+    `collate_fn` batches them into lists (facenet-pytorch's face cropping with
+    MTCNN), which pinning does not touch.  A transform it cannot read (a
+    parameter, a function) may make tensors: not this."""
+    dataset = dataset_argument(call)
+    if not isinstance(dataset, cst.Name):
+        return False
+    values = [(b.value if b.kind == "value" else None, b.location)
+              for b in where.semantic.reaching(dataset.value, location)]
+    if not values:
+        return False
+    for value, at in values:
+        if not (isinstance(value, cst.Call) and (ctx.qualname(value.func) or "").startswith("torchvision.datasets.")):
+            return False
+        if len([a for a in value.args if a.keyword is None]) > 1 or any(a.star for a in value.args):
+            return False  # a positional transform, or arguments it cannot read
+        transform = keyword(value, "transform")
+        if transform is None or (isinstance(transform.value, cst.Name) and transform.value.value == "None"):
+            continue
+        expr = transform.value
+        if isinstance(expr, cst.Name):
+            bound = where.values_of(expr.value, at)
+            if not bound or len(bound) != 1 or bound[0][0] is None:
+                return False
+            expr = bound[0][0]
+        if not isinstance(expr, cst.Call):
+            return False
+        text = cst.Module([]).code_for_node(expr)
+        if any(word in text for word in _MAKES_TENSORS) or "transforms." not in text:
+            return False
+    return True
 
 
 def loads_in_main_process(call: cst.Call, kwargs, location: Location, where: "Placement") -> bool:

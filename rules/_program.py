@@ -408,6 +408,13 @@ class ProgramFacts:
         return False
 
     # -- results ----------------------------------------------------------------
+    def declined_compile(self) -> bool:
+        """Whether the module keeps a ``torch.compile`` call commented out
+        (``# model = torch.compile(model, mode="reduce-overhead")``): the
+        author tried compilation and turned it off, a choice the advice to
+        compile would only repeat."""
+        return _COMMENTED_COMPILE.search(self.context.source) is not None
+
     def finish(self) -> None:
         if self._finished:
             return
@@ -444,6 +451,9 @@ class ProgramFacts:
             if not step.framework:
                 return step
         return None
+
+
+_COMMENTED_COMPILE = re.compile(r"^[ \t]*#[^\n]*\btorch\.compile\(", re.M)
 
 
 def _is_entry_statement(stmt: cst.CSTNode) -> bool:

@@ -737,8 +737,12 @@ class LoopFacts:
     (``output.append(y.argmax().item())`` ... ``torch.tensor([output[-1]])``);
     ``loop_facts`` counts it as
     ``exits_on_value`` for a loop that counts or runs until told (``for _ in
-    range(max_len)``, ``while True``), not for one over a tensor's items,
+    range(max_len)``, ``while True``) or goes over a loader (a learning-rate
+    finder's stop on the smoothed loss), not for one over a tensor's items,
     whose values could be read in one go before the loop."""
+    stops_on_read: bool = False
+    """The exit part of ``exits_on_read`` alone (not a value fed back into
+    the next input)."""
     exits_on_value: bool = False
     """Ends the loop (``break``/``return``, not an error exit) on a device value
     read in its own body (``if token.item() in stop_tokens: break``):
@@ -894,7 +898,8 @@ def _scan(ctx: Context, roots: List[cst.CSTNode]) -> LoopFacts:
             todo.append((child, inner, plain))
     facts.round_trips = body.round_trips()
     facts.guards_finite = body.guards_finite()
-    facts.exits_on_read = body.exits_on_read() or body.feeds_back()
+    facts.stops_on_read = body.exits_on_read()
+    facts.exits_on_read = facts.stops_on_read or body.feeds_back()
     facts.assigns = body.assigns
     return facts
 
@@ -966,7 +971,7 @@ class _BodyFacts:
         break``): greedy decoding, which waits for each token by design."""
         if not self.exits:
             return False
-        read = self.read_names
+        read = self.derived_read_names
         return bool(read) and any(mentions_name(e.test, read) for e in self.exits)
 
     def feeds_back(self) -> bool:
@@ -983,6 +988,20 @@ class _BodyFacts:
         """The names the body assigns a value read from the device (``tok = out.item()``)."""
         return {n for a in self.assigns if type(a) is cst.Assign and _reads_item(a.value)
                 for t in a.targets for n in target_names(t.target)}
+
+    @cached_property
+    def derived_read_names(self) -> set:
+        """:attr:`read_names` and the names the body computes from them
+        (``avg = beta * avg + loss.item()`` then ``smoothed = avg / (1 - beta
+        ** n)``), for the exits: a learning-rate finder stops on the smoothed loss."""
+        names = set(self.read_names)
+        for _ in range(3):
+            more = {n for a in self.assigns if type(a) is cst.Assign and names and mentions_name(a.value, names)
+                    for t in a.targets for n in target_names(t.target)} - names
+            if not more:
+                break
+            names |= more
+        return names
 
     def round_trips(self) -> bool:
         """An environment step or a host-library call (``f1_score(gt, pred)``)
@@ -1196,10 +1215,20 @@ def loop_facts(ctx: Context, loop: cst.CSTNode, cache: Dict[int, LoopFacts]) -> 
             facts.reads_clock = True
         if facts.exits_on_read and (isinstance(loop, cst.While) or (
             isinstance(loop, cst.For) and isinstance(loop.iter, cst.Call) and last_name(loop.iter.func) == "range"
-        )):
-            facts.exits_on_value = True  # greedy decoding: each token decides whether to go on
+        ) or (isinstance(loop, cst.For) and facts.stops_on_read and _names_loader(loop.iter))):
+            # greedy decoding: each token decides whether to go on; a learning-rate
+            # finder stops on the smoothed loss of each batch
+            facts.exits_on_value = True
         cache[id(loop)] = facts
     return facts
+
+
+def _names_loader(expr: cst.BaseExpression) -> bool:
+    """Whether a name or attribute in ``expr`` says it is a data loader
+    (``tqdm(iter(self.loader))``): its batches cannot be read before the loop."""
+    return any(isinstance(n, (cst.Name, cst.Attribute))
+               and "loader" in (n.value if isinstance(n, cst.Name) else n.attr.value).lower()
+               for n in walk_nodes(expr))
 
 
 def copies_out_every_iteration(ctx: Context, loop: cst.CSTNode) -> bool:
@@ -2151,9 +2180,17 @@ def _host_buffer(ctx: Context, target: cst.Subscript, is_host) -> bool:
 
 def serialised(ctx: Context, top_index: int) -> bool:
     """Whether the chain's outermost call, ``ctx.stack[top_index]``, is
-    ``.tobytes()`` (``t.cpu().numpy().tobytes()``: bytes for pickling or storage)."""
+    ``.tobytes()`` (``t.cpu().numpy().tobytes()``: bytes for pickling or
+    storage), or the chain is handed to ``memoryview(...)``/``bytes(...)``
+    (a frame's bytes for a viewer: Gaussian splatting's network GUI)."""
     top = ctx.stack[top_index]
-    return isinstance(top, cst.Call) and method_name(top) == "tobytes"
+    if isinstance(top, cst.Call) and method_name(top) == "tobytes":
+        return True
+    if top_index >= 2 and isinstance(ctx.stack[top_index - 1], cst.Arg):
+        call = ctx.stack[top_index - 2]
+        return (isinstance(call, cst.Call) and isinstance(call.func, cst.Name)
+                and call.func.value in ("memoryview", "bytes") and ctx.qualname(call.func) is None)
+    return False
 
 
 def host_branch_of_device_switch(ctx: Context, loop: cst.CSTNode) -> bool:

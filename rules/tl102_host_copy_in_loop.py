@@ -140,8 +140,8 @@ class HostCopyInLoop(Rule):
       runs once;
     - a copy the next consumer needs on the host every step: an environment
       step (`env.step(action.cpu().numpy())`, or `actions = ....cpu().numpy()`
-      handed to `envs.step(actions)` later in the loop), bytes to pickle or store
-      (`t.cpu().numpy().tobytes()`), and any copy in a module that runs models
+      handed to `envs.step(actions)` later in the loop), bytes to pickle, store
+      or send (`t.cpu().numpy().tobytes()`, `memoryview(img.cpu().numpy())`), and any copy in a module that runs models
       with ONNX Runtime, TensorRT, Triton or OpenVINO;
     - a copy that is the point: written, drawn, decoded or tabulated on the
       host (`Image.fromarray(x.cpu().numpy()).save(path)`, through a name

@@ -247,6 +247,10 @@ class DataLoaderPinMemory(Rule):
       leaves it as it is, so the images would stay pageable and the flag
       buys nothing. A `collate_fn` of this file is read here, an imported
       one through the project index (the run's module that defines it);
+      and a loader with a `collate_fn` over a torchvision dataset whose items
+      stay PIL images (`datasets.ImageFolder(root)`, `transform=None`, or a
+      transform that only resizes): the batches are lists of images, which
+      pinning does not touch (facenet-pytorch's face cropping with MTCNN);
     - a module that uses `torch_xla`: TPU input pipelines copy batches with
       their own device loader, and pinning is a CUDA feature;
     - test files (`test_*.py`, `*_test.py`, `conftest.py`, `tests/`): a
@@ -509,7 +513,7 @@ class DataLoaderPinMemory(Rule):
             items, batch = where.loader(call, location)
             if DEVICE in (items, batch):
                 continue
-            if batch != HOST and unpinnable_batches(call, self.context):
+            if batch != HOST and unpinnable_batches(call, self.context, location, where):
                 continue  # a batch class of its own without `pin_memory()`: pinning leaves it alone
             if items != HOST and self._in_memory(dataset, location, where):
                 # A `TensorDataset` of tensors the program computed where it

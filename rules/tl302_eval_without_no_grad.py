@@ -10,7 +10,7 @@ from torchlint.model import Applicability, Fix, FixAvailability
 from torchlint.names import dotted_name
 from torchlint.nodes import target_names
 from torchlint.rule import Benchmark, Invalid, Rule, Valid
-from torchlint.rules._eval_calls import CallSites, Frame, runs_evaluated, runs_rarely
+from torchlint.rules._eval_calls import CallSites, Frame, closure_under_no_grad, runs_evaluated, runs_rarely
 from torchlint.rules._frequency import runs_once_by_path
 from torchlint.rules._helpers import chain_root, last_name, literal_bool, method_name
 from torchlint.rules._models import FORWARD_METHODS, is_model_call, module_like_base, runs_on_dummy_inputs
@@ -107,7 +107,10 @@ class EvalWithoutNoGrad(Rule):
       `inference` calling `self.synthesis`, which calls
       `self.duration_predictor.inference`: the decoding scripts that call
       the outermost one decide). Nor is a nested function known only by its name and
-      never called in the module (a callback handed to an evaluator);
+      never called in the module (a callback handed to an evaluator), nor one
+      defined in a function that disables gradients in a `with` block
+      (airbench's test-time-augmentation helpers, picked from a list and
+      called under the enclosing `infer`'s `torch.no_grad()`);
     - a function that switches the model to training mode and then runs it
       (`if train: model.train() ... else: model.eval()`, then `model(x)`): it
       serves training too (`model.train()` at the end, restoring the mode
@@ -442,8 +445,8 @@ class EvalWithoutNoGrad(Rule):
             elsewhere = lambda f: called_elsewhere_without_gradients(self.context, f.qualname)  # noqa: E731
             if called_without_gradients(frame, {**self._call_sites.by_name, frame.name: sites}, elsewhere=elsewhere):
                 continue  # every caller (in this module, or through the project index) disabled gradients
-            if not frame.evals and frame.nested and not sites:
-                continue  # a closure handed to someone else (a callback): its caller decides
+            if frame.nested and (not frame.evals and not sites or closure_under_no_grad(self.context, frame.node)):
+                continue  # a closure handed to someone else (a callback), or one of a function that disables gradients
             if not frame.looped_model and runs_rarely(self.context, frame.node, once=not frame.one_batch):
                 continue  # one forward (one batch every N steps, a script's or notebook's run once): a graph freed at return
             if not frame.evals and (

@@ -23,7 +23,9 @@ class NoCompile(ProgramRule):
     - and never mentions compilation: no `torch.compile` (a call such as
       `model = torch.compile(model)`, a `@torch.compile` decorator, a
       reference), no identifier containing `compile`, `dynamo` or `inductor`
-      (a switch such as `args.compile`, a helper such as `compile_model`).
+      (a switch such as `args.compile`, a helper such as `compile_model`),
+      and keeps no `torch.compile` call commented out (`# model =
+      torch.compile(model)`: its author tried compilation and turned it off).
       `re.compile` does not count.
 
     It is reported at the `backward()` call of the first training step. It
@@ -177,6 +179,8 @@ class NoCompile(ProgramRule):
     def decide(self, facts: ProgramFacts) -> None:
         if facts.compiles or not (facts.entry and facts.uses_cuda) or facts.kernels_do_not_matter() or facts.recurrent:
             return
+        if facts.declined_compile():
+            return  # `# model = torch.compile(model)`: tried and turned off
         if self.context.target_torch < (2, 0):
             return
         self.report_at_first_step(

@@ -438,3 +438,167 @@ def test_tl102_the_same_loop_in_a_training_pass_is_reported():
     code = code.replace("            all_results.append(RawResult(example_index, start))\n",
                         "            all_results.append(RawResult(example_index, start))\n        optimizer.step()\n")
     assert found(code, "TL102", path="run_squad.py") == [("TL102", 16)]
+
+
+# Set XX (Person_reID_baseline_pytorch, InsightFace_Pytorch, facenet-pytorch; synthetic examples).
+REID = """
+import torch
+
+model = Net().cuda()
+# model = torch.compile(model, mode="reduce-overhead", dynamic=True)  # pytorch 2.0
+optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+for epoch in range(10):
+    for x, y in loader:
+        loss = criterion(model(x.cuda()), y.cuda())
+        optimizer.zero_grad()
+        loss.backward()
+        optimizer.step()
+"""
+
+
+def test_tl505_compilation_tried_and_commented_out_is_the_authors_choice():
+    assert found(REID, "TL505") == []
+
+
+def test_tl505_a_comment_that_only_mentions_compiling_is_not_a_choice():
+    code = REID.replace('# model = torch.compile(model, mode="reduce-overhead", dynamic=True)  # pytorch 2.0',
+                        "# compile the model for speed")
+    assert found(code, "TL505") == [("TL505", 11)]
+
+
+LR_FINDER = """
+import torch
+
+
+def find_lr(model, loader, optimizer, beta=0.98):
+    avg_loss, best_loss = 0.0, 0.0
+    for batch_num, (imgs, labels) in enumerate(loader, 1):
+        loss = model(imgs.cuda(), labels.cuda())
+        avg_loss = beta * avg_loss + (1 - beta) * loss.item()
+        smoothed_loss = avg_loss / (1 - beta ** batch_num)
+        if batch_num > 1 and smoothed_loss > 4 * best_loss:
+            return
+        if smoothed_loss < best_loss or batch_num == 1:
+            best_loss = smoothed_loss
+        loss.backward()
+        optimizer.step()
+"""
+
+
+def test_tl101_a_learning_rate_finder_stops_on_each_batchs_loss():
+    assert found(LR_FINDER, "TL101") == []
+
+
+def test_tl101_a_read_the_exit_does_not_depend_on_is_reported():
+    code = LR_FINDER.replace("if batch_num > 1 and smoothed_loss > 4 * best_loss:", "if batch_num > 1000:")
+    assert found(code, "TL101") == [("TL101", 9)]
+
+
+FACES = """
+from torch.utils.data import DataLoader
+from torchvision import datasets, transforms
+
+dataset = datasets.ImageFolder(data_dir, transform=transforms.Resize((512, 512)))
+loader = DataLoader(dataset, num_workers=4, batch_size=32, collate_fn=collate_pil)
+for x, y in loader:
+    mtcnn(x, save_path=y)
+
+dataset = datasets.ImageFolder(data_dir, transform=transforms.Compose([transforms.ToTensor()]))
+train_loader = DataLoader(dataset, num_workers=4, batch_size=32, collate_fn=collate_pil)
+for x, y in train_loader:
+    loss = model(x.cuda()).sum()
+"""
+
+
+def test_tl202_pil_images_batched_into_lists_cannot_be_pinned():
+    # the first loader's items stay PIL images; the second's are tensors
+    assert found(FACES, "TL202", path="finetune.py") == [("TL202", 11)]
+
+
+def test_tl202_pil_images_without_a_collate_fn_or_an_unreadable_transform_are_reported():
+    code = FACES.replace("batch_size=32, collate_fn=collate_pil)\nfor x, y in loader:",
+                         "batch_size=32)\nfor x, y in loader:")
+    assert found(code, "TL202", path="finetune.py") == [("TL202", 6), ("TL202", 11)]
+    code = FACES.replace("transform=transforms.Resize((512, 512))", "transform=make_transform()")
+    assert found(code, "TL202", path="finetune.py") == [("TL202", 6), ("TL202", 11)]
+
+
+# Set YY (cifar10-airbench, stable-audio-tools, 4DGaussians; synthetic examples).
+TTA = """
+import torch
+
+
+def infer(model, images, tta_level=0):
+    def infer_basic(inputs, net):
+        return net(inputs).clone()
+
+    def infer_mirror(inputs, net):
+        return 0.5 * net(inputs) + 0.5 * net(inputs.flip(-1))
+
+    def infer_mirror_translate(inputs, net):
+        logits = infer_mirror(inputs, net)
+        return 0.5 * logits + 0.5 * infer_mirror(inputs.roll(1, -1), net)
+
+    model.eval()
+    infer_fn = [infer_basic, infer_mirror, infer_mirror_translate][tta_level]
+    with torch.no_grad():
+        return torch.cat([infer_fn(inputs, model) for inputs in images.split(2000)])
+"""
+
+
+def test_tl302_closures_of_a_function_that_disables_gradients_run_under_it():
+    assert found(TTA, "TL302") == []
+
+
+def test_tl302_the_same_closures_without_the_block_are_reported():
+    code = TTA.replace("    with torch.no_grad():\n        return", "    if True:\n        return")
+    assert found(code, "TL302") == [("TL302", 9)]
+
+
+OFF_PERIOD = """
+import torch
+
+
+def train(loader, model, optimizer):
+    for step, batch in enumerate(loader):
+        loss = model(batch.cuda()).mean()
+        loss.backward()
+        optimizer.step()
+        if step % 100 != 0:
+            continue
+        print(loss.item())
+"""
+
+
+def test_tl101_code_after_skipping_the_off_period_steps_runs_every_n_steps():
+    assert found(OFF_PERIOD, "TL101") == []
+
+
+def test_tl101_code_after_skipping_only_the_period_steps_runs_almost_every_step():
+    code = OFF_PERIOD.replace("if step % 100 != 0:", "if step % 100 == 0:")
+    assert found(code, "TL101") == [("TL101", 12)]
+
+
+GUI = """
+import torch
+
+
+def training(gaussians, scene, opt):
+    for iteration in range(opt.iterations):
+        if network_gui.conn is not None:
+            net_image = render(custom_cam, gaussians)["render"]
+            net_image_bytes = memoryview((torch.clamp(net_image, 0, 1) * 255).byte().permute(1, 2, 0).cpu().numpy())
+            network_gui.send(net_image_bytes, dataset.source_path)
+        loss = render_loss(gaussians, scene)
+        loss.backward()
+        gaussians.optimizer.step()
+"""
+
+
+def test_tl102_a_frame_handed_to_memoryview_for_a_viewer_is_the_point():
+    assert found(GUI, "TL102") == []
+
+
+def test_tl102_the_same_frame_kept_as_an_array_is_reported():
+    code = GUI.replace("memoryview((torch.clamp", "((torch.clamp")
+    assert found(code, "TL102") == [("TL102", 9)]
