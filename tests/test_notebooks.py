@@ -194,6 +194,9 @@ def test_non_python_notebooks_and_cell_magics_are_skipped():
     ("torch.save?\n?torch.load\nx = y  # really?\nprint('a?')", [1, 2]),
     ("for i in range(3):\n    %time f(i)\n    !echo hi", [2, 3]),
     ("%load_ext autoreload \\\n  --flag\nimport torch", [1, 2]),
+    # a shell command continued over indented lines after code (fish-speech's inference notebook)
+    ("src = 'a.wav'\n!python infer.py \\\n    -i {src} \\\n    -o out\nprint(src)", [2, 3, 4]),
+    ("for i in range(3):\n    !echo \\\n        hi\n    x = i", [2, 3]),
     # Python, not IPython: % and ! inside strings and brackets, continued lines
     ("s = '''\n%d items\n!x\n'''\ny = (a\n     % b)\nz = a \\\n  % b", []),
     ("x = [\n    1,\n]\n%time f()", [4]),

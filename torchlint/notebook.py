@@ -162,6 +162,7 @@ def mask_cell(source: str) -> Tuple[Optional[str], List[Tuple[str, str]]]:
     scan = _Scan()
     seen_code = False
     in_magic = False  # the previous line was a magic ending with a backslash
+    magic_indent = ""  # the indentation of the magic line a continuation belongs to
 
     def placeholder(line: str, indent: str) -> str:
         stmt = "pass  " if indent and seen_code else ""
@@ -181,7 +182,11 @@ def mask_cell(source: str) -> Tuple[Optional[str], List[Tuple[str, str]]]:
         if in_magic or (scan.at_statement_start and (
             _is_magic(stripped) or (number == first and stripped.startswith("%%"))
         )):
-            masked.append(placeholder(line, indent))
+            if not in_magic:
+                magic_indent = indent
+            # a continuation line of `!cmd \` is part of the command: it takes
+            # the command's indentation, whatever its own
+            masked.append(placeholder(line, magic_indent))
             in_magic = text.endswith("\\")
             continue
         masked.append(line)
