@@ -546,6 +546,9 @@ class HostValues:
         loop = loops.get(id(iterable))
         if loop is None or not isinstance(loop.body, cst.IndentedBlock):
             return False
+        if any(isinstance(n, (cst.Name, cst.Attribute)) and _MOVING_LOADER.search(
+                n.value if isinstance(n, cst.Name) else n.attr.value) for n in walk_nodes(loop.iter)):
+            return False  # a CUDA prefetcher: its batches are on the device already
         siblings = set(target_names(loop.target)) - {name}
         for stmt in loop.body.body:
             for small in stmt.body if isinstance(stmt, cst.SimpleStatementLine) else ():

@@ -2225,16 +2225,27 @@ def host_arithmetic(ctx: Context, top_index: int) -> bool:
     y.cpu().numpy()).sum()``): a metric computed on the host that the device
     computes as well, without the copy.  Not a threshold against a number
     (``probs.cpu().numpy() > 0.5``): predictions kept whole, not a metric; nor
-    a scaling by a number (``img.cpu().numpy() * 255``: pixels for an image
-    on the host; an offset such as ``5 + labels.cpu().numpy()`` is not a
-    scaling)."""
+    a scaling to a pixel or sample range in a function that casts to
+    ``uint8``/``int16`` (``img.cpu().numpy() * 255`` ... ``.astype(np.uint8)``:
+    pixels for a frame or a file; ``* 2``, an offset such as ``5 +
+    labels.cpu().numpy()``, or scaled values only summed are arithmetic)."""
     parent = ctx.stack[top_index - 1] if top_index else None
     if isinstance(parent, cst.Comparison):
         return not all(literal_number(c.comparator) is not None for c in parent.comparisons)
     if isinstance(parent, cst.BinaryOperation) and isinstance(parent.operator, (cst.Multiply, cst.Divide)):
         other = parent.right if parent.left is ctx.stack[top_index] else parent.left
-        return literal_number(other) is None  # `img.cpu().numpy() * 255`: scaled for an image, not a metric
+        if literal_number(other) not in _SAMPLE_RANGES:
+            return True
+        # `img.cpu().numpy() * 255` later cast to `uint8`: pixels (or 16-bit audio
+        # samples) for a file or a frame, not a metric
+        scope = ctx.enclosing_function() or ctx.module
+        text = cst.Module([]).code_for_node(scope) if scope is not None else ""
+        return "uint8" not in text and "int16" not in text
     return isinstance(parent, (cst.ComparisonTarget, cst.BinaryOperation))
+
+
+# The ranges a copy is scaled to for an image or a sound file.
+_SAMPLE_RANGES = frozenset({255, 255.0, 256, 127.5, 32767, 32768, 65535})
 
 
 def gathered_for_concatenation(ctx: Context, top_index: int, cache: Dict[int, set]) -> bool:

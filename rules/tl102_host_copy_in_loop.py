@@ -68,7 +68,8 @@ class HostCopyInLoop(Rule):
     operand of a comparison or arithmetic (`(pred.cpu().numpy() ==
     y.cpu().numpy()).sum()`: a metric the device computes as well; not a
     threshold against a number, `probs.cpu().numpy() > 0.5`, nor a scaling
-    by one, `img.cpu().numpy() * 255`: pixels for an image), and a
+    to a pixel or sample range in a function that casts to `uint8`/`int16`,
+    `img.cpu().numpy() * 255` ... `.astype(np.uint8)`), and a
     chain that ends in `.item()` (`loss.cpu().item()`), as TL101
     reports a bare `.item()` (one that ends in `.tolist()`,
     `scores.cpu().tolist()` for a results file, hands a batch's results to

@@ -16,7 +16,7 @@ from distributed import parallelize_model
 
 
 def main():
-    model = nn.Sequential(nn.Linear(512, 512), nn.ReLU(), nn.Linear(512, 10)).cuda()
+    model = nn.Sequential(nn.Linear(4096, 4096), nn.ReLU(), nn.Linear(4096, 10)).cuda()
     model = parallelize_model(model)
     optimizer = torch.optim.AdamW(model.parameters())
     loader = torch.utils.data.DataLoader(make_dataset(), batch_size=64, num_workers=4)
