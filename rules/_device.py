@@ -536,9 +536,10 @@ class HostValues:
 
     def _sibling_moved(self, scope: cst.CSTNode, iterable: Optional[cst.CSTNode], name: str) -> bool:
         """Whether the ``for`` statement over ``iterable`` in ``scope`` unpacks
-        ``name`` with other parts of which its body moves one to a device first
-        thing (``for (x, y) in iterator:`` then ``x = x.to(device)``): the
-        iterable yields host tensors, so ``name``, never moved, is one of them."""
+        ``name`` with other parts of which a statement of its body moves one to
+        a device (``for (x, y) in iterator:`` then ``x = x.to(device)``; not a
+        cast, ``x.to(torch.float32)``, nor a prefetcher's batches): the iterable
+        yields host tensors, so ``name``, never moved, is one of them."""
         loops = self._loops_by_scope.get(id(scope))
         if loops is None:
             loops = self._loops_by_scope[id(scope)] = {
@@ -555,10 +556,15 @@ class HostValues:
                 if not (isinstance(small, cst.Assign) and len(small.targets) == 1
                         and isinstance(small.targets[0].target, cst.Name) and isinstance(small.value, cst.Call)):
                     continue
-                moved, base = small.targets[0].target.value, receiver(small.value)
-                if (moved in siblings and method_name(small.value) in ("to", "cuda")
-                        and isinstance(base, cst.Name) and base.value == moved):
+                moved, base, call = small.targets[0].target.value, receiver(small.value), small.value
+                if not (moved in siblings and isinstance(base, cst.Name) and base.value == moved):
+                    continue
+                if method_name(call) == "cuda":
                     return True
+                target = keyword(call, "device") or (positional(call)[0] if positional(call) else None)
+                if method_name(call) == "to" and target is not None and device_kind(
+                        target.value, self.context) in ("accelerator", "device"):
+                    return True  # (not a cast: `x = x.to(torch.float32)`)
         return False
 
     def _updates_host_array(self, b: Binding, depth: int, seen: Set[tuple]) -> bool:

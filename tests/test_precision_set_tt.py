@@ -602,3 +602,8 @@ def test_tl102_a_frame_handed_to_memoryview_for_a_viewer_is_the_point():
 def test_tl102_the_same_frame_kept_as_an_array_is_reported():
     code = GUI.replace("memoryview((torch.clamp", "((torch.clamp")
     assert found(code, "TL102") == [("TL102", 9)]
+
+
+def test_tl102_a_sibling_cast_to_another_dtype_is_not_moved():
+    code = PREDICTIONS.replace("x = x.to(device)", "x = x.to(torch.float32)")
+    assert found(code, "TL102", path="predict.py") == [("TL102", 12), ("TL102", 13)]
