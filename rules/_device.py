@@ -628,8 +628,6 @@ def _inside(comprehension: cst.CSTNode, at: Optional[Location]) -> Optional[Loca
 
 
 def _converted_parameters(scope: cst.CSTNode) -> Set[str]:
-    from torchlint.nodes import walk_nodes
-
     found: Set[str] = set()
     if not isinstance(scope, cst.FunctionDef):
         return found

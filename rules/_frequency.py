@@ -1183,11 +1183,9 @@ def under_debug_switch(ctx: Context) -> bool:
     steps the rules speak of."""
     stack = ctx.stack
     for i, node in enumerate(stack[:-1]):
-        if type(node) is cst.If and stack[i + 1] is node.body:
-            test = node.test
-            tests = [op for op in _and_operands(test)]
-            if any(_names_debug(t) for t in tests):
-                return True
+        if type(node) is cst.If and stack[i + 1] is node.body and any(
+                _names_debug(t) for t in _and_operands(node.test)):
+            return True
     return False
 
 

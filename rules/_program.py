@@ -42,7 +42,7 @@ from typing import Dict, List, Optional, Tuple
 import libcst as cst
 
 from torchlint.names import dotted_name
-from torchlint.nodes import iter_children
+from torchlint.nodes import iter_children, walk_nodes
 from torchlint.rule import Context, Rule
 from torchlint.rules._helpers import argument, literal_bool, literal_number, method_name, names_anywhere
 from torchlint.rules._loaders import DATALOADERS
@@ -587,8 +587,6 @@ def under_switch(context: Context, pattern: "re.Pattern[str]") -> bool:
     """Whether the node being visited runs under an ``if`` whose test mentions
     an identifier (or string) matching ``pattern``: a run-time switch such as
     ``if args.deterministic:`` or ``if args.seed is not None:``."""
-    from torchlint.nodes import walk_nodes
-
     for ancestor in context.ancestors():
         if isinstance(ancestor, cst.If):
             for n in walk_nodes(ancestor.test):
@@ -604,8 +602,6 @@ def other_branch_sets(context: Context, qualname: str, value: bool) -> bool:
     other branch assigns ``qualname = value``: ``if args.cudnn:
     cudnn.benchmark = True`` / ``else: cudnn.benchmark = False`` is a switch,
     and the ``else`` is what the user asked for."""
-    from torchlint.nodes import walk_nodes
-
     stack = context.stack
     for i in range(len(stack) - 1, 0, -1):
         node = stack[i - 1]
@@ -742,9 +738,9 @@ def runs_no_convolution(source: str) -> bool:
     if _CONVOLUTION_WORDS.search(source):
         return False
     if _OWN_MODEL.search(source):
-        roots = [m.group(1) for m in _IMPORT_ROOT.finditer(source)]
-        if all(root in _PLAIN_IMPORTS or (root == "torchvision" and _DATA_ONLY_TORCHVISION.fullmatch(m.group(0).strip()))
-               for root, m in zip(roots, _IMPORT_ROOT.finditer(source))):
+        if all(m.group(1) in _PLAIN_IMPORTS
+               or (m.group(1) == "torchvision" and _DATA_ONLY_TORCHVISION.fullmatch(m.group(0).strip()))
+               for m in _IMPORT_ROOT.finditer(source)):
             return True
     return (
         _TRANSFORMERS_IMPORT.search(source) is not None
@@ -934,6 +930,8 @@ _NOT_MODELS = frozenset({
     "functools", "itertools", "enum", "abc", "timeit", "IPython", "mlxtend",
     "ignite", "tensorboardX", "wandb", "visdom", "clearml", "neptune", "mlflow",
 })
+
+
 def _imports_a_class(ctx: Context) -> bool:
     """Whether the module imports a class from a module of its own or a
     library that may hold its model (`from models import ResNet`)."""
@@ -969,8 +967,6 @@ def tiny_layers(module: cst.Module, ctx: Context) -> bool:
                         constants[name] = max(constants[name], value)
                     else:
                         constants[name] = value
-    from torchlint.nodes import walk_nodes
-
     # The constructor arguments of the module's classes, from their defaults
     # and from every instantiation in the module (`BlobModel(2, 4, hidden_units=8)`).
     scopes: List[Tuple[cst.CSTNode, Dict[str, int]]] = [(module, constants)]
@@ -1051,8 +1047,8 @@ def _parameter_size(node: cst.Call, constants: Dict[str, int], ctx: Context):
     tensors (a course's linear regression); False when its shape is unknown."""
     known, arg = argument(node, "data", 0)
     value = arg.value if known and arg is not None else None
-    if not (isinstance(value, cst.Call) and (ctx.qualname(value.func) or "").rsplit(".", 1)[-1] in _SHAPED_FACTORIES
-            and (ctx.qualname(value.func) or "").startswith("torch.")):
+    factory = (ctx.qualname(value.func) or "") if isinstance(value, cst.Call) else ""
+    if not (factory.startswith("torch.") and factory.rsplit(".", 1)[-1] in _SHAPED_FACTORIES):
         return False
     size = 1
     for dim in value.args:

@@ -89,14 +89,11 @@ class CudnnBenchmarkDisabled(ProgramRule):
     `torch.use_deterministic_algorithms(...)` with anything but the literal
     `False`, often `args.torch_deterministic`): the autotuner picks algorithms
     by timing them, so results change from run to run; and for one whose model
-    is visibly tiny: every layer the module builds (`nn.Linear`, convolutions,
-    RNNs, embeddings) has sizes written as numbers (literals, module-level
-    constants, the constructor arguments its instantiations pass), at most 256
-    wide and convolutions at most 32 channels out, under 100,000 weights in all,
-    and no model comes from elsewhere (`torchvision.models`, `timm`,
-    `from_pretrained`, `torch.hub`, a class imported from another module; a
-    script or notebook only): a course notebook's linear regression or 2-10-10-1
-    MLP, whose steps are launch-bound.
+    is visibly tiny: a script or notebook that builds every layer itself with
+    sizes written as numbers, under 1,000,000 weights in all and convolutions
+    at most 32 channels out, and takes no model from elsewhere (the full test
+    is in `docs/precision.md`, "a visibly tiny model"): a course notebook's
+    linear regression or 2-10-10-1 MLP, whose steps are launch-bound.
 
     ## Why is this bad?
     With `benchmark = True`, cuDNN times the available convolution algorithms

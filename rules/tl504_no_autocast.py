@@ -38,16 +38,12 @@ class NoAutocast(ProgramRule):
     - A program whose every `DataLoader` loads in the main process
       (`num_workers` absent or `0`) is not reported: its steps wait for data,
       so autocast would not change their pace; TL203 reports those loaders.
-    - Nor is a program whose model is visibly tiny: every layer the module
-      builds (`nn.Linear`, convolutions, RNNs, embeddings) has sizes written as
-      numbers (literals, module-level constants, the constructor arguments its
-      instantiations pass), convolutions at most 32 channels out,
-      under 1,000,000 weights in all (an embedding counts its width, what a
-      lookup costs; `nn.Parameter(torch.randn(1))` its shape), and no model comes from
-      elsewhere (`torchvision.models`, `timm`, `from_pretrained`, `torch.hub`, a
-      class imported from another module; a script or notebook only): a course
-      notebook's linear regression or 2-10-10-1 MLP, whose steps are launch-
-      bound.
+    - Nor is a program whose model is visibly tiny: a script or notebook that
+      builds every layer itself with sizes written as numbers, under 1,000,000
+      weights in all and convolutions at most 32 channels out, and takes no
+      model from elsewhere (the full test is in `docs/precision.md`, "a
+      visibly tiny model"): a course notebook's linear regression or 2-10-10-1
+      MLP, whose steps are launch-bound.
     - A program that imports a reinforcement-learning simulator (`gym`,
       `gymnasium`, `envpool`, `procgen`, `dm_control`, ...) is not reported:
       its step time is spent stepping environments on the host and in small

@@ -46,15 +46,12 @@ class NoCompile(ProgramRule):
     (TL203 reports those loaders), nor a module with recurrent layers
     (`nn.LSTM`, `nn.GRU`, `LSTMCell`, `pack_padded_sequence`): cuDNN's fused RNN
     kernels and variable sequence lengths leave little for the compiler to fuse
-    and force recompilations; nor one whose model is visibly tiny: every layer
-    the module builds (`nn.Linear`, convolutions, RNNs, embeddings) has sizes
-    written as numbers (literals, module-level constants, the constructor
-    arguments its instantiations pass), convolutions at most 32 channels out,
-    under 1,000,000 weights in all (an embedding counts its width, what a
-    lookup costs; `nn.Parameter(torch.randn(1))` its shape), and no model comes from
-    elsewhere (`torchvision.models`, `timm`, `from_pretrained`, `torch.hub`, a
-    class imported from another module; a script or notebook only): a course
-    notebook's linear regression or 2-10-10-1 MLP, whose steps are launch-bound.
+    and force recompilations; nor one whose model is visibly tiny: a script or notebook that builds
+    every layer itself with sizes written as numbers, under 1,000,000 weights in
+    all and convolutions at most 32 channels out, and takes no model from
+    elsewhere (the full test is in `docs/precision.md`, "a visibly tiny
+    model"): a course notebook's linear regression or 2-10-10-1 MLP, whose
+    steps are launch-bound.
 
     ## Why is this bad?
     `torch.compile` captures the model's forward and backward passes as
