@@ -1189,6 +1189,45 @@ def under_debug_switch(ctx: Context) -> bool:
     return False
 
 
+def under_empty_case(ctx: Context) -> bool:
+    """Whether the node being visited is in the body of an ``if`` that handles
+    an empty input (``if approx_scores.shape[0] == 0:``, ``if len(boxes) ==
+    0:``, ``if x.numel() == 0:``, ``if not len(pids):``): an edge case that
+    the steps rarely take."""
+    stack = ctx.stack
+    for i, node in enumerate(stack[:-1]):
+        if type(node) is cst.If and stack[i + 1] is node.body and any(
+                _tests_empty(t) for t in _and_operands(node.test)):
+            return True
+    return False
+
+
+def _tests_empty(test: cst.BaseExpression) -> bool:
+    if type(test) is cst.UnaryOperation and type(test.operator) is cst.Not:
+        return _counts_items(test.expression)
+    if type(test) is cst.Comparison and len(test.comparisons) == 1 and type(test.comparisons[0].operator) is cst.Equal:
+        zero = test.comparisons[0].comparator
+        return type(zero) is cst.Integer and zero.value == "0" and _counts_items(test.left)
+    return False
+
+
+def _counts_items(expr: cst.BaseExpression) -> bool:
+    """``len(x)``, ``x.numel()``, ``x.nelement()``, ``x.size(0)``, ``x.shape[0]``."""
+    if type(expr) is cst.Call:
+        func = expr.func
+        if type(func) is cst.Name:
+            return func.value == "len" and len(expr.args) == 1
+        if type(func) is cst.Attribute:
+            name = func.attr.value
+            return name in ("numel", "nelement") and not expr.args or (
+                name == "size" and len(expr.args) == 1 and type(expr.args[0].value) is cst.Integer
+                and expr.args[0].value.value == "0")
+    if type(expr) is cst.Subscript and type(expr.value) is cst.Attribute and expr.value.attr.value == "shape":
+        index = expr.slice[0].slice if len(expr.slice) == 1 else None
+        return type(index) is cst.Index and type(index.value) is cst.Integer and index.value.value == "0"
+    return False
+
+
 def _and_operands(test: cst.BaseExpression) -> List[cst.BaseExpression]:
     if isinstance(test, cst.BooleanOperation) and isinstance(test.operator, cst.And):
         return _and_operands(test.left) + _and_operands(test.right)
@@ -1208,6 +1247,8 @@ def per_step_here(ctx: Context, skip: frozenset = frozenset()) -> Optional[Frequ
     file is checked again with that fact (see docs/precision.md)."""
     if under_debug_switch(ctx):
         return None  # `if args.debug_mode:` diagnostics the user turns on, not the run's steps
+    if under_empty_case(ctx):
+        return None  # `if boxes.shape[0] == 0:` an empty input, an edge case the steps rarely take
     frequency = frequency_here(ctx, skip)
     fn = frequency.function
     if frequency.per_step:

@@ -1165,12 +1165,15 @@ def unpinnable_batches(call: cst.Call, ctx: Context, location: Optional[Location
         return False
     if location is not None and where is not None and _yields_images(call, ctx, location, where):
         return True
-    if not isinstance(collate.value, (cst.Name, cst.Attribute)):
+    function = collate.value
+    if type(function) is cst.Call and function.args and ctx.qualname(function.func) == "functools.partial":
+        function = function.args[0].value  # `partial(utils.collate_fn, False)`: the function it binds
+    if not isinstance(function, (cst.Name, cst.Attribute)):
         return False
-    written = dotted_name(collate.value)
+    written = dotted_name(function)
     if written is None:
         return False
-    if isinstance(collate.value, cst.Name) and builds_unpinnable_batches(ctx.source, written):
+    if isinstance(function, cst.Name) and builds_unpinnable_batches(ctx.source, written):
         return True
     if trait_key(COLLATE_SUBJECT, written) in ctx.project.get("frequency", {}):
         return True

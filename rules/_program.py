@@ -44,7 +44,7 @@ import libcst as cst
 from torchlint.names import dotted_name
 from torchlint.nodes import iter_children, walk_nodes
 from torchlint.rule import Context, Rule
-from torchlint.rules._helpers import argument, literal_bool, literal_number, method_name, names_anywhere
+from torchlint.rules._helpers import argument, is_main_guard, literal_bool, literal_number, method_name, names_anywhere
 from torchlint.rules._loaders import DATALOADERS
 from torchlint.rules._project_text import (
     BENCHMARK,
@@ -690,6 +690,19 @@ def notebook_trains_nothing(ctx: Context) -> bool:
     if "backward(" in ctx.source:
         return False
     return ctx.path.endswith(".ipynb") or named_for_inference(ctx.path)
+
+
+def in_self_test(ctx: Context) -> bool:
+    """Whether the node being visited is in the ``if __name__ == "__main__":``
+    block of a module that trains nothing (no backward pass) and loops nowhere
+    in that block: a model file's self-test that builds the model and runs it
+    once on a dummy input (HRNet's ``model(torch.ones(1, 3, 768, 768))``)."""
+    if "backward(" in ctx.source:
+        return False
+    for node in ctx.stack:
+        if type(node) is cst.If and is_main_guard(node):
+            return not any(type(n) in (cst.For, cst.While) for n in walk_nodes(node.body))
+    return False
 
 
 def is_verification_path(path: str) -> bool:

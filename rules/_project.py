@@ -494,9 +494,11 @@ def _waits_every_iteration(loops) -> bool:
     every iteration (``if not math.isfinite(loss_value): sys.exit(1)``, DETR's
     and MAE's training loop), or hands every batch's results to an evaluator
     (``coco_evaluator.update(res)``, also under ``if coco_evaluator is not
-    None:``), which converts them on the host.  A callee that converts what it
-    is given there (``metric_logger.update(**loss_dict)``) adds no wait; the
-    index counts such a site as one that passes host values."""
+    None:`` or an opt-out flag negated, or in a loop over the evaluators: MDETR's
+    ``if not args.no_detection: ... for evaluator in evaluator_list:
+    evaluator.update(res)``), which converts them on the host.  A callee that
+    converts what it is given there (``metric_logger.update(**loss_dict)``)
+    adds no wait; the index counts such a site as one that passes host values."""
     loop = next((m for m in reversed(loops) if type(m) in (cst.For, cst.While)), None)
     body = getattr(loop, "body", None)
     if not isinstance(body, cst.IndentedBlock):
@@ -504,17 +506,19 @@ def _waits_every_iteration(loops) -> bool:
     statements = list(body.body)
     while statements:
         statement = statements.pop()
-        if type(statement) is cst.If and _tests_presence(statement.test) and isinstance(statement.body, cst.IndentedBlock):
-            statements.extend(statement.body.body)  # `if coco_evaluator is not None:`
+        if type(statement) is cst.If and (_tests_presence(statement.test) or _tests_setting(statement.test)) and isinstance(
+                statement.body, cst.IndentedBlock):
+            statements.extend(statement.body.body)  # `if coco_evaluator is not None:`, `if not args.no_detection:`
         elif type(statement) is cst.If:
             if non_finite_test(statement.test) and ends_with_exit(statement.body, leaving=(cst.Raise,)):
                 return True
-        elif type(statement) is cst.SimpleStatementLine and any(
+        elif (type(statement) is cst.SimpleStatementLine or (
+                type(statement) is cst.For and "evaluator" in _tail(statement.iter).lower())) and any(
             type(node) is cst.Call and type(node.func) is cst.Attribute and node.func.attr.value == "update"
             and "evaluator" in _tail(node.func.value).lower()
             for node in walk_nodes(statement)
         ):
-            return True
+            return True  # `for evaluator in evaluator_list:` (its branches too)
     return False
 
 
@@ -523,6 +527,16 @@ def _tests_presence(test: cst.BaseExpression) -> bool:
     return (type(test) is cst.Comparison and len(test.comparisons) == 1
             and type(test.comparisons[0].operator) is cst.IsNot
             and type(test.comparisons[0].comparator) is cst.Name and test.comparisons[0].comparator.value == "None")
+
+
+def _tests_setting(test: cst.BaseExpression) -> bool:
+    """``not args.no_detection``, ``not cfg.skip_eval``: an opt-out flag of the
+    run negated, a branch that runs unless the user turns it off (``if
+    args.verbose:`` may be off)."""
+    if type(test) is not cst.UnaryOperation or type(test.operator) is not cst.Not:
+        return False
+    flag = _tail(test.expression)
+    return type(test.expression) in (cst.Name, cst.Attribute) and flag.startswith(("no_", "skip_", "disable_"))
 
 
 def _trains(function: cst.FunctionDef) -> bool:

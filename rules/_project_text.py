@@ -408,10 +408,13 @@ def _common_prefix(a: Tuple[str, ...], b: Tuple[str, ...]) -> int:
 # module with no `pin_memory()` method (DETR's `NestedTensor`, made by
 # `nested_tensor_from_tensor_list`): `pin_memory=True` leaves that object, the
 # images, unpinned, so TL202's advice buys nothing.  The fact is recorded under
-# ``trait_key(COLLATE_SUBJECT, <the collate_fn as written>)``.
+# ``trait_key(COLLATE_SUBJECT, <the collate_fn as written>)``; a function bound
+# with `partial` (MDETR's `collate_fn=partial(utils.collate_fn, False)`) is the
+# function it binds.  A class's alternative constructor builds the class too
+# (`NestedTensor.from_tensor_list(images)`).
 COLLATE_SUBJECT = "<collate>"
-_COLLATE_ARGUMENT = re.compile(r"\bcollate_fn\s*=\s*([A-Za-z_][\w.]*)")
-_CALLED = re.compile(r"(?<![\w.])([A-Za-z_]\w*)\s*\(")
+_COLLATE_ARGUMENT = re.compile(r"\bcollate_fn\s*=\s*(?:(?:functools\.)?partial\(\s*)?([A-Za-z_][\w.]*)")
+_CALLED = re.compile(r"(?<![\w.])([A-Za-z_]\w*)(?:\.[A-Za-z_]\w*)?\s*\(")
 _RETURNED_CALL = re.compile(r"\breturn\s+([A-Za-z_]\w*)\s*\(")
 
 

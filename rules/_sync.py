@@ -113,6 +113,31 @@ def runs_one_iteration(loop: cst.CSTNode) -> bool:
     return isinstance(loop, (cst.For, cst.While)) and ends_with_exit(loop.body)
 
 
+# Calls that wait for the whole device: `torch.cuda.empty_cache()` frees the
+# cached blocks only after synchronizing.
+_DEVICE_WAITS = frozenset({
+    "torch.cuda.synchronize", "torch.cuda.empty_cache", "torch.cuda.ipc_collect", "torch.cuda.current_stream().synchronize",
+})
+
+
+def empties_device_every_iteration(ctx: Context, loop: cst.CSTNode) -> bool:
+    """A ``for``/``while`` loop whose body waits for the whole device every
+    iteration by design, in a statement of its own at the body's top level:
+    ``torch.cuda.empty_cache()`` or ``torch.cuda.synchronize()`` (MPRNet's test
+    loop empties the cache before each image).  A copy into it has no queued
+    work to wait for."""
+    body = getattr(loop, "body", None)
+    if not isinstance(loop, (cst.For, cst.While)) or not isinstance(body, cst.IndentedBlock):
+        return False
+    for statement in body.body:
+        if isinstance(statement, cst.SimpleStatementLine):
+            for small in statement.body:
+                if type(small) is cst.Expr and type(small.value) is cst.Call and ctx.qualname(
+                        small.value.func) in _DEVICE_WAITS:
+                    return True
+    return False
+
+
 _FEW_ITERATIONS = 16  # `if i >= 16: break` still caps a loop at "a few"
 
 
@@ -641,6 +666,20 @@ def unwrap_iterable(expr: cst.BaseExpression, wrappers: frozenset) -> cst.BaseEx
     while isinstance(expr, cst.Call) and isinstance(expr.func, cst.Name) and expr.func.value in wrappers and expr.args:
         expr = expr.args[0].value
     return expr
+
+
+_CHUNKING = frozenset({"split", "chunk", "tensor_split"})
+
+
+def iterates_chunks(loop: cst.CSTNode) -> bool:
+    """A ``for`` loop over the pieces of one tensor (``for batch in
+    embs.split(1 << 18)``, ``torch.chunk(x, n)``, also in ``enumerate``/``tqdm``):
+    work cut into pieces to bound device memory, whose results go to the host
+    piece by piece (ColBERT's index compression) on purpose."""
+    if not isinstance(loop, cst.For):
+        return False
+    expr = unwrap_iterable(loop.iter, _ORDER_WRAPPERS | {"tqdm"})
+    return isinstance(expr, cst.Call) and isinstance(expr.func, cst.Attribute) and expr.func.attr.value in _CHUNKING
 
 
 def iterates_mapping(expr: cst.BaseExpression) -> bool:
@@ -1519,8 +1558,11 @@ def feeds_host_api(ctx: Context) -> bool:
 
 
 # An evaluator of a host evaluation API, called or fed in a loop: `coco_evaluator.update(res)`,
-# `COCOeval(...)`, `panoptic_evaluator.update(...)`, `lvis_eval(...)`.
-_EVALUATOR = re.compile(r"(?i)(?:coco|lvis|panoptic|cityscapes)\w*eval")
+# `COCOeval(...)`, `panoptic_evaluator.update(...)`, `lvis_eval(...)`, and the
+# plain `evaluator` of the DETR family and detectron2 (`for evaluator in
+# evaluator_list: evaluator.update(res)`, `evaluator.process(inputs, outputs)`),
+# whose `update`/`process` turns each batch's results into host lists.
+_EVALUATOR = re.compile(r"(?i)(?:coco|lvis|panoptic|cityscapes)\w*eval|^evaluators?$")
 
 
 def feeds_host_evaluator(ctx: Context, cache: Dict[int, "LoopFacts"]) -> bool:

@@ -178,7 +178,9 @@ class ItemInLoop(Rule):
       calls it from a loop that waits for the device every iteration anyway
       (DETR's training loop, which reads the loss to stop on a non-finite
       value with `sys.exit(1)`, and its evaluation loop, which hands every
-      batch's results to `coco_evaluator.update(res)`);
+      batch's results to `coco_evaluator.update(res)`; MDETR's, which does so
+      in a loop over its evaluators under `if not args.no_detection:`, an
+      opt-out flag);
     - a module that imports PyTorch only for TensorBoard logging
       (`from torch.utils.tensorboard import SummaryWriter` in a JAX program):
       its arrays are not torch tensors;
@@ -195,7 +197,9 @@ class ItemInLoop(Rule):
       `cityscapesscripts` at its top level; not a script importing one inside
       a function for a final score): the host values are the point; and reads
       in a loop that feeds an evaluator of such an API every iteration
-      (`coco_evaluator.update(res)`, `COCOeval(...)`; also in a comprehension
+      (`coco_evaluator.update(res)`, `COCOeval(...)`, a plain `evaluator`
+      of the DETR family or detectron2: `for evaluator in evaluator_list:
+      evaluator.update(res)`; also in a comprehension
       or a loop over that iteration's results inside it): the evaluator turns
       the results into lists every iteration, so the loop waits anyway (a
       scoring after the loop does not count);

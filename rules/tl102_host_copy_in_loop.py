@@ -28,6 +28,7 @@ from torchlint.rules._sync import (
     host_consumer,
     in_data_pipeline,
     in_timing_loop,
+    iterates_chunks,
     in_training_code,
     is_constant_display,
     iterates_mapping,
@@ -64,7 +65,10 @@ class HostCopyInLoop(Rule):
     over one such pass's batch items), only the
     copies that the device could spare are reported: results appended to a
     list that the function later joins with `torch.cat`/`torch.stack` (the
-    rule's example: one copy after the loop does the same), a copy that is an
+    rule's example: one copy after the loop does the same; not in a loop over
+    the pieces of one tensor, `for part in embs.split(1 << 18):`, which cuts
+    the work to bound device memory and moves each piece's results out on
+    purpose), a copy that is an
     operand of a comparison or arithmetic (`(pred.cpu().numpy() ==
     y.cpu().numpy()).sum()`: a metric the device computes as well; not a
     threshold against a number, `probs.cpu().numpy() > 0.5`, nor a scaling
@@ -398,9 +402,9 @@ class HostCopyInLoop(Rule):
         top, index = chain_top(ctx)
         if id(top) in self._reported:
             return
-        if (method_name(top) != "item" and not in_training_code(ctx, self._facts)
-                and not host_arithmetic(ctx, index) and not gathered_for_concatenation(ctx, index, self._joined)):
-            return  # evaluation or inference: host copies feed host code (metrics, files, drawing)
+        if (method_name(top) != "item" and not in_training_code(ctx, self._facts) and not host_arithmetic(ctx, index)
+                and (iterates_chunks(loop) or not gathered_for_concatenation(ctx, index, self._joined))):
+            return  # evaluation or inference: host copies feed host code (metrics, files, drawing), or pieces of a tensor
         if module_method_follows(ctx.stack, index):
             return  # `m.cpu().parameters()`: `m` is a module
         if copies_weights(ctx) or gathered_once(ctx, loop, recv):

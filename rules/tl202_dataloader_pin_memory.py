@@ -513,7 +513,7 @@ class DataLoaderPinMemory(Rule):
             items, batch = where.loader(call, location)
             if DEVICE in (items, batch):
                 continue
-            if batch != HOST and unpinnable_batches(call, self.context, location, where):
+            if unpinnable_batches(call, self.context, location, where):
                 continue  # a batch class of its own without `pin_memory()`: pinning leaves it alone
             if items != HOST and self._in_memory(dataset, location, where):
                 # A `TensorDataset` of tensors the program computed where it

@@ -11,7 +11,7 @@ from torchlint.rules._copies import CopyLoops, pinned_loaders_given
 from torchlint.rules._helpers import has_star, keyword, method_name
 from torchlint.rules._loaders import DEVICE, HOST, UNKNOWN, PinnedLoaders, is_dataloader, pinned_elsewhere, placement
 from torchlint.rules._frequency import runs_once_by_path
-from torchlint.rules._sync import runs_one_iteration
+from torchlint.rules._sync import empties_device_every_iteration, runs_one_iteration
 
 
 
@@ -143,7 +143,10 @@ class CopyWithoutNonBlocking(CopyLoops, Rule):
     `collate_fn` is not seen here. A copy made in a helper function that the
     loop calls is not followed. Nor is a copy in a file that runs once or whose
     loops are a measurement (a test file, an export or conversion script, a
-    benchmark or `measure_*.py` script, as in `docs/precision.md`). Nor is a loop whose body ends with an
+    benchmark or `measure_*.py` script, as in `docs/precision.md`). Nor is a
+    loop that waits for the device every iteration by design, in a statement
+    of its own (`torch.cuda.empty_cache()` or `torch.cuda.synchronize()`): the
+    copy has no queued work to wait for. Nor is a loop whose body ends with an
     unconditional `break` (or `return`/`raise`): it copies one batch, once
     (a data-dependent initialisation, `for x, y in loader: model(x.cuda());
     break`).
@@ -318,8 +321,8 @@ class CopyWithoutNonBlocking(CopyLoops, Rule):
         self._note_pinned_factories(node, pinned)
         reported = set()
         for loop in self._loops:
-            if runs_one_iteration(loop.node):
-                continue  # `for x in loader: ...; break`: one batch, once
+            if runs_one_iteration(loop.node) or empties_device_every_iteration(self.context, loop.node):
+                continue  # `for x in loader: ...; break`: one batch, once; a loop that empties the cache
             found = pinned.pinned(loop.loader, loop.location)
             if not found:
                 continue

@@ -9,6 +9,7 @@ from torchlint.rules._program import (
     REPRODUCIBILITY_PURPOSE,
     REPRODUCIBILITY_SWITCH,
     in_scope_named,
+    in_self_test,
     is_benchmark_path,
     runs_no_convolution,
     is_verification_path,
@@ -46,6 +47,9 @@ class DeterministicAlgorithms(Rule):
       `demo.py`, a `demo/` directory), that train nothing (no backward pass:
       a demo that loads a model and samples, seeded so that its pictures come
       out the same);
+      a model module's self-test (an `if __name__ == "__main__":` block
+      with no loop, in a file with no backward pass, that runs the model
+      once on a dummy input);
       benchmark scripts (`bench` in the file or directory name), which
       measure one configuration on purpose, often comparing results between
       runs; and conversion or verification scripts (a file named
@@ -170,7 +174,7 @@ class DeterministicAlgorithms(Rule):
     def _switched(self) -> bool:
         return under_switch(self.context, REPRODUCIBILITY_SWITCH) or in_scope_named(
             self.context, REPRODUCIBILITY_PURPOSE
-        )
+        ) or in_self_test(self.context)
 
     def visit_Call(self, node: cst.Call) -> None:
         if self._off or not node.args:

@@ -208,14 +208,49 @@ def discover(
         if given.is_dir():
             root = given.resolve()
             ignores = _parent_ignores(root)
-            for path in _walk(root, excludes_for, ignores, seen_dirs, errors):
-                files.append(_display_path(given, root, path))
+            walked = list(_walk(root, excludes_for, ignores, seen_dirs, errors))
+            copies = run_copies([p.relative_to(root) for p in walked])
+            for path in walked:
+                if path.relative_to(root) not in copies:
+                    files.append(_display_path(given, root, path))
         elif given.exists() or given.is_symlink():
             files.append(given)
         else:
             errors.append((given, "No such file or directory"))
     unique = sorted(set(files), key=lambda p: p.as_posix())
     return Discovery(unique, errors)
+
+
+# Folders a training run writes its outputs to; research code often copies the
+# model's modules there next to the checkpoints (`log/classification/<run>/`).
+RUN_OUTPUT_DIRS = frozenset({
+    "log", "logs", "runs", "output", "outputs", "experiments", "exp", "exps", "checkpoints",
+    "ckpt", "ckpts", "save", "saved", "work_dirs", "wandb", "lightning_logs", "mlruns",
+})
+
+
+def run_copies(files: Sequence[Path]) -> set:
+    """The files (paths relative to a searched directory) that are copies of the
+    project's modules saved with a training run: every Python file of their
+    folder, which sits under a run-output folder (``RUN_OUTPUT_DIRS``, matched
+    case-insensitively) and is not a package (no ``__init__.py``), is named like
+    a module of the project outside such folders.  The run never imports them,
+    and a finding there is a finding in the module they copy."""
+    def in_run_output(path: Path) -> bool:
+        return any(part.lower() in RUN_OUTPUT_DIRS for part in path.parts[:-1])
+
+    outside = {p.name for p in files if p.suffix == ".py" and not in_run_output(p)}
+    folders: dict = {}
+    for p in files:
+        if in_run_output(p):
+            folders.setdefault(p.parent, []).append(p)
+    copies = set()
+    for members in folders.values():
+        python = [p for p in members if p.suffix in (".py", ".pyi")]
+        if python and len(python) == len(members) and all(
+                p.name != "__init__.py" and p.name in outside for p in python):
+            copies.update(python)
+    return copies
 
 
 def _display_path(given: Path, root: Path, path: Path) -> Path:
