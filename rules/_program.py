@@ -619,6 +619,28 @@ def other_branch_sets(context: Context, qualname: str, value: bool) -> bool:
     return False
 
 
+def function_restores(context: Context, qualname: str, value: bool) -> bool:
+    """Whether the function around the node being visited also assigns
+    ``qualname = value`` at its top level, after it: ``cudnn.benchmark = False``
+    for a validation pass over inputs of every length, and ``True`` again at
+    its end (MelGAN's ``validate``), is a scoped setting, not the run's."""
+    function = context.enclosing_function()
+    body = getattr(function, "body", None)
+    if not isinstance(body, cst.IndentedBlock):
+        return False
+    statements = list(body.body)
+    here = next((k for k, st in enumerate(statements) if any(n is st for n in context.stack)), None)
+    if here is None:
+        return False
+    for statement in statements[here + 1:]:
+        if isinstance(statement, cst.SimpleStatementLine):
+            for small in statement.body:
+                if isinstance(small, cst.Assign) and literal_bool(small.value) is value and any(
+                        context.qualname(t.target) == qualname for t in small.targets):
+                    return True
+    return False
+
+
 # A reproducibility switch: ``if args.deterministic:``, ``if seed is not None:``.
 REPRODUCIBILITY_SWITCH = re.compile(r"determin|reproduc|seed", re.IGNORECASE)
 

@@ -306,13 +306,16 @@ class Finder:
         return True
 
     def _host_value(self, value: cst.BaseExpression, location, seen: set) -> bool:
-        """Literals, ``x.item()``, ``float(...)``, ``len(...)``,
-        ``optimizer.param_groups[0]["lr"]``, ``group["lr"]`` in a loop over
+        """Literals, ``x.item()``, ``float(...)``, ``len(...)``, clock reads
+        (``time.time()``) and arithmetic of such values (``time.time() -
+        model_time``), ``optimizer.param_groups[0]["lr"]``, ``group["lr"]`` in a loop over
         ``optimizer.param_groups``, ``max``/``min``/``abs`` of such values, or
         a name every reaching binding of which is one of those (``max_lr =
         max(max_lr, group["lr"])`` folds the name into itself)."""
         if _host_expr(value):
             return True
+        if isinstance(value, cst.BinaryOperation):  # `time.time() - model_time`
+            return self._host_value(value.left, location, seen) and self._host_value(value.right, location, seen)
         if isinstance(value, cst.Call) and isinstance(value.func, cst.Name) and value.func.value in _HOST_FOLDS:
             return bool(value.args) and not any(a.star for a in value.args) and all(
                 self._host_value(a.value, location, seen) for a in value.args)
@@ -556,6 +559,7 @@ def _tail(func: cst.BaseExpression) -> str:
 _HOST_CALLS = frozenset({"float", "int", "len", "round", "bool", "str"})
 _HOST_METHODS = frozenset({"item", "tolist"})
 _HOST_FOLDS = frozenset({"max", "min", "abs"})  # of host values: a host value
+_CLOCKS = frozenset({"time", "perf_counter", "monotonic", "process_time"})
 
 
 def _host_expr(expr: cst.CSTNode) -> bool:
@@ -571,6 +575,8 @@ def _host_expr(expr: cst.CSTNode) -> bool:
         func = expr.func
         if isinstance(func, cst.Name):
             return func.value in _HOST_CALLS
+        if isinstance(func, cst.Attribute) and isinstance(func.value, cst.Name) and func.value.value == "time":
+            return func.attr.value in _CLOCKS and not expr.args  # `time.time()`: a clock read is a float
         return isinstance(func, cst.Attribute) and func.attr.value in _HOST_METHODS and not expr.args
     if isinstance(expr, cst.Subscript):
         root = expr.value

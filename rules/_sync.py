@@ -2118,7 +2118,9 @@ CONCATENATIONS = frozenset(
 _RUNTIMES = re.compile(r"\b(?:onnxruntime|OnnxRuntimeModel|InferenceSession|tensorrt|tritonclient|openvino)\b")
 _RUNTIME_WORDS = ("onnxruntime", "OnnxRuntimeModel", "InferenceSession", "tensorrt", "tritonclient", "openvino")
 # Names in a test that switches between the device and the host (`args.use_cuda`, `use_gpu`).
-_DEVICE_SWITCH = re.compile(r"cuda|gpu", re.IGNORECASE)
+# A switch between device and host code: `if args.use_cuda:`, `if not use_gpu:`, and
+# `if use_torch:` (pytorch-ddpm's Inception score: torch on the device, or NumPy).
+_DEVICE_SWITCH = re.compile(r"cuda|gpu|^use_torch$", re.IGNORECASE)
 
 
 def feeds_model_runtime(source: str) -> bool:
@@ -2239,7 +2241,7 @@ def host_branch_of_device_switch(ctx: Context, loop: cst.CSTNode) -> bool:
     """Whether the node being visited is, inside ``loop``, in the branch that a
     device switch takes to keep data on the host: the ``else`` of ``if
     args.use_cuda:`` or the body of ``if not use_gpu:`` (a feature bank too
-    large for the GPU)."""
+    large for the GPU), or the ``else`` of ``if use_torch:`` (a NumPy path)."""
     stack = ctx.stack
     for i in range(len(stack) - 2, -1, -1):
         node = stack[i]

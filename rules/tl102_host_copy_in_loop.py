@@ -216,8 +216,9 @@ class HostCopyInLoop(Rule):
       there costs nothing (a sync without a clock is TL103's finding, and
       the reads after it are reported: they become the wait once it goes);
     - a copy in the branch a device switch takes to keep data on the host
-      (the `else` of `if args.use_cuda:`, the body of `if not use_gpu:`): a
-      feature bank too large for the GPU is kept on the host on purpose;
+      (the `else` of `if args.use_cuda:` or of `if use_torch:`, the body of
+      `if not use_gpu:`): a feature bank too large for the GPU, or a NumPy
+      computation the user chose, is kept on the host on purpose;
     - a comprehension that is not inside a loop statement and copies one
       concatenated tensor per element (`[torch.cat(v).cpu() for v in zip(*results)]`):
       that is already the copy-once form;

@@ -14,6 +14,7 @@ from torchlint.rules._program import (
     ProgramRule,
     in_scope_named,
     is_verification_path,
+    function_restores,
     notebook_trains_nothing,
     other_branch_sets,
     under_switch,
@@ -53,7 +54,10 @@ class CudnnBenchmarkDisabled(ProgramRule):
     Not reported: an assignment of anything but the literal `False`
     (`cudnn.benchmark = args.benchmark` is the user's choice); one in a
     branch of an `if` whose other branch sets it to `True` (`if
-    args.use_cudnn: ... = True` / `else: ... = False`: the user's switch); an
+    args.use_cudnn: ... = True` / `else: ... = False`: the user's switch); one
+    in a function that sets it back to `True` later in its body (a validation
+    pass over inputs of every length turns the autotuner off for itself
+    only, MelGAN's `validate`); an
     assignment inside an `if` whose test names a reproducibility switch (`if
     args.deterministic:`, `if args.seed is not None:`), since the fast path is
     then the default; an assignment inside a function or class whose name says
@@ -264,6 +268,7 @@ class CudnnBenchmarkDisabled(ProgramRule):
                     and not is_verification_path(self.context.path)
                     and not notebook_trains_nothing(self.context)
                     and not other_branch_sets(self.context, _BENCHMARK, True)  # a user's switch
+                    and not function_restores(self.context, _BENCHMARK, True)  # off for one pass only
                 ):
                     self._disabled.append((node, self._scope()))
             elif q == _DETERMINISTIC and literal_bool(node.value) is True:

@@ -200,6 +200,10 @@ def test_non_python_notebooks_and_cell_magics_are_skipped():
     # Python, not IPython: % and ! inside strings and brackets, continued lines
     ("s = '''\n%d items\n!x\n'''\ny = (a\n     % b)\nz = a \\\n  % b", []),
     ("x = [\n    1,\n]\n%time f()", [4]),
+    # IPython's automagic: a line magic without its `%` (ZoeDepth's quickstart: `cd ZoeDepth`)
+    ("cd ZoeDepth\npip install timm\nls -la\nmatplotlib inline\nimport torch", [1, 2, 3, 4]),
+    # ... but a line that is Python stays Python
+    ("time = 5\nrun = time - 1\nls = [1]\ncd = ls\nenv (1)", []),
 ])
 def test_mask_cell(source, masked_lines):
     masked, originals = mask_cell(source)

@@ -314,3 +314,101 @@ def test_tl201_a_branch_for_an_empty_input_is_an_edge_case():
 
 def test_tl201_a_branch_on_another_size_is_reported():
     assert found(SEARCH.replace("if approx.shape[0] == 0:", "if approx.shape[0] == 1:"), "TL201") == [("TL201", 10)]
+
+
+# -- set CCC: a logger given a clock read; a NumPy path; a scoped autotuner switch ---------
+
+EVAL_TIMED = """\
+import time
+
+import torch
+from metrics import MetricLogger
+
+
+@torch.no_grad()
+def evaluate(model, loader, device):
+    logger = MetricLogger()
+    for image, targets in loader:
+        model_time = time.time()
+        outputs = model(image.to(device))
+        model_time = time.time() - model_time
+        logger.update(model_time=model_time)
+"""
+
+
+def test_tl101_a_logger_given_only_a_clock_read_has_nothing_to_wait_for(runner, workdir):
+    (workdir / "metrics.py").write_text(METRICS)
+    (workdir / "engine.py").write_text(EVAL_TIMED)
+    assert _concise(runner, "--select", "TL101", ".") == []
+    # the outputs themselves: tensors
+    (workdir / "engine.py").write_text(EVAL_TIMED.replace("logger.update(model_time=model_time)",
+                                                          "logger.update(score=outputs.max())"))
+    assert _concise(runner, "--select", "TL101", ".") == ["metrics.py:11:21: TL101"]
+
+
+INCEPTION = """\
+import numpy as np
+import torch
+
+
+def get_inception_score(model, images, use_torch=False):
+    preds = []
+    for start in range(0, len(images), 50):
+        batch = torch.from_numpy(images[start:start + 50]).cuda()
+        pred = model(batch)[0]
+        if use_torch:
+            preds.append(pred)
+        else:
+            preds.append(pred.cpu().numpy())
+    return torch.cat(preds) if use_torch else np.concatenate(preds)
+
+
+def train(model, loader, optimizer, images):
+    for x in loader:
+        optimizer.zero_grad()
+        model(x.cuda()).sum().backward()
+        optimizer.step()
+        get_inception_score(model, images)
+"""
+
+
+def test_tl102_the_numpy_branch_of_a_use_torch_switch_is_the_users_choice():
+    assert found(INCEPTION, "TL102", path="score.py") == []
+
+
+def test_tl102_the_same_copy_without_the_switch_is_reported():
+    code = INCEPTION.replace("        if use_torch:\n            preds.append(pred)\n        else:\n            ",
+                             "        ")
+    assert found(code, "TL102", path="score.py") == [("TL102", 10)]
+
+
+VALIDATE = """\
+import torch
+
+
+def validate(generator, valloader):
+    generator.eval()
+    torch.backends.cudnn.benchmark = False
+    with torch.no_grad():
+        for mel, audio in valloader:
+            generator(mel.cuda())
+    torch.backends.cudnn.benchmark = True
+
+
+def train(generator, loader, optimizer, valloader):
+    torch.backends.cudnn.benchmark = True
+    for mel, audio in loader:
+        optimizer.zero_grad()
+        generator(mel.cuda()).mean().backward()
+        optimizer.step()
+    validate(generator, valloader)
+"""
+
+
+def test_tl501_the_autotuner_turned_off_for_one_validation_pass_only():
+    assert found(VALIDATE, "TL501") == []
+
+
+def test_tl501_turned_off_and_left_off_is_reported():
+    code = VALIDATE.replace("    torch.backends.cudnn.benchmark = True\n\n\ndef train", "\n\ndef train")
+    assert found(code, "TL501") == [("TL501", 6)]

@@ -13,8 +13,10 @@ a text and back, and knows no rule.
   one line each (a comment, or ``pass`` with a comment where the line sits in
   an indented block), so line numbers do not move: line magics (``%time
   f()``), shell escapes (``!pip install ...``), ``x = !cmd`` and ``x = %magic``
-  assignments, help (``?obj``, ``obj?``), and the continuation lines of such a
-  line ending in ``\\``.  Only the start of a logical line counts: a ``%`` line
+  assignments, help (``?obj``, ``obj?``), a line magic written without its
+  ``%`` (IPython's automagic: ``cd ZoeDepth``, ``pip install timm``, ``ls -la``;
+  a line that is Python, such as ``time = 5``, stays Python), and the
+  continuation lines of such a line ending in ``\\``.  Only the start of a logical line counts: a ``%`` line
   inside brackets or a triple-quoted string is Python.  A cell magic whose body
   is Python (``%%time``, ``%%timeit``, ``%%capture``, ``%%prun``, ``%%debug``,
   ``%%memit``, ``%%mprun``) has its first line masked and its body analysed;
@@ -54,6 +56,13 @@ PYTHON_CELL_MAGICS = frozenset({"time", "timeit", "capture", "prun", "debug", "m
 _NEWLINE = re.compile(r"\r\n|\r|\n")
 _ASSIGN_MAGIC = re.compile(r"[A-Za-z_][\w.]*(?:\s*,\s*[A-Za-z_][\w.]*)*\s*,?\s*=\s*[!%]")
 _HELP_END = re.compile(r"[A-Za-z_*][\w.*]*\?{1,2}\s*$")
+# IPython's automagic: a line magic written without its `%` (`cd ZoeDepth`,
+# `pip install timm`, `ls -la`, `matplotlib inline`), which IPython runs when
+# the line is not Python (or passes an option).
+_AUTOMAGIC = re.compile(
+    r"(?:cd|ls|pwd|pip|conda|mkdir|rmdir|rm|cp|mv|cat|env|load_ext|reload_ext|autoreload|matplotlib|time|timeit|"
+    r"run|history|who|whos|reset|pdb|precision|tensorflow_version|set_env)[ \t]+(?P<rest>\S.*)$"
+)
 _WS = re.compile(r"[ \t\n\r]*")
 _ESCAPED_NON_ASCII = re.compile(r"(?<!\\)\\u(?:00[89a-fA-F]|0[1-9a-fA-F][0-9a-fA-F]|[1-9a-fA-F][0-9a-fA-F]{2})[0-9a-fA-F]")
 
@@ -145,7 +154,22 @@ def _is_magic(stripped: str) -> bool:
     first = stripped[0]
     if first in "%!?":
         return True
-    return bool(_ASSIGN_MAGIC.match(stripped) or _HELP_END.match(stripped))
+    return bool(_ASSIGN_MAGIC.match(stripped) or _HELP_END.match(stripped) or _is_automagic(stripped))
+
+
+def _is_automagic(stripped: str) -> bool:
+    found = _AUTOMAGIC.match(stripped.rstrip())
+    if found is None:
+        return False
+    if re.match(r"-[A-Za-z]", found.group("rest")):
+        return True  # `ls -la`, `pip -q install x`: an option (`x -y` would be Python)
+    try:
+        compile(stripped, "<cell>", "exec")
+    except SyntaxError:
+        return True  # `cd ZoeDepth`: not Python, so IPython runs the magic
+    except (ValueError, MemoryError, RecursionError, OverflowError):
+        return False
+    return False  # `time = 5`, `run -1`: Python
 
 
 def mask_cell(source: str) -> Tuple[Optional[str], List[Tuple[str, str]]]:
