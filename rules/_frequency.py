@@ -1181,12 +1181,7 @@ def under_debug_switch(ctx: Context) -> bool:
     and step % 10 == 0:``; not ``if not args.debug:`` or its ``else``): the
     prints and checks there run when the user debugs, not in the run whose
     steps the rules speak of."""
-    stack = ctx.stack
-    for i, node in enumerate(stack[:-1]):
-        if type(node) is cst.If and stack[i + 1] is node.body and any(
-                _names_debug(t) for t in _and_operands(node.test)):
-            return True
-    return False
+    return _in_body_of_if(ctx, _names_debug)
 
 
 def under_empty_case(ctx: Context) -> bool:
@@ -1194,10 +1189,15 @@ def under_empty_case(ctx: Context) -> bool:
     an empty input (``if approx_scores.shape[0] == 0:``, ``if len(boxes) ==
     0:``, ``if x.numel() == 0:``, ``if not len(pids):``): an edge case that
     the steps rarely take."""
+    return _in_body_of_if(ctx, _tests_empty)
+
+
+def _in_body_of_if(ctx: Context, asks) -> bool:
+    """Whether the node being visited is in the body of an ``if`` one of whose
+    ``and`` operands ``asks`` accepts."""
     stack = ctx.stack
     for i, node in enumerate(stack[:-1]):
-        if type(node) is cst.If and stack[i + 1] is node.body and any(
-                _tests_empty(t) for t in _and_operands(node.test)):
+        if type(node) is cst.If and stack[i + 1] is node.body and any(asks(t) for t in _and_operands(node.test)):
             return True
     return False
 

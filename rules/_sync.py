@@ -115,9 +115,7 @@ def runs_one_iteration(loop: cst.CSTNode) -> bool:
 
 # Calls that wait for the whole device: `torch.cuda.empty_cache()` frees the
 # cached blocks only after synchronizing.
-_DEVICE_WAITS = frozenset({
-    "torch.cuda.synchronize", "torch.cuda.empty_cache", "torch.cuda.ipc_collect", "torch.cuda.current_stream().synchronize",
-})
+_DEVICE_WAITS = frozenset({"torch.cuda.synchronize", "torch.cuda.empty_cache", "torch.cuda.ipc_collect"})
 
 
 def empties_device_every_iteration(ctx: Context, loop: cst.CSTNode) -> bool:
@@ -2117,9 +2115,9 @@ CONCATENATIONS = frozenset(
 # Modules that run models with ONNX Runtime, TensorRT, Triton or OpenVINO.
 _RUNTIMES = re.compile(r"\b(?:onnxruntime|OnnxRuntimeModel|InferenceSession|tensorrt|tritonclient|openvino)\b")
 _RUNTIME_WORDS = ("onnxruntime", "OnnxRuntimeModel", "InferenceSession", "tensorrt", "tritonclient", "openvino")
-# Names in a test that switches between the device and the host (`args.use_cuda`, `use_gpu`).
-# A switch between device and host code: `if args.use_cuda:`, `if not use_gpu:`, and
-# `if use_torch:` (pytorch-ddpm's Inception score: torch on the device, or NumPy).
+# Names in a test that switches between the device and the host: `if args.use_cuda:`,
+# `if not use_gpu:`, and `if use_torch:` (pytorch-ddpm's Inception score: torch on
+# the device, or NumPy).
 _DEVICE_SWITCH = re.compile(r"cuda|gpu|^use_torch$", re.IGNORECASE)
 
 

@@ -204,6 +204,7 @@ def test_non_python_notebooks_and_cell_magics_are_skipped():
     ("cd ZoeDepth\npip install timm\nls -la\nmatplotlib inline\nimport torch", [1, 2, 3, 4]),
     # ... but a line that is Python stays Python
     ("time = 5\nrun = time - 1\nls = [1]\ncd = ls\nenv (1)", []),
+    ("env = {\n    'a': 1,\n}\ntime (a,\n      b)", []),
 ])
 def test_mask_cell(source, masked_lines):
     masked, originals = mask_cell(source)

@@ -223,9 +223,10 @@ def discover(
 
 # Folders a training run writes its outputs to; research code often copies the
 # model's modules there next to the checkpoints (`log/classification/<run>/`).
+# (Not `exp`/`experiments`: those usually hold the experiments' own configurations.)
 RUN_OUTPUT_DIRS = frozenset({
-    "log", "logs", "runs", "output", "outputs", "experiments", "exp", "exps", "checkpoints",
-    "ckpt", "ckpts", "save", "saved", "work_dirs", "wandb", "lightning_logs", "mlruns",
+    "log", "logs", "runs", "output", "outputs", "checkpoints", "ckpt", "ckpts", "save", "saved",
+    "work_dirs", "wandb", "lightning_logs", "mlruns",
 })
 
 

@@ -58,10 +58,11 @@ _ASSIGN_MAGIC = re.compile(r"[A-Za-z_][\w.]*(?:\s*,\s*[A-Za-z_][\w.]*)*\s*,?\s*=
 _HELP_END = re.compile(r"[A-Za-z_*][\w.*]*\?{1,2}\s*$")
 # IPython's automagic: a line magic written without its `%` (`cd ZoeDepth`,
 # `pip install timm`, `ls -la`, `matplotlib inline`), which IPython runs when
-# the line is not Python (or passes an option).
+# the line is not Python (or passes an option).  Its argument starts like a word, a
+# path, an option or a string: `env = {` or `time (a,` opening a statement is Python.
 _AUTOMAGIC = re.compile(
     r"(?:cd|ls|pwd|pip|conda|mkdir|rmdir|rm|cp|mv|cat|env|load_ext|reload_ext|autoreload|matplotlib|time|timeit|"
-    r"run|history|who|whos|reset|pdb|precision|tensorflow_version|set_env)[ \t]+(?P<rest>\S.*)$"
+    r"run|history|who|whos|reset|pdb|precision|tensorflow_version|set_env)[ \t]+(?P<rest>[\w\-./~\"'$].*)$"
 )
 _WS = re.compile(r"[ \t\n\r]*")
 _ESCAPED_NON_ASCII = re.compile(r"(?<!\\)\\u(?:00[89a-fA-F]|0[1-9a-fA-F][0-9a-fA-F]|[1-9a-fA-F][0-9a-fA-F]{2})[0-9a-fA-F]")
