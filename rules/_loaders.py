@@ -818,10 +818,9 @@ class Placement:
         if isinstance(expr, cst.Call):
             if keyword(expr, "device") is not None:
                 return DEVICE  # partial(collate, device=device)
-            if ctx.qualname(expr.func) in ("functools.partial",):
-                first = positional(expr)
-                if first and not expr.args[0].star:
-                    return self.collate(first[0].value, location, depth + 1)
+            bound = partial_target(expr, ctx)
+            if bound is not None:
+                return self.collate(bound, location, depth + 1)
             return UNKNOWN
         qualified = ctx.qualname(expr)
         if qualified in _DEFAULT_COLLATES:
@@ -1153,6 +1152,15 @@ def _update(chain: Tuple[cst.CSTNode, ...], line: Optional[cst.CSTNode]) -> Opti
     return None
 
 
+def partial_target(expr: cst.BaseExpression, ctx: Context) -> Optional[cst.BaseExpression]:
+    """The function ``functools.partial(f, ...)`` binds (``f``), or None."""
+    if isinstance(expr, cst.Call) and ctx.qualname(expr.func) == "functools.partial":
+        first = positional(expr)
+        if first and not expr.args[0].star:
+            return first[0].value
+    return None
+
+
 def unpinnable_batches(call: cst.Call, ctx: Context, location: Optional[Location] = None, where=None) -> bool:
     """Whether the loader's `collate_fn` builds the batch around an object that
     pinning leaves alone (a class of its module without a `pin_memory()`
@@ -1165,9 +1173,7 @@ def unpinnable_batches(call: cst.Call, ctx: Context, location: Optional[Location
         return False
     if location is not None and where is not None and _yields_images(call, ctx, location, where):
         return True
-    function = collate.value
-    if type(function) is cst.Call and function.args and ctx.qualname(function.func) == "functools.partial":
-        function = function.args[0].value  # `partial(utils.collate_fn, False)`: the function it binds
+    function = partial_target(collate.value, ctx) or collate.value  # `partial(utils.collate_fn, False)`
     if not isinstance(function, (cst.Name, cst.Attribute)):
         return False
     written = dotted_name(function)

@@ -667,6 +667,7 @@ def unwrap_iterable(expr: cst.BaseExpression, wrappers: frozenset) -> cst.BaseEx
 
 
 _CHUNKING = frozenset({"split", "chunk", "tensor_split"})
+_CHUNK_WRAPPERS = _ORDER_WRAPPERS | {"tqdm"}
 
 
 def iterates_chunks(loop: cst.CSTNode) -> bool:
@@ -676,7 +677,7 @@ def iterates_chunks(loop: cst.CSTNode) -> bool:
     piece by piece (ColBERT's index compression) on purpose."""
     if not isinstance(loop, cst.For):
         return False
-    expr = unwrap_iterable(loop.iter, _ORDER_WRAPPERS | {"tqdm"})
+    expr = unwrap_iterable(loop.iter, _CHUNK_WRAPPERS)
     return isinstance(expr, cst.Call) and isinstance(expr.func, cst.Attribute) and expr.func.attr.value in _CHUNKING
 
 

@@ -240,11 +240,13 @@ def run_copies(files: Sequence[Path]) -> set:
     def in_run_output(path: Path) -> bool:
         return any(part.lower() in RUN_OUTPUT_DIRS for part in path.parts[:-1])
 
-    outside = {p.name for p in files if p.suffix == ".py" and not in_run_output(p)}
+    outside = set()
     folders: dict = {}
     for p in files:
         if in_run_output(p):
             folders.setdefault(p.parent, []).append(p)
+        elif p.suffix == ".py":
+            outside.add(p.name)
     copies = set()
     for members in folders.values():
         python = [p for p in members if p.suffix in (".py", ".pyi")]
