@@ -41,6 +41,7 @@ import libcst as cst
 from torchlint.nodes import iter_children, target_names, walk_nodes
 from torchlint.rules._frequency import FrequencyModel, non_finite_test, qualified_name, runs_once_by_path
 from torchlint.rules._copies import batches_copied
+from torchlint.rules._reach import never_run  # noqa: F401 - for the engine (UNREFERENCED)
 from torchlint.rules._project_text import (  # noqa: F401 - DDP, HOST_ARGS: for caller_trait's users
     COPIED,
     DDP,

@@ -142,6 +142,31 @@ def might_call(text: str, target_path: str, qualname: str) -> bool:
     return _imports_module(text, parts[-1])
 
 
+def shadowed(caller: str, target_path: str, files: FrozenSet[str], text: str) -> bool:
+    """Whether ``caller`` (its ``text``) imports a module of its own by the
+    target's name: a file of the run at the same path relative to the
+    caller's folder as the target's last parts, imported by exactly that
+    dotted name (``imagebind_LLM/main_finetune.py``'s ``from engine_finetune
+    import train_one_epoch`` finds ``imagebind_LLM/engine_finetune.py``, not
+    ``gorilla/finetune/engine_finetune.py``: the script's folder leads
+    ``sys.path``).  In a repository of several projects with same-named
+    modules such a caller does not reach the target.  ``files``: the run's
+    files, with ``/`` separators."""
+    folder = caller.replace("\\", "/").rpartition("/")[0]
+    parts = target_path.replace("\\", "/").split("/")
+    for k in range(1, len(parts)):
+        tail = "/".join(parts[-k:])
+        own = f"{folder}/{tail}" if folder else tail
+        if own == "/".join(parts):
+            return False  # the caller's own folder holds the target
+        dotted = ".".join(module_parts(tail))
+        if own in files and dotted and re.search(
+                rf"^[ \t]*(?:from[ \t]+{re.escape(dotted)}[ \t]+import\b|import[ \t]+{re.escape(dotted)}\b(?!\.))",
+                text, re.M):
+            return True
+    return False
+
+
 # At most this many files are taken as callers of a method by its name alone
 # (TL302's question); when more call a method of that name, only those that
 # import the method's module are (a common name says little).

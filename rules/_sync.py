@@ -1174,11 +1174,15 @@ _HOST_ANSWERS = re.compile(r"^torch\.(cuda|distributed|backends|utils|jit|onnx|c
 
 
 def _compares_tensor(ctx: Context, node: cst.Comparison) -> bool:
-    """An order comparison (``<``, ``>``, ``<=``, ``>=``) of a name that every
-    binding the function gives it sets to a torch call returning a tensor
-    (``error = torch.linalg.vector_norm(M - I, torch.inf)`` ... ``while error
-    > tolerance:``): its truth value is read on the host."""
-    if not all(type(p.operator) in _ORDER for p in node.comparisons):
+    """A comparison of a name that every binding the function gives it sets to
+    a tensor: an order comparison (``<``, ``>``, ``<=``, ``>=``) of a torch
+    call's result (``error = torch.linalg.vector_norm(M - I, torch.inf)`` ...
+    ``while error > tolerance:``), or any comparison (``==``, ``!=`` too) of a
+    method chain that names a dimension (``token = probs.argmax(dim=-1).squeeze()``
+    ... ``if token != blank:``, greedy decoding): its truth value is read on
+    the host."""
+    order = all(type(p.operator) in _ORDER for p in node.comparisons)
+    if not order and not all(type(p.operator) in _EQUALITY for p in node.comparisons):
         return False
     location = None
     for side in (node.left, *(p.comparator for p in node.comparisons)):
@@ -1187,15 +1191,32 @@ def _compares_tensor(ctx: Context, node: cst.Comparison) -> bool:
         location = location or ctx.location()
         bindings = ctx.semantic.bindings(side.value, location)
         if bindings and all(
-            b.kind == "value" and type(b.value) is cst.Call
-            and (ctx.qualname(b.value.func) or "").startswith("torch.")
-            and not _HOST_ANSWERS.search(ctx.qualname(b.value.func) or "")
+            b.kind == "value" and type(b.value) is cst.Call and (
+                order and (ctx.qualname(b.value.func) or "").startswith("torch.")
+                and not _HOST_ANSWERS.search(ctx.qualname(b.value.func) or "")
+                or _names_dimension(b.value))
             for b in bindings
         ):
             return True
     return False
 
 
+def _names_dimension(call: cst.Call) -> bool:
+    """A chain of method calls one of which passes ``dim=`` (a tensor's
+    reduction or search: ``probs.argmax(dim=-1).squeeze()``; NumPy says
+    ``axis=``), ending in a method that answers with a tensor (not ``.item()``
+    or ``.tolist()``)."""
+    if isinstance(call.func, cst.Attribute) and call.func.attr.value in _READS:
+        return False
+    node: cst.BaseExpression = call
+    while type(node) is cst.Call and type(node.func) is cst.Attribute:
+        if any(a.keyword is not None and a.keyword.value == "dim" for a in node.args):
+            return True
+        node = node.func.value
+    return False
+
+
+_EQUALITY = (cst.Equal, cst.NotEqual)
 _ORDER = (cst.LessThan, cst.GreaterThan, cst.LessThanEqual, cst.GreaterThanEqual)
 
 

@@ -112,6 +112,7 @@ class ItemInLoop(Rule):
       or control flow depends on device values (`idx = mask.nonzero()`,
       `torch.unique(labels)`, `labels[labels != ignore]`, `if (x > 0).any():`,
       `while not done.all():`, `while error > tol:` on `error = torch.linalg.norm(...)`,
+      `if token != blank:` on `token = probs.argmax(dim=-1)` (greedy decoding),
       `assert torch.isfinite(loss).all()`, `if loss == 0 or not
       torch.isfinite(loss): continue`; the right operand of `and` may not run
       and does not count, that of `or` runs whenever the left is false): one

@@ -191,6 +191,7 @@ class HostCopyInLoop(Rule):
       body and not under a condition, through an operation whose result size
       or control flow depends on device values (`idx = mask.nonzero()`,
       `torch.unique(labels)`, `labels[labels != ignore]`, `if (x > 0).any():`,
+      `if token != blank:` on `token = probs.argmax(dim=-1)`,
       `assert torch.isfinite(loss).all()`, `if loss == 0 or not
       torch.isfinite(loss): continue`): one more wait there adds little;
     - a loop that hands a host copy of device values to host code every

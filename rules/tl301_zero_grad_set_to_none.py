@@ -7,6 +7,7 @@ import libcst as cst
 from torchlint.codemods import calls, statements
 from torchlint.model import Applicability, Fix, FixAvailability
 from torchlint.rule import Benchmark, Invalid, Rule, Valid
+from torchlint.nodes import walk_nodes
 from torchlint.rules._helpers import argument, literal_bool, literal_number, method_name
 from torchlint.rules._training import grad_none_test, is_grad, is_parameter_iterable, uses_grad_after
 
@@ -65,7 +66,11 @@ class ZeroGradSetToNone(Rule):
     zeroing it, and any
     module that writes into gradients in place (`p.grad += g`,
     `p.grad.add_(g)`, `p.grad.copy_(g)`), as parameter servers and manual
-    gradient accumulation do.
+    gradient accumulation do, or that flattens the gradients into one buffer
+    (`torch.cat([p.grad.flatten() for p in params])`, StyleGAN-style
+    training loops, then one all-reduce of the buffer: with gradients set to
+    `None`, a parameter that received none on one process would drop out of
+    its buffer there, and the processes' buffers would no longer match).
 
     Test files (`test_*.py`, `*_test.py`, `conftest.py`, `tests/`) are not
     checked either: a test calls `zero_grad(set_to_none=False)` to check that
@@ -222,6 +227,8 @@ class ZeroGradSetToNone(Rule):
             self._manual_zeroing_call(node, name)
         elif name in ("add_", "copy_") and is_grad(node.func.value):
             self._writes_into_grad = True
+        elif name == "cat" and any(is_grad(n) for n in walk_nodes(node) if type(n) is cst.Attribute):
+            self._writes_into_grad = True  # every gradient flattened into one buffer (for an all-reduce of its own)
 
     def _zero_grad_call(self, node: cst.Call) -> None:
         known, arg = argument(node, "set_to_none", 0)

@@ -504,9 +504,11 @@ def test_a_helper_handed_the_model_needs_no_import_of_its_module(runner, workdir
 
 
 def test_a_method_name_called_in_many_files_is_not_guessed(runner, workdir):
+    # (DomainBed's algorithms are picked by name from a list of them: a class
+    # nothing names would be code that never runs, docs/cli.md)
     (workdir / "algorithms.py").write_text(
         "import torch\n\n\nclass SMA(torch.nn.Module):\n    def predict(self, x):\n"
-        "        self.network_sma.eval()\n        return self.network_sma(x)\n"
+        "        self.network_sma.eval()\n        return self.network_sma(x)\n\n\nALGORITHMS = ['SMA']\n"
     )
     helper = (
         "import torch\n\n\ndef accuracy(network, loader):\n    network.eval()\n"

@@ -8,7 +8,7 @@ import sys
 from collections import Counter
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable, Dict, List, Optional, Sequence, Tuple, Union
+from typing import Callable, Dict, FrozenSet, List, Optional, Sequence, Tuple, Union
 
 import click
 
@@ -165,6 +165,12 @@ class Target:
     display: str
     path: Optional[Path]  # None for standard input
     profile: Optional[Profile] = None  # the file's settings and rules
+    walked: bool = False  # found by walking a directory, not named on the command line
+
+
+def _walked(targets: Sequence[Target]) -> FrozenSet[str]:
+    """The displays of the files found by walking a directory."""
+    return frozenset(t.display for t in targets if t.walked)
 
 
 def _targets(run: Run) -> Tuple[List[Target], List[str]]:
@@ -199,7 +205,7 @@ def _find_targets(run: Run) -> Tuple[List[Target], List[str]]:
         profile = run.profile(f)
         if run.force_exclude and excludes(profile.settings).matches_any_component(f.resolve()):
             continue
-        targets.append(Target(_display(f), f, profile))
+        targets.append(Target(_display(f), f, profile, f in found.walked))
     return targets, problems
 
 
@@ -657,7 +663,7 @@ def _check_all(
             [(t.display, t.path, t.profile or run.profile(t.path)) for t in targets],
             jobs=default_jobs() if jobs is None else jobs, use_cache=use_cache,
             progress=_progress(run, bar), stats=stats, warnings=warnings, facts_out=facts_out,
-            edits_out=edits_out,
+            edits_out=edits_out, walked=_walked(targets),
         )
     finally:
         for b in bar:
@@ -814,7 +820,7 @@ def _fix_all(targets: List[Target], run: Run, mode: str, jobs: Optional[int], us
         results = process_files(
             [(t.display, t.path, t.profile or run.profile(t.path)) for t in targets],
             task=Task(mode, bool(run.settings.unsafe_fixes)), jobs=default_jobs() if jobs is None else jobs,
-            use_cache=use_cache, progress=_progress(run, bar), facts_out=facts,
+            use_cache=use_cache, progress=_progress(run, bar), facts_out=facts, walked=_walked(targets),
         )
     finally:
         for b in bar:

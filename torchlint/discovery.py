@@ -8,7 +8,7 @@ import os
 import re
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable, Iterable, Iterator, List, Optional, Sequence, Tuple
+from typing import Callable, FrozenSet, Iterable, Iterator, List, Optional, Sequence, Tuple
 
 from torchlint.config import Settings
 
@@ -186,6 +186,7 @@ def _parent_ignores(directory: Path) -> List[GitIgnore]:
 class Discovery:
     files: List[Path]
     errors: List[Tuple[Path, str]]
+    walked: FrozenSet[Path] = frozenset()  # the files found by walking a directory (not named)
 
 
 def discover(
@@ -204,6 +205,7 @@ def discover(
     files: List[Path] = []
     errors: List[Tuple[Path, str]] = []
     seen_dirs: set = set()
+    named: set = set()
     for given in paths:
         if given.is_dir():
             root = given.resolve()
@@ -215,10 +217,11 @@ def discover(
                     files.append(_display_path(given, root, path))
         elif given.exists() or given.is_symlink():
             files.append(given)
+            named.add(given)
         else:
             errors.append((given, "No such file or directory"))
     unique = sorted(set(files), key=lambda p: p.as_posix())
-    return Discovery(unique, errors)
+    return Discovery(unique, errors, frozenset(f for f in unique if f not in named))
 
 
 # Folders a training run writes its outputs to; research code often copies the

@@ -117,7 +117,9 @@ def _lint_suppressed(
         return LintResult([], module, pending=pending, calls=calls)
 
     positions = Positions(module, text)
-    positions.prepare([n for f in context.findings for n in (f.node, f.via)], context.paths)
+    never = _never_run(module, project)
+    positions.prepare([*(n for f in context.findings for n in (f.node, f.via)), *never], context.paths)
+    spans = [(positions[n][0][0], positions[n][1][0]) for n in never]
     kept: List[Finding] = []
     diagnostics: List[Diagnostic] = []
     seen = set()
@@ -126,6 +128,8 @@ def _lint_suppressed(
         column += 1
         if suppressions.suppresses(finding.code, line):
             continue
+        if spans and any(start <= line <= end for start, end in spans):
+            continue  # in code that nothing in the project runs (after the noqa check: the comment is used)
         key = (finding.code, line, column)
         if key in seen:  # one report per rule and position
             continue
@@ -158,6 +162,18 @@ def _lint_suppressed(
             diagnostics.append(finding.diagnostic)
     diagnostics.sort(key=Diagnostic.sort_key)
     return LintResult(diagnostics, module, kept, positions, pending=pending, calls=calls)
+
+
+def _never_run(module: cst.Module, project: Optional[Dict[str, Any]]) -> List[cst.CSTNode]:
+    """The module's definitions that nothing in the project runs, when the
+    project index said which of its names no other file mentions
+    (``torchlint.project.UNREFERENCED``)."""
+    from torchlint.project import UNREFERENCED
+
+    fact = ((project or {}).get("frequency") or {}).get(UNREFERENCED)
+    if not fact:
+        return []
+    return project_hooks().never_run(module, fact[1].split())
 
 
 # -- TL001: `# noqa` codes that suppress nothing -----------------------------------

@@ -31,7 +31,7 @@ from collections import Counter
 from dataclasses import dataclass, field
 from functools import lru_cache
 from pathlib import Path
-from typing import Callable, Dict, List, Optional, Sequence, Tuple
+from typing import Callable, Dict, FrozenSet, List, Optional, Sequence, Tuple
 
 from torchlint.config import Profile
 from torchlint.model import Diagnostic
@@ -474,6 +474,7 @@ def process_files(
     stats: Optional[Dict[str, int]] = None,
     facts_out: Optional[Dict[str, dict]] = None,
     edits_out: Optional[Dict[str, dict]] = None,
+    walked: FrozenSet[str] = frozenset(),
 ) -> List[FileResult]:
     """Every file of a run through ``process``: one result per file.
 
@@ -495,7 +496,8 @@ def process_files(
     ``project`` argument takes them.  ``edits_out`` (if given; ``task.edits``
     should be set) receives, per analysed Python file with a fixable
     diagnostic, its fixes' JSON edits as ``fix_edits.for_file`` gives them
-    with those facts.
+    with those facts.  ``walked``: the displays of the files found by walking
+    a directory (only those may be judged code that nothing runs).
     """
     profiles: List[Profile] = []
     index_of: Dict[Profile, int] = {}
@@ -565,7 +567,7 @@ def process_files(
         known = facts_out if facts_out is not None else {}
         replaced, with_facts = _project_index(sorted(results, key=lambda r: order.get(r.display, -1)), profiles,
                                               cache_of if use_cache else (lambda i: None), known, workers,
-                                              task.edits)
+                                              task.edits, walked)
     except KeyboardInterrupt:
         if workers is not None:
             workers.close(now=True)
@@ -649,13 +651,15 @@ def check_files(
     warnings: Optional[List[str]] = None,
     facts_out: Optional[Dict[str, dict]] = None,
     edits_out: Optional[Dict[str, dict]] = None,
+    walked: FrozenSet[str] = frozenset(),
 ) -> Tuple[List[Diagnostic], Dict[str, str]]:
     """Diagnostics (sorted) and the texts of the files that have some: ``check``
     (``process_files`` with the check task).  ``warnings`` (if given) receives
     the warnings about suppression comments, by path and line; ``edits_out``
     (if given) the fixes' JSON edits of the analysed files (``process_files``)."""
     results = process_files(targets, task=Task(edits=edits_out is not None), jobs=jobs, use_cache=use_cache,
-                            progress=progress, stats=stats, facts_out=facts_out, edits_out=edits_out)
+                            progress=progress, stats=stats, facts_out=facts_out, edits_out=edits_out,
+                            walked=walked)
     diagnostics: List[Diagnostic] = []
     sources: Dict[str, str] = {}
     for result in results:
@@ -719,37 +723,56 @@ def _recheck(display: str, path: str, i: int, digest: Optional[str], facts: dict
 
 def _project_index(
     results: List[FileResult], profiles: Sequence[Profile], cache_of, facts_out: Optional[Dict[str, dict]] = None,
-    workers: Optional[Workers] = None, edits: bool = False,
+    workers: Optional[Workers] = None, edits: bool = False, walked: FrozenSet[str] = frozenset(),
 ) -> Tuple[Dict[str, FileResult], List[Tuple[str, FileResult]]]:
     """Facts across modules (torchlint/project.py): the files whose functions
-    other files of the run call (every step, or once), checked again with those
-    facts.  Returns display -> the result that replaces the first one, and the
-    new results to cache under "<path>#<facts hash>"."""
+    other files of the run call (every step, or once), and the files found by
+    walking a directory (``walked``: displays) that define names no other
+    file mentions, checked again with those facts.  Returns display -> the
+    result that replaces the first one, and the new results to cache under
+    "<path>#<facts hash>"."""
     from torchlint import project
 
-    files = [r for r in results
-             if r.path is not None and r.digest is not None and input_for(r.display, None).indexed]
+    everything = {r.display: r for r in results if r.path is not None and r.digest is not None}
+    files = [r for r in everything.values() if input_for(r.display, None).indexed]
     noted = {r.display: r.pending for r in files if r.pending}
-    if not noted or len(files) < 2:
+    # Files whose findings may lie in code that nothing runs (``project.unreferenced``).
+    reach = {r.display: sorted({d.line for d in r.diagnostics if d.code and d.code.startswith("TL") and d.code != "TL001"})
+             for r in files if r.display in walked}
+    reach = {display: lines for display, lines in reach.items() if lines}
+    if not reach and (not noted or len(files) < 2):
         return {}, []
     by_display = {r.display: r for r in files}
 
     def read(display: str) -> Optional[str]:
         try:
-            return read_text(display, Path(by_display[display].path))
+            return read_text(display, Path(everything[display].path))
         except SourceError:
             return None
 
-    key = project.run_key([(r.display, r.digest or "") for r in files], noted)
-    store = cache_of(files[0].profile)
-    facts = store.get_index(key) if store is not None else None
-    if facts is None:
-        from torchlint.threads import on_large_stack
+    store = cache_of(files[0].profile) if files else None
+    facts: Dict[str, dict] = {}
+    if noted and len(files) >= 2:
+        key = project.run_key([(r.display, r.digest or "") for r in files], noted)
+        found_facts = store.get_index(key) if store is not None else None
+        if found_facts is None:
+            from torchlint.threads import on_large_stack
 
-        facts = on_large_stack(project.derive, noted, [r.display for r in files], read,
-                               _pool_asker(workers, by_display), {r.display: r.calls for r in files})
-        if store is not None:
-            store.put_index(key, facts)
+            found_facts = on_large_stack(project.derive, noted, [r.display for r in files], read,
+                                         _pool_asker(workers, by_display), {r.display: r.calls for r in files})
+            if store is not None:
+                store.put_index(key, found_facts)
+        facts.update(found_facts)
+    if reach:
+        key = project.run_key([(r.display, r.digest or "") for r in everything.values()],
+                              {project.UNREFERENCED: [f"{d}:{','.join(map(str, lines))}" for d, lines in sorted(reach.items())]})
+        alone = store.get_index(key) if store is not None else None
+        if alone is None:
+            alone = project.unreferenced(reach, sorted(everything), read)
+            if store is not None:
+                store.put_index(key, alone)
+        for display, found in alone.items():
+            facts[display] = {**facts.get(display, {}), **found}
     if facts_out is not None:
         facts_out.update({display: {"frequency": found} for display, found in facts.items()})
     replaced: Dict[str, FileResult] = {}

@@ -52,6 +52,8 @@ from __future__ import annotations
 
 import hashlib
 import json
+import re
+from collections import Counter
 from typing import Callable, Dict, List, Optional, Sequence, Tuple
 
 Facts = Dict[str, Tuple[int, str]]  # qualified name -> (level, "path:line")
@@ -59,6 +61,135 @@ Facts = Dict[str, Tuple[int, str]]  # qualified name -> (level, "path:line")
 # hooks make of it (``hooks.trait_key``): a caller module that wraps a model in
 # DDP (``hooks.traits``), every call passing only host values (``hooks.HOST_ARGS``).
 MAX_HOPS = 3
+
+
+# A fact about a whole file: the module-level names it defines that no other
+# file of the run mentions (value: (0, the names, space-separated)); the
+# rules decide which of them never run (``rules/_reach.py``).
+UNREFERENCED = "<unreferenced>"
+# The index says so only in runs of at least this many files (a directory of
+# two modules is not a project whose every user is in sight).
+MIN_FILES_FOR_REACH = 5
+_WORD = re.compile(r"[A-Za-z_]\w*")
+_TOP_LEVEL = re.compile(r"^(?:async[ \t]+)?def[ \t]+(\w+)|^class[ \t]+(\w+)", re.M)
+# Import statements (one line, or a parenthesised list): importing a name is not using it.
+_IMPORT = re.compile(r"^[ \t]*(?:from[ \t]+[\w.]+[ \t]+import[ \t]*\([^)]*\)|(?:from[ \t]+[\w.]+[ \t]+)?import[ \t][^\n]*)",
+                     re.M)
+
+
+def unreferenced(candidates: Dict[str, Sequence[int]], files: Sequence[str],
+                 read: Callable[[str], Optional[str]]) -> Dict[str, Facts]:
+    """For each of ``candidates`` (files of the run), the module-level names it
+    defines (``def``/``class`` at the start of a line) that no other of
+    ``files`` mentions as a word outside its import statements (code,
+    strings, comments: any such mention keeps a name alive; importing a name
+    alone does not), as a fact under UNREFERENCED.  A package's public
+    interface stays alive: a name its ``__init__.py`` imports (re-exports), a
+    public name of a module that an ``__init__.py`` imports with ``*``, a name
+    imported under another name (``from helper.loops import train_vanilla as
+    train``: used by its alias), and so does every public name of a module
+    that some file looks names up in (``getattr(models, args.arch)``,
+    ``models.__dict__[name]``).  ``candidates`` maps each file to the lines
+    of its findings: a file gets the fact only when one of them lies in a
+    definition whose name no other file mentions (the definition's extent is
+    taken from the text: up to the next line that starts at column 0).  Every
+    file is read once, none is parsed."""
+    if len(files) < MIN_FILES_FOR_REACH or not candidates:
+        return {}
+    wanted = set(candidates)
+    occurs: Counter = Counter()
+    own: Dict[str, Tuple[str, set]] = {}
+    starred: set = set()  # files whose public names an `__init__.py` imports with `*`
+    looked_up: set = set()  # module names that some file looks names up in
+    for path in files:
+        text = read(path)
+        if text is None:
+            continue
+        if "getattr" in text or "__dict__[" in text:
+            looked_up.update((a or b).rpartition(".")[2] for a, b in _LOOKUP.findall(text))
+        package = path.replace("\\", "/").endswith("/__init__.py") or path == "__init__.py"
+        if package or "import" not in text:
+            words = set(_WORD.findall(text))  # (a package's imports are its interface)
+        else:
+            words = set(_WORD.findall(_IMPORT.sub("", text)))
+            for statement in _IMPORT.findall(text):
+                words.update(_ALIASED.findall(statement))
+        if package:
+            starred.update(_star_targets(path, text, files))
+        occurs.update(words)
+        if path in wanted:
+            own[path] = (text, words)
+    found: Dict[str, Facts] = {}
+    for path, lines in candidates.items():
+        if path not in own:
+            continue
+        text, words = own[path]
+        stem = module_stem(path)
+        if stem in looked_up or "globals()[" in text:
+            continue
+        spans = _top_level_spans(text)
+        alone = {name for name in spans if occurs[name] - (name in words) <= 0
+                 and (path not in starred or name.startswith("_"))}
+        if any(start <= line <= end for name in alone for start, end in spans[name] for line in lines):
+            found[path] = {UNREFERENCED: (0, " ".join(sorted(alone)))}
+    return found
+
+
+_LOOKUP = re.compile(r"\bgetattr\(\s*([\w.]+)\s*,\s*(?![\"'\s])|\b([\w.]+)\.__dict__\[")
+
+
+def module_stem(path: str) -> str:
+    """``pkg/models.py`` -> ``models``; ``pkg/models/__init__.py`` -> ``models``."""
+    parts = path.replace("\\", "/").split("/")
+    last = parts[-1][:-3] if parts[-1].endswith(".py") else parts[-1]
+    return parts[-2] if last == "__init__" and len(parts) > 1 else last
+
+
+def _top_level_spans(text: str) -> Dict[str, List[Tuple[int, int]]]:
+    """Each module-level ``def``/``class`` name -> its lines (first, last): from
+    the line that starts it (decorators above count) up to the line before the
+    next one that starts at column 0 with code (not a comment, not a closing
+    bracket).  Textual, for deciding which files to re-check only."""
+    lines = text.splitlines()
+    starts = []  # (line number, name or None) of each statement starting at column 0
+    for number, line in enumerate(lines, 1):
+        if not line or line[0] in " \t#)]}\"'":
+            continue
+        match = _TOP_LEVEL.match(line)
+        starts.append((number, (match.group(1) or match.group(2)) if match else None))
+    spans: Dict[str, List[Tuple[int, int]]] = {}
+    for (number, name), following in zip(starts, [*starts[1:], (len(lines) + 1, None)]):
+        if name is not None:
+            spans.setdefault(name, []).append((number, following[0] - 1))
+    return spans
+
+
+_ALIASED = re.compile(r"(\w+)[ \t]+as[ \t]+\w+")
+_STAR = re.compile(r"^[ \t]*from[ \t]+(\.*)([\w.]*)[ \t]+import[ \t]+\*", re.M)
+
+
+def _star_targets(init: str, text: str, files: Sequence[str]) -> List[str]:
+    """The files of the run that the ``__init__.py`` ``init`` imports with ``*``
+    (``from .style_melgan import *``, ``from pkg.models.hifigan import *``)."""
+    if "*" not in text:
+        return []
+    folder = init.replace("\\", "/").rpartition("/")[0]
+    found = []
+    for dots, dotted in _STAR.findall(text):
+        tail = dotted.replace(".", "/")
+        if dots:
+            base = folder
+            for _ in range(len(dots) - 1):
+                base = base.rpartition("/")[0]
+            stems = [f"{base}/{tail}" if base else tail]
+        else:
+            stems = [tail]
+        for path in files:
+            posix = path.replace("\\", "/")
+            for stem in stems:
+                if posix == f"{stem}.py" or posix.endswith(f"/{stem}.py") and not dots:
+                    found.append(path)
+    return found
 
 
 def facts_digest(facts: Facts) -> str:
@@ -130,6 +261,8 @@ def derive(
     if ask is None:
         ask = _asker(text_of)
 
+    normalised = frozenset(f.replace("\\", "/") for f in files)
+
     def callers(path: str, qualname: str) -> List[str]:
         found = []
         for other in files:
@@ -138,8 +271,9 @@ def derive(
             if not hooks.could_reach(calls.get(other) if calls else None, path, qualname):
                 continue  # known from its first parse, without reading it again
             text = text_of(other)
-            if text is not None and hooks.might_call(text, path, qualname):
-                found.append(other)
+            if text is not None and hooks.might_call(text, path, qualname) and not hooks.shadowed(
+                    other, path, normalised, text):
+                found.append(other)  # (not a caller that imports a same-named module of its own)
         return hooks.narrow(path, qualname, found, text_of)
 
     # Whole-program questions (``hooks.PROGRAM_NOTE``): answered from the
