@@ -1192,6 +1192,38 @@ def under_empty_case(ctx: Context) -> bool:
     return _in_body_of_if(ctx, _tests_empty)
 
 
+def under_option_off_by_default(ctx: Context) -> bool:
+    """Whether the node being visited is in the body of an ``if`` on an option
+    the code itself turns off unless asked (``block_trigrams =
+    opt.get("block_trigrams", 0)`` ... ``if block_trigrams and t >= 3:``;
+    ``getattr(cfg, "use_ema", False)``, also written in the test): the steps
+    take that branch only in the runs that ask for it.  A default of ``None``
+    does not count (an optional input: ``past = kwargs.get("past", None)``)."""
+    return _in_body_of_if(ctx, lambda test: _option_off_by_default(ctx, test))
+
+
+def _option_off_by_default(ctx: Context, test: cst.BaseExpression) -> bool:
+    if type(test) is cst.Name:
+        bindings = ctx.semantic.bindings(test.value, ctx.location())
+        return bool(bindings) and all(b.kind == "value" and _reads_option_off(b.value) for b in bindings)
+    return _reads_option_off(test)
+
+
+def _reads_option_off(expr) -> bool:
+    """``x.get("name", 0)``, ``getattr(x, "name", False)``."""
+    if type(expr) is not cst.Call or len(expr.args) < 2 or any(a.keyword is not None or a.star for a in expr.args):
+        return False
+    func = expr.func
+    if type(func) is cst.Attribute and func.attr.value == "get" and len(expr.args) == 2:
+        key, default = expr.args[0].value, expr.args[1].value
+    elif type(func) is cst.Name and func.value == "getattr" and len(expr.args) == 3:
+        key, default = expr.args[1].value, expr.args[2].value
+    else:
+        return False
+    off = type(default) is cst.Name and default.value == "False" or type(default) is cst.Integer and default.value == "0"
+    return off and type(key) is cst.SimpleString
+
+
 def _in_body_of_if(ctx: Context, asks) -> bool:
     """Whether the node being visited is in the body of an ``if`` one of whose
     ``and`` operands ``asks`` accepts."""
@@ -1249,6 +1281,8 @@ def per_step_here(ctx: Context, skip: frozenset = frozenset()) -> Optional[Frequ
         return None  # `if args.debug_mode:` diagnostics the user turns on, not the run's steps
     if under_empty_case(ctx):
         return None  # `if boxes.shape[0] == 0:` an empty input, an edge case the steps rarely take
+    if under_option_off_by_default(ctx):
+        return None  # `if block_trigrams:` with `opt.get("block_trigrams", 0)`: only the runs that ask
     frequency = frequency_here(ctx, skip)
     fn = frequency.function
     if frequency.per_step:

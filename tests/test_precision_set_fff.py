@@ -336,3 +336,63 @@ def test_a_model_picked_by_a_name_from_the_command_line_is_alive(runner, workdir
     # no lookup by name: nothing builds it
     (workdir / "sample.py").write_text("import models\n\n\ndef build(args):\n    return models\n")
     assert _concise(runner, "--select", "TL401", ".") == []
+
+
+# -- TL101: a branch the code turns off unless an option asks for it ----------------
+
+TRIGRAMS = """\
+import torch
+
+
+def sample(model, feats, opt={}):
+    block_trigrams = opt.get("block_trigrams", 0)
+    seq = feats.new_zeros(feats.size(0), 16, dtype=torch.long)
+    for t in range(16):
+        logprobs = model(feats, seq[:, :t])
+        if block_trigrams and t >= 3:
+            for i in range(feats.size(0)):
+                prev = (seq[i, t - 2].item(), seq[i, t - 1].item())
+                logprobs[i] = logprobs[i] - len(prev)
+        seq[:, t] = logprobs.argmax(-1)
+    return seq
+"""
+
+
+def test_tl101_a_branch_an_option_turns_on_runs_only_when_asked():
+    assert found(TRIGRAMS, "TL101") == []
+    assert found(TRIGRAMS.replace('opt.get("block_trigrams", 0)', 'getattr(opt, "block_trigrams", False)'),
+                 "TL101") == []
+
+
+def test_tl101_an_option_on_by_default_or_an_optional_input_is_reported():
+    on = TRIGRAMS.replace('opt.get("block_trigrams", 0)', 'opt.get("block_trigrams", 1)')
+    assert found(on, "TL101") == [("TL101", 11), ("TL101", 11)]
+    given = TRIGRAMS.replace('opt.get("block_trigrams", 0)', 'opt.get("block_trigrams", None)')
+    assert found(given, "TL101") == [("TL101", 11), ("TL101", 11)]
+
+
+GRAD_NORM = """\
+import torch
+
+
+def get_grad_norm(parameters):
+    total = 0
+    for p in parameters:
+        total += p.grad.norm().item() ** 2
+    return total ** 0.5
+"""
+
+
+def test_a_function_left_behind_by_a_same_named_copy_never_runs(runner, workdir):
+    # Swin: main_simmim_pt.py imports get_grad_norm from utils_simmim, not from utils
+    _project(workdir)
+    (workdir / "utils.py").write_text(GRAD_NORM)
+    (workdir / "utils_simmim.py").write_text(GRAD_NORM)
+    (workdir / "main_simmim.py").write_text(
+        "from utils_simmim import get_grad_norm\n\n\ndef step(model, loader, opt):\n    for x in loader:\n"
+        "        model(x).backward()\n        norm = get_grad_norm(model.parameters())\n        opt.step()\n")
+    assert _concise(runner, "--select", "TL101", ".") == ["utils_simmim.py:7:18: TL101"]
+    (workdir / "main.py").write_text(
+        "from utils import get_grad_norm\n\n\ndef step(model, loader, opt):\n    for x in loader:\n"
+        "        model(x).backward()\n        norm = get_grad_norm(model.parameters())\n        opt.step()\n")
+    assert _concise(runner, "--select", "TL101", ".") == ["utils.py:7:18: TL101", "utils_simmim.py:7:18: TL101"]

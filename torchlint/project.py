@@ -101,6 +101,8 @@ def unreferenced(candidates: Dict[str, Sequence[int]], files: Sequence[str],
     own: Dict[str, Tuple[str, set]] = {}
     starred: set = set()  # files whose public names an `__init__.py` imports with `*`
     looked_up: set = set()  # module names that some file looks names up in
+    imported: Dict[str, List[set]] = {}  # name -> for each file that imports and uses it, the modules it names
+    defines: Counter = Counter()  # name -> how many files define it at module level (and so mention it)
     for path in files:
         text = read(path)
         if text is None:
@@ -114,9 +116,16 @@ def unreferenced(candidates: Dict[str, Sequence[int]], files: Sequence[str],
             words = set(_WORD.findall(_IMPORT.sub("", text)))
             for statement in _IMPORT.findall(text):
                 words.update(_ALIASED.findall(statement))
+            # A name imported from a module is that module's: `from utils_simmim
+            # import get_grad_norm` does not use utils.py's get_grad_norm.
+            for name, stems in _imported_names(text).items():
+                if name in words:
+                    imported.setdefault(name, []).append(stems)
         if package:
             starred.update(_star_targets(path, text, files))
         occurs.update(words)
+        # (a file that defines a name of its own means its own by it)
+        defines.update({a or b for a, b in _TOP_LEVEL.findall(text)} & words)
         if path in wanted:
             own[path] = (text, words)
     found: Dict[str, Facts] = {}
@@ -128,7 +137,8 @@ def unreferenced(candidates: Dict[str, Sequence[int]], files: Sequence[str],
         if stem in looked_up or "globals()[" in text:
             continue
         spans = _top_level_spans(text)
-        alone = {name for name in spans if occurs[name] - (name in words) <= 0
+        alone = {name for name in spans
+                 if occurs[name] - defines[name] - sum(stem not in stems for stems in imported.get(name, ())) <= 0
                  and (path not in starred or name.startswith("_"))}
         if any(start <= line <= end for name in alone for start, end in spans[name] for line in lines):
             found[path] = {UNREFERENCED: (0, " ".join(sorted(alone)))}
@@ -147,7 +157,7 @@ def module_stem(path: str) -> str:
 
 def _top_level_spans(text: str) -> Dict[str, List[Tuple[int, int]]]:
     """Each module-level ``def``/``class`` name -> its lines (first, last): from
-    the line that starts it (decorators above count) up to the line before the
+    its ``def``/``class`` line up to the line before the
     next one that starts at column 0 with code (not a comment, not a closing
     bracket).  Textual, for deciding which files to re-check only."""
     lines = text.splitlines()
@@ -165,6 +175,22 @@ def _top_level_spans(text: str) -> Dict[str, List[Tuple[int, int]]]:
 
 
 _ALIASED = re.compile(r"(\w+)[ \t]+as[ \t]+\w+")
+_FROM_IMPORT = re.compile(r"^[ \t]*from[ \t]+\.*([\w.]*)[ \t]+import[ \t]*(\([^)]*\)|[^\n]*)", re.M)
+
+
+def _imported_names(text: str) -> Dict[str, set]:
+    """Each name a file imports with ``from module import name`` (also ``name
+    as alias``) -> the last parts of the modules it imports it from."""
+    found: Dict[str, set] = {}
+    for module, names in _FROM_IMPORT.findall(text):
+        stem = module.rpartition(".")[2]
+        if not stem:
+            continue  # `from . import x`: x is a module
+        for item in names.strip("()").split(","):
+            name = item.split("#")[0].split()
+            if name and name[0] != "*":
+                found.setdefault(name[0], set()).add(stem)
+    return found
 _STAR = re.compile(r"^[ \t]*from[ \t]+(\.*)([\w.]*)[ \t]+import[ \t]+\*", re.M)
 
 
