@@ -913,6 +913,11 @@ def _counts_steps(loop: cst.For) -> bool:
     iterable = unwrap_iterable(loop.iter, _COUNT_WRAPPERS)
     if isinstance(iterable, cst.Call) and isinstance(iterable.func, cst.Name) and iterable.func.value == "range":
         return True
+    if isinstance(iterable, cst.Call) and isinstance(iterable.func, cst.Name) and iterable.func.value == "zip" and (
+            iterable.args and all(
+                type(a.value) is cst.Call and type(a.value.func) is cst.Name and a.value.func.value == "reversed"
+                and not a.star for a in iterable.args)):
+        return True  # DDIM's `for i, j in zip(reversed(seq), reversed(seq_next)):`, the time steps backwards
     return _names_contain([loop.iter], _SAMPLING_WORDS)
 
 

@@ -104,7 +104,7 @@ _CHEAP_FUNCTIONS = frozenset(
 _CHEAP_BUILTINS = frozenset({"len", "int", "float", "bool", "min", "max", "slice", "tuple", "list", "range"})
 _CHEAP_METHODS = frozenset(
     {
-        "float", "long", "int", "double", "half", "bool", "clone", "detach", "unsqueeze", "squeeze",
+        "float", "long", "int", "double", "half", "bool", "type", "clone", "detach", "unsqueeze", "squeeze",
         "view", "reshape", "flatten", "permute", "transpose", "contiguous", "astype", "copy",
         "item", "size", "numel",
     }

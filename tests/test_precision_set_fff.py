@@ -396,3 +396,107 @@ def test_a_function_left_behind_by_a_same_named_copy_never_runs(runner, workdir)
         "from utils import get_grad_norm\n\n\ndef step(model, loader, opt):\n    for x in loader:\n"
         "        model(x).backward()\n        norm = get_grad_norm(model.parameters())\n        opt.step()\n")
     assert _concise(runner, "--select", "TL101", ".") == ["utils.py:7:18: TL101", "utils_simmim.py:7:18: TL101"]
+
+
+# -- set GGG: TL203 on tensors already in memory; a DDIM sampler's setup -------------
+
+INSTRUCTIONS = """\
+import torch
+from torch.utils.data import DataLoader, Dataset
+
+
+class InstructionDataset(Dataset):
+    def __init__(self, data):
+        self._data = data
+
+    def __len__(self):
+        return len(self._data)
+
+    def __getitem__(self, i):
+        input_ids = self._data[i]["input_ids"].type(torch.int64)
+        labels = self._data[i]["labels"].type(torch.int64)
+        return input_ids, labels
+
+
+def train(model, optimizer, data):
+    loader = DataLoader(InstructionDataset(data), batch_size=4, shuffle=True, pin_memory=True)
+    for input_ids, labels in loader:
+        loss = model(input_ids.cuda(non_blocking=True), labels.cuda(non_blocking=True))
+        loss.backward()
+        optimizer.step()
+"""
+
+
+def test_tl203_items_already_in_memory_converted_to_a_dtype():
+    assert found(INSTRUCTIONS, "TL203") == []
+
+
+def test_tl203_items_read_from_files_are_reported():
+    code = INSTRUCTIONS.replace('self._data[i]["input_ids"].type(torch.int64)', 'torch.load(self._data[i])')
+    assert found(code, "TL203") == [("TL203", 19)]
+
+
+DDIM = """\
+import torch
+
+
+def compute_alpha(beta, t):
+    beta = torch.cat([torch.zeros(1).to(beta.device), beta], dim=0)
+    return (1 - beta).cumprod(dim=0).index_select(0, t + 1).view(-1, 1, 1, 1)
+
+
+def generalized_steps(x, seq, model, b):
+    init = torch.zeros(x.shape[0], x.shape[1] * x.shape[2]).to(x.device)
+    seq_next = [-1] + list(seq[:-1])
+    for i, j in zip(reversed(seq), reversed(seq_next)):
+        t = (torch.ones(x.size(0), device=x.device) * i).long()
+        at = compute_alpha(b, t)
+        x = model(x + init.view_as(x), t) * at
+    return x
+
+
+def sample(model, loader, seq, b):
+    for x in loader:
+        yield generalized_steps(x.cuda(), seq, model, b)
+"""
+
+
+def test_tl201_a_ddim_samplers_setup_runs_once_per_pass():
+    # its time steps go backwards through `zip(reversed(seq), reversed(seq_next))`
+    assert found(DDIM, "TL201") == [("TL201", 5)]
+
+
+def test_tl201_the_same_setup_in_a_function_without_the_sampling_loop_is_reported():
+    code = DDIM.replace("    for i, j in zip(reversed(seq), reversed(seq_next)):", "    for i, j in [(seq[-1], seq_next[-1])]:")
+    assert found(code, "TL201") == [("TL201", 5), ("TL201", 10)]
+
+
+def test_without_a_program_in_the_run_nothing_is_judged_unreachable(runner, workdir):
+    # a library: its users are elsewhere
+    _project(workdir, TRAIN.replace('\n\nif __name__ == "__main__":\n    main(None, [], None)\n', "\n"))
+    assert _concise(runner, "--select", "TL101", ".") == ["diffusion/timestep_sampler.py:20:19: TL101"]
+
+
+def test_a_run_that_builds_objects_from_configured_names_judges_nothing_unreachable(runner, workdir):
+    # latent-diffusion: `target: ldm.models.diffusion.ddpm.LatentDiffusion` in a YAML file
+    _project(workdir)
+    (workdir / "util.py").write_text(
+        "import importlib\n\n\ndef instantiate_from_config(config):\n"
+        "    module, cls = config['target'].rsplit('.', 1)\n"
+        "    return getattr(importlib.import_module(module), cls)(**config.get('params', {}))\n")
+    assert _concise(runner, "--select", "TL101", ".") == ["diffusion/timestep_sampler.py:20:19: TL101"]
+
+
+def test_a_class_named_in_a_yaml_configuration_is_alive(runner, workdir):
+    _project(workdir)
+    (workdir / "configs").mkdir()
+    (workdir / "configs" / "sampler.yaml").write_text(
+        "sampler:\n  target: diffusion.timestep_sampler.LossSecondMomentResampler\n")
+    assert _concise(runner, "--select", "TL101", ".") == ["diffusion/timestep_sampler.py:20:19: TL101"]
+    # a configuration that names another class: the loss-aware sampler never runs
+    (workdir / "configs" / "sampler.yaml").write_text("sampler:\n  target: diffusion.timestep_sampler.UniformSampler\n")
+    (workdir / "util.py").write_text(
+        "import importlib\n\n\ndef instantiate_from_config(config):\n"
+        "    module, cls = config['target'].rsplit('.', 1)\n"
+        "    return getattr(importlib.import_module(module), cls)(**config.get('params', {}))\n")
+    assert _concise(runner, "--select", "TL101", ".") == []

@@ -62,6 +62,9 @@ class Run:
     stdin_filename: Optional[str]
     force_exclude: bool
     resolver: Resolver
+    # YAML files the directory walk found (displays), for the project index
+    # (``torchlint.project.unreferenced``); filled by ``_targets``.
+    configs: Tuple[str, ...] = ()
 
     @property
     def reads_stdin(self) -> bool:
@@ -200,6 +203,7 @@ def _find_targets(run: Run) -> Tuple[List[Target], List[str]]:
         excludes_for=lambda directory: excludes(run.resolver.for_directory(directory).settings),
     )
     problems = [f"{_display(p)}: {why}" for p, why in found.errors]
+    run.configs = tuple(_display(p) for p in found.configs)
     targets = []
     for f in found.files:
         profile = run.profile(f)
@@ -663,7 +667,7 @@ def _check_all(
             [(t.display, t.path, t.profile or run.profile(t.path)) for t in targets],
             jobs=default_jobs() if jobs is None else jobs, use_cache=use_cache,
             progress=_progress(run, bar), stats=stats, warnings=warnings, facts_out=facts_out,
-            edits_out=edits_out, walked=_walked(targets),
+            edits_out=edits_out, walked=_walked(targets), configs=run.configs,
         )
     finally:
         for b in bar:
@@ -821,6 +825,7 @@ def _fix_all(targets: List[Target], run: Run, mode: str, jobs: Optional[int], us
             [(t.display, t.path, t.profile or run.profile(t.path)) for t in targets],
             task=Task(mode, bool(run.settings.unsafe_fixes)), jobs=default_jobs() if jobs is None else jobs,
             use_cache=use_cache, progress=_progress(run, bar), facts_out=facts, walked=_walked(targets),
+            configs=run.configs,
         )
     finally:
         for b in bar:

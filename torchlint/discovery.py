@@ -13,6 +13,8 @@ from typing import Callable, FrozenSet, Iterable, Iterator, List, Optional, Sequ
 from torchlint.config import Settings
 
 SOURCE_SUFFIXES = (".py", ".pyi", ".ipynb")
+CONFIG_SUFFIXES = (".yaml", ".yml")
+CONFIG_MAX_BYTES = 256 * 1024
 
 
 def glob_to_regex(pattern: str) -> str:
@@ -187,6 +189,9 @@ class Discovery:
     files: List[Path]
     errors: List[Tuple[Path, str]]
     walked: FrozenSet[Path] = frozenset()  # the files found by walking a directory (not named)
+    # YAML configuration files found by the same walk (at most CONFIG_MAX_BYTES each):
+    # the project index reads the names they mention (a `target:` class).
+    configs: Tuple[Path, ...] = ()
 
 
 def discover(
@@ -206,11 +211,14 @@ def discover(
     errors: List[Tuple[Path, str]] = []
     seen_dirs: set = set()
     named: set = set()
+    configs: List[Path] = []
     for given in paths:
         if given.is_dir():
             root = given.resolve()
             ignores = _parent_ignores(root)
-            walked = list(_walk(root, excludes_for, ignores, seen_dirs, errors))
+            found_configs: List[Path] = []
+            walked = list(_walk(root, excludes_for, ignores, seen_dirs, errors, found_configs))
+            configs.extend(_display_path(given, root, p) for p in found_configs)
             copies = run_copies([p.relative_to(root) for p in walked])
             for path in walked:
                 if path.relative_to(root) not in copies:
@@ -221,7 +229,7 @@ def discover(
         else:
             errors.append((given, "No such file or directory"))
     unique = sorted(set(files), key=lambda p: p.as_posix())
-    return Discovery(unique, errors, frozenset(f for f in unique if f not in named))
+    return Discovery(unique, errors, frozenset(f for f in unique if f not in named), tuple(sorted(set(configs))))
 
 
 # Folders a training run writes its outputs to; research code often copies the
@@ -269,6 +277,7 @@ def _walk(
     ignores: List[GitIgnore],
     seen_dirs: set,
     errors: List[Tuple[Path, str]],
+    configs: Optional[List[Path]] = None,
 ) -> Iterator[Path]:
     try:
         stat = directory.stat()
@@ -297,6 +306,12 @@ def _walk(
         if excludes.matches(path) or _is_ignored(path, is_dir, ignores):
             continue
         if is_dir:
-            yield from _walk(path, excludes_for, ignores, seen_dirs, errors)
+            yield from _walk(path, excludes_for, ignores, seen_dirs, errors, configs)
         elif entry.name.endswith(SOURCE_SUFFIXES):
             yield path
+        elif configs is not None and entry.name.endswith(CONFIG_SUFFIXES):
+            try:
+                if entry.stat().st_size <= CONFIG_MAX_BYTES:
+                    configs.append(path)
+            except OSError:
+                continue

@@ -475,6 +475,7 @@ def process_files(
     facts_out: Optional[Dict[str, dict]] = None,
     edits_out: Optional[Dict[str, dict]] = None,
     walked: FrozenSet[str] = frozenset(),
+    configs: Sequence[str] = (),
 ) -> List[FileResult]:
     """Every file of a run through ``process``: one result per file.
 
@@ -497,7 +498,8 @@ def process_files(
     should be set) receives, per analysed Python file with a fixable
     diagnostic, its fixes' JSON edits as ``fix_edits.for_file`` gives them
     with those facts.  ``walked``: the displays of the files found by walking
-    a directory (only those may be judged code that nothing runs).
+    a directory (only those may be judged code that nothing runs);
+    ``configs``: the YAML files of that walk, whose words count as mentions.
     """
     profiles: List[Profile] = []
     index_of: Dict[Profile, int] = {}
@@ -567,7 +569,7 @@ def process_files(
         known = facts_out if facts_out is not None else {}
         replaced, with_facts = _project_index(sorted(results, key=lambda r: order.get(r.display, -1)), profiles,
                                               cache_of if use_cache else (lambda i: None), known, workers,
-                                              task.edits, walked)
+                                              task.edits, walked, configs)
     except KeyboardInterrupt:
         if workers is not None:
             workers.close(now=True)
@@ -652,6 +654,7 @@ def check_files(
     facts_out: Optional[Dict[str, dict]] = None,
     edits_out: Optional[Dict[str, dict]] = None,
     walked: FrozenSet[str] = frozenset(),
+    configs: Sequence[str] = (),
 ) -> Tuple[List[Diagnostic], Dict[str, str]]:
     """Diagnostics (sorted) and the texts of the files that have some: ``check``
     (``process_files`` with the check task).  ``warnings`` (if given) receives
@@ -659,7 +662,7 @@ def check_files(
     (if given) the fixes' JSON edits of the analysed files (``process_files``)."""
     results = process_files(targets, task=Task(edits=edits_out is not None), jobs=jobs, use_cache=use_cache,
                             progress=progress, stats=stats, facts_out=facts_out, edits_out=edits_out,
-                            walked=walked)
+                            walked=walked, configs=configs)
     diagnostics: List[Diagnostic] = []
     sources: Dict[str, str] = {}
     for result in results:
@@ -724,6 +727,7 @@ def _recheck(display: str, path: str, i: int, digest: Optional[str], facts: dict
 def _project_index(
     results: List[FileResult], profiles: Sequence[Profile], cache_of, facts_out: Optional[Dict[str, dict]] = None,
     workers: Optional[Workers] = None, edits: bool = False, walked: FrozenSet[str] = frozenset(),
+    configs: Sequence[str] = (),
 ) -> Tuple[Dict[str, FileResult], List[Tuple[str, FileResult]]]:
     """Facts across modules (torchlint/project.py): the files whose functions
     other files of the run call (every step, or once), and the files found by
@@ -750,29 +754,24 @@ def _project_index(
         except SourceError:
             return None
 
+    # One index per run in the cache: the callers' facts and the names no other
+    # file mentions, under one key.
     store = cache_of(files[0].profile) if files else None
-    facts: Dict[str, dict] = {}
-    if noted and len(files) >= 2:
-        key = project.run_key([(r.display, r.digest or "") for r in files], noted)
-        found_facts = store.get_index(key) if store is not None else None
-        if found_facts is None:
+    asked = {**noted, project.UNREFERENCED: [f"{d}:{','.join(map(str, lines))}" for d, lines in sorted(reach.items())]}
+    key = project.run_key([(r.display, r.digest or "") for r in everything.values()], asked)
+    facts: Optional[Dict[str, dict]] = store.get_index(key) if store is not None else None
+    if facts is None:
+        facts = {}
+        if noted and len(files) >= 2:
             from torchlint.threads import on_large_stack
 
-            found_facts = on_large_stack(project.derive, noted, [r.display for r in files], read,
-                                         _pool_asker(workers, by_display), {r.display: r.calls for r in files})
-            if store is not None:
-                store.put_index(key, found_facts)
-        facts.update(found_facts)
-    if reach:
-        key = project.run_key([(r.display, r.digest or "") for r in everything.values()],
-                              {project.UNREFERENCED: [f"{d}:{','.join(map(str, lines))}" for d, lines in sorted(reach.items())]})
-        alone = store.get_index(key) if store is not None else None
-        if alone is None:
-            alone = project.unreferenced(reach, sorted(everything), read)
-            if store is not None:
-                store.put_index(key, alone)
-        for display, found in alone.items():
-            facts[display] = {**facts.get(display, {}), **found}
+            facts.update(on_large_stack(project.derive, noted, [r.display for r in files], read,
+                                        _pool_asker(workers, by_display), {r.display: r.calls for r in files}))
+        if reach:
+            for display, found in project.unreferenced(reach, sorted(everything), read, configs).items():
+                facts[display] = {**facts.get(display, {}), **found}
+        if store is not None:
+            store.put_index(key, facts)
     if facts_out is not None:
         facts_out.update({display: {"frequency": found} for display, found in facts.items()})
     replaced: Dict[str, FileResult] = {}

@@ -78,8 +78,15 @@ _IMPORT = re.compile(r"^[ \t]*(?:from[ \t]+[\w.]+[ \t]+import[ \t]*\([^)]*\)|(?:
 
 
 def unreferenced(candidates: Dict[str, Sequence[int]], files: Sequence[str],
-                 read: Callable[[str], Optional[str]]) -> Dict[str, Facts]:
-    """For each of ``candidates`` (files of the run), the module-level names it
+                 read: Callable[[str], Optional[str]], configs: Sequence[str] = ()) -> Dict[str, Facts]:
+    """Nothing unless the run holds a program (a file with an ``if __name__ ==
+    "__main__":`` block, or a notebook): without one, the code's users are
+    not in sight.  The words of ``configs`` (YAML files of the walk) count as
+    mentions (``target: ldm.models.diffusion.ddpm.LatentDiffusion``); without
+    any, nothing is judged when a file builds objects from names given
+    in configuration files (``instantiate_from_config(config)`` of a YAML
+    ``target:``, Hydra's ``_target_``):
+    their names are in configuration files the run does not hold.  Else, for each of ``candidates`` (files of the run), the module-level names it
     defines (``def``/``class`` at the start of a line) that no other of
     ``files`` mentions as a word outside its import statements (code,
     strings, comments: any such mention keeps a name alive; importing a name
@@ -96,6 +103,11 @@ def unreferenced(candidates: Dict[str, Sequence[int]], files: Sequence[str],
     file is read once, none is parsed."""
     if len(files) < MIN_FILES_FOR_REACH or not candidates:
         return {}
+    texts = {path: read(path) for path in files}
+    if not any(path.endswith(".ipynb") or (text is not None and _MAIN.search(text)) for path, text in texts.items()):
+        return {}  # no program in sight (a library, a handful of modules): their users are elsewhere
+    if not configs and any(text is not None and _BY_STRING.search(text) for text in texts.values()):
+        return {}  # objects built from dotted names in configuration files, and none in sight
     wanted = set(candidates)
     occurs: Counter = Counter()
     own: Dict[str, Tuple[str, set]] = {}
@@ -103,8 +115,14 @@ def unreferenced(candidates: Dict[str, Sequence[int]], files: Sequence[str],
     looked_up: set = set()  # module names that some file looks names up in
     imported: Dict[str, List[set]] = {}  # name -> for each file that imports and uses it, the modules it names
     defines: Counter = Counter()  # name -> how many files define it at module level (and so mention it)
+    for config in configs:  # a YAML file's words are mentions (`target: ...ddpm.LatentDiffusion`)
+        try:
+            with open(config, encoding="utf-8", errors="replace") as handle:
+                occurs.update(set(_WORD.findall(handle.read(CONFIG_MAX_CHARS))))
+        except OSError:
+            continue
     for path in files:
-        text = read(path)
+        text = texts[path]
         if text is None:
             continue
         if "getattr" in text or "__dict__[" in text:
@@ -145,6 +163,15 @@ def unreferenced(candidates: Dict[str, Sequence[int]], files: Sequence[str],
     return found
 
 
+# Building objects from a dotted name given in a configuration file
+# (latent-diffusion's `instantiate_from_config` of a YAML `target:`, Hydra's
+# `"_target_"` and `instantiate(cfg)`, `pydoc.locate(name)`).  Not
+# `importlib.import_module(name)` (the module's names are then used as
+# attributes, mentions of their own) nor `eval(name)` (the names it is given
+# sit in the code's strings: `eval(n)(num_classes=1000)` over a list of names).
+_BY_STRING = re.compile(r"""\b(?:instantiate_from_config|get_obj_from_str|instantiate|locate)\(|["']_target_["']""")
+CONFIG_MAX_CHARS = 256 * 1024
+_MAIN = re.compile(r"""__name__\s*==\s*["']__main__["']""")
 _LOOKUP = re.compile(r"\bgetattr\(\s*([\w.]+)\s*,\s*(?![\"'\s])|\b([\w.]+)\.__dict__\[")
 
 
