@@ -1,22 +1,14 @@
-"""Precision on set FFF (a repository of several projects with same-named
-modules; greedy decoding that branches on the token it read; a training loop
-that flattens every gradient for an all-reduce of its own; synthetic
-examples written here, not the projects' code).  Each with the near-miss
-that must still be reported."""
+"""Precision on sets FFF and GGG (code that nothing in the project runs; a
+repository of several projects with same-named modules; greedy decoding that
+branches on the token it read; a training loop that flattens every gradient
+for an all-reduce of its own; an option off by default; a DDIM sampler's
+setup; synthetic examples written here, not the projects' code).  Each with
+the near-miss that must still be reported."""
 
 from __future__ import annotations
 
-from tests.helpers import lint
 from tests.test_cli import run
-
-
-def found(code: str, select: str, path: str = "train.py"):
-    return [(d.code, d.line) for d in lint(code, select=select.split(","), path=path)]
-
-
-def _concise(runner, *args) -> list:
-    result = run(runner, "check", "--no-cache", "--output-format", "concise", *args)
-    return [line.split(" ")[0] + " " + line.split(" ")[1] for line in result.stdout.splitlines() if ": TL" in line]
+from tests.test_precision_set_aaa import _concise, found
 
 
 # -- the project index: each script imports its own folder's module ---------------
