@@ -28,8 +28,9 @@ itself decides which of them run (``never_run``):
   counts as module-level code (alive).
 
 Only files that the run found by walking a directory get the fact, and the
-index gives it only when the run holds at least a few files: a file named on
-the command line (pre-commit passes the changed files only) is judged alone.
+index gives it only in a run of at least a few files that holds a program
+(see ``project.unreferenced``): a file named on the command line (pre-commit
+passes the changed files only) is judged alone.
 """
 
 from __future__ import annotations
@@ -40,6 +41,7 @@ from typing import Dict, Iterable, List, Sequence, Set
 import libcst as cst
 
 from torchlint.nodes import walk_nodes
+from torchlint.rules._helpers import last_name
 
 _WORD = re.compile(r"[A-Za-z_]\w*")
 _DEFINITIONS = (cst.FunctionDef, cst.ClassDef)
@@ -102,7 +104,7 @@ def never_run(module: cst.Module, unreferenced: Sequence[str]) -> List[cst.CSTNo
     for name, nodes in definitions.items():
         for node in nodes:
             for base in getattr(node, "bases", ()):
-                word = _base_name(base.value)
+                word = last_name(base.value)  # `Base`, `nn.Module` -> `Module`; None for anything else
                 if word in definitions:
                     subclasses.setdefault(word, []).append(name)
                 elif word is not None and word not in _GENERIC_BASES:
@@ -126,13 +128,3 @@ _GENERIC_BASES = frozenset({
     "object", "Module", "Sequential", "ModuleList", "ModuleDict", "Dataset", "IterableDataset", "Function",
     "Exception", "ABC", "Enum", "NamedTuple",
 })
-
-
-def _base_name(expr: cst.BaseExpression):
-    """``Base`` of ``Base``, ``nn.Module`` -> ``Module``; None for anything else
-    (``metaclass=`` is a keyword, not a base)."""
-    if type(expr) is cst.Name:
-        return expr.value
-    if type(expr) is cst.Attribute:
-        return expr.attr.value
-    return None

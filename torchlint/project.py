@@ -79,18 +79,13 @@ _IMPORT = re.compile(r"^[ \t]*(?:from[ \t]+[\w.]+[ \t]+import[ \t]*\([^)]*\)|(?:
 
 def unreferenced(candidates: Dict[str, Sequence[int]], files: Sequence[str],
                  read: Callable[[str], Optional[str]], configs: Sequence[str] = ()) -> Dict[str, Facts]:
-    """Nothing unless the run holds a program (a file with an ``if __name__ ==
-    "__main__":`` block, or a notebook): without one, the code's users are
-    not in sight.  The words of ``configs`` (YAML files of the walk) count as
-    mentions (``target: ldm.models.diffusion.ddpm.LatentDiffusion``); without
-    any, nothing is judged when a file builds objects from names given
-    in configuration files (``instantiate_from_config(config)`` of a YAML
-    ``target:``, Hydra's ``_target_``):
-    their names are in configuration files the run does not hold.  Else, for each of ``candidates`` (files of the run), the module-level names it
+    """For each of ``candidates`` (files of the run), the module-level names it
     defines (``def``/``class`` at the start of a line) that no other of
     ``files`` mentions as a word outside its import statements (code,
     strings, comments: any such mention keeps a name alive; importing a name
-    alone does not), as a fact under UNREFERENCED.  A package's public
+    alone does not), as a fact under UNREFERENCED.  The words of ``configs``
+    (YAML files of the walk) count as mentions (``target:
+    ldm.models.diffusion.ddpm.LatentDiffusion``).  A package's public
     interface stays alive: a name its ``__init__.py`` imports (re-exports), a
     public name of a module that an ``__init__.py`` imports with ``*``, a name
     imported under another name (``from helper.loops import train_vanilla as
@@ -99,15 +94,17 @@ def unreferenced(candidates: Dict[str, Sequence[int]], files: Sequence[str],
     ``models.__dict__[name]``).  ``candidates`` maps each file to the lines
     of its findings: a file gets the fact only when one of them lies in a
     definition whose name no other file mentions (the definition's extent is
-    taken from the text: up to the next line that starts at column 0).  Every
-    file is read once, none is parsed."""
+    taken from the text: up to the next line that starts at column 0).
+
+    Nothing at all unless the run holds a program (a file with an ``if
+    __name__ == "__main__":`` block, or a notebook): without one, the code's
+    users are not in sight; nor when a file builds objects from names given
+    in configuration files (``instantiate_from_config(config)`` of a YAML
+    ``target:``, Hydra's ``_target_``) and the walk found no YAML file.
+    Every file is read once, none is parsed, and only the candidates' texts
+    are kept."""
     if len(files) < MIN_FILES_FOR_REACH or not candidates:
         return {}
-    texts = {path: read(path) for path in files}
-    if not any(path.endswith(".ipynb") or (text is not None and _MAIN.search(text)) for path, text in texts.items()):
-        return {}  # no program in sight (a library, a handful of modules): their users are elsewhere
-    if not configs and any(text is not None and _BY_STRING.search(text) for text in texts.values()):
-        return {}  # objects built from dotted names in configuration files, and none in sight
     wanted = set(candidates)
     occurs: Counter = Counter()
     own: Dict[str, Tuple[str, set]] = {}
@@ -115,6 +112,7 @@ def unreferenced(candidates: Dict[str, Sequence[int]], files: Sequence[str],
     looked_up: set = set()  # module names that some file looks names up in
     imported: Dict[str, List[set]] = {}  # name -> for each file that imports and uses it, the modules it names
     defines: Counter = Counter()  # name -> how many files define it at module level (and so mention it)
+    program = by_string = False
     for config in configs:  # a YAML file's words are mentions (`target: ...ddpm.LatentDiffusion`)
         try:
             with open(config, encoding="utf-8", errors="replace") as handle:
@@ -122,17 +120,20 @@ def unreferenced(candidates: Dict[str, Sequence[int]], files: Sequence[str],
         except OSError:
             continue
     for path in files:
-        text = texts[path]
+        text = read(path)
         if text is None:
             continue
+        program = program or path.endswith(".ipynb") or _MAIN.search(text) is not None
+        by_string = by_string or (not configs and _names_configured_objects(text))
         if "getattr" in text or "__dict__[" in text:
             looked_up.update((a or b).rpartition(".")[2] for a, b in _LOOKUP.findall(text))
         package = path.replace("\\", "/").endswith("/__init__.py") or path == "__init__.py"
         if package or "import" not in text:
             words = set(_WORD.findall(text))  # (a package's imports are its interface)
         else:
-            words = set(_WORD.findall(_IMPORT.sub("", text)))
-            for statement in _IMPORT.findall(text):
+            statements: List[str] = []
+            words = set(_WORD.findall(_IMPORT.sub(lambda m: statements.append(m.group()) or "", text)))
+            for statement in statements:
                 words.update(_ALIASED.findall(statement))
             # A name imported from a module is that module's: `from utils_simmim
             # import get_grad_norm` does not use utils.py's get_grad_norm.
@@ -146,6 +147,10 @@ def unreferenced(candidates: Dict[str, Sequence[int]], files: Sequence[str],
         defines.update({a or b for a, b in _TOP_LEVEL.findall(text)} & words)
         if path in wanted:
             own[path] = (text, words)
+    if not program:
+        return {}  # no program in sight (a library, a handful of modules): their users are elsewhere
+    if by_string:
+        return {}  # objects built from dotted names in configuration files, and none in sight
     found: Dict[str, Facts] = {}
     for path, lines in candidates.items():
         if path not in own:
@@ -161,6 +166,12 @@ def unreferenced(candidates: Dict[str, Sequence[int]], files: Sequence[str],
         if any(start <= line <= end for name in alone for start, end in spans[name] for line in lines):
             found[path] = {UNREFERENCED: (0, " ".join(sorted(alone)))}
     return found
+
+
+def _names_configured_objects(text: str) -> bool:
+    """``_BY_STRING``, after a cheap test of the words it needs."""
+    return ("instantiate" in text or "get_obj_from_str" in text or "locate(" in text or "_target_" in text) and (
+        _BY_STRING.search(text) is not None)
 
 
 # Building objects from a dotted name given in a configuration file
