@@ -39,6 +39,7 @@ from typing import Dict, List, Optional, Sequence, Set, Tuple
 import libcst as cst
 
 from torchlint.nodes import iter_children, target_names, walk_nodes
+from torchlint.parsing import parse_module
 from torchlint.rules._frequency import FrequencyModel, non_finite_test, qualified_name, runs_once_by_path
 from torchlint.rules._copies import batches_copied
 from torchlint.rules._reach import never_run  # noqa: F401 - for the engine (UNREFERENCED)
@@ -669,7 +670,7 @@ def finder(text: str, path: str, external: Optional[Dict[str, Tuple[int, str]]] 
     if runs_once_by_path(path):
         return None
     try:
-        module = cst.parse_module(text)
+        module = parse_module(text)
     except Exception:  # noqa: BLE001 - a file that does not parse calls nothing
         return None
     return Finder(path, module, external, text)

@@ -8,6 +8,7 @@ are ``torchlint.screen``.  Both are re-exported here for library callers.
 from __future__ import annotations
 
 import ast
+import dataclasses
 import warnings
 from collections import Counter
 from dataclasses import dataclass, field
@@ -18,6 +19,7 @@ import libcst as cst
 from torchlint.config import Settings
 from torchlint.model import Applicability, Diagnostic, Finding, FixInfo
 from torchlint.noqa import NoqaWarning, Suppressions, parse_suppressions
+from torchlint.parsing import parse_module
 from torchlint.positions import Positions
 from torchlint.registry import all_rules, project_hooks
 from torchlint.rule import Context
@@ -96,7 +98,7 @@ def _lint_suppressed(
     try:
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
-            module = (parse or cst.parse_module)(text)
+            module = (parse or parse_module)(text)
     except cst.ParserSyntaxError as exc:
         return LintResult([explain_syntax_error(text, path, exc)])
     except RecursionError:
@@ -249,13 +251,48 @@ def _removal(comment: cst.Comment, holder: cst.CSTNode, new_value: str) -> Calla
 
 
 class _Replacer(cst.CSTTransformer):
+    """Replaces the nodes of ``replacements`` (by id) and rebuilds only their
+    ancestors: LibCST rebuilds (and validates again) every node a transformer
+    descends into, and the rest of the tree stays the parsed one
+    (``torchlint.parsing``: trees its validation would refuse)."""
+
     def __init__(self, replacements: Dict[int, object]) -> None:
         super().__init__()
         self.replacements = replacements
+        self.ancestors: Optional[set] = None
+
+    def on_visit(self, node) -> bool:  # type: ignore[override]
+        if self.ancestors is None:
+            self.ancestors = _ancestors(node, set(self.replacements))
+        return id(node) in self.ancestors
 
     def on_leave(self, original_node, updated_node):  # type: ignore[override]
         replacement = self.replacements.get(id(original_node))
         return updated_node if replacement is None else replacement
+
+
+def _ancestors(root: cst.CSTNode, targets: set) -> set:
+    """The ids of the nodes under ``root`` (itself included) that hold one of ``targets``."""
+    found: set = set()
+    path: List[cst.CSTNode] = []
+
+    def walk(node: cst.CSTNode) -> None:
+        if id(node) in targets:
+            found.update(id(n) for n in path)
+            return
+        path.append(node)
+        for field in dataclasses.fields(node):  # not `node.children`, which rebuilds the node
+            value = getattr(node, field.name)
+            if isinstance(value, cst.CSTNode):
+                walk(value)
+            elif isinstance(value, (list, tuple)):
+                for item in value:
+                    if isinstance(item, cst.CSTNode):
+                        walk(item)
+        path.pop()
+
+    walk(root)
+    return found
 
 
 def _apply(module: cst.Module, edits: Sequence[Tuple[Finding, object]]) -> str:
@@ -267,11 +304,20 @@ def _apply(module: cst.Module, edits: Sequence[Tuple[Finding, object]]) -> str:
     return module.visit(_Replacer(replacements)).code
 
 
+def _applied(module: cst.Module, edits: Sequence[Tuple[Finding, object]]) -> Optional[str]:
+    """``_apply``, or None where LibCST refuses to rebuild a node the edits
+    change (a statement of the valid Python its parser refuses, ``torchlint.parsing``)."""
+    try:
+        return _apply(module, edits)
+    except (cst.CSTValidationError, TypeError):
+        return None
+
+
 def _valid(text: str, must_compile: bool) -> bool:
     try:
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
-            cst.parse_module(text)
+            parse_module(text)
             if must_compile:
                 ast.parse(text)
     except (SyntaxError, cst.ParserSyntaxError, ValueError, RecursionError):
@@ -408,22 +454,24 @@ def _fix_text(
                 errors.append(_bad_fix(path, finding, f"raised {type(exc).__name__}: {exc}"))
         if not edits:
             continue
-        new_text = _apply(result.module, edits)
-        accepted = accept is None or accept(new_text)
+        new_text = _applied(result.module, edits)
+        accepted = new_text is not None and (accept is None or accept(new_text))
         if not accepted or not _valid(new_text, must_compile):
             good = []
             for edit in edits:
-                single = _apply(result.module, [edit])
-                if not _valid(single, must_compile):
+                single = _applied(result.module, [edit])
+                if single is None or not _valid(single, must_compile):
                     disabled.add(edit[0].code)
-                    errors.append(_bad_fix(path, edit[0], "would produce invalid code"))
+                    errors.append(_bad_fix(path, edit[0], "would produce invalid code" if single is not None
+                                           else "would change a statement LibCST cannot rebuild"))
                 elif accept is not None and not accept(single):
                     disabled.add(edit[0].code)
                 else:
                     good.append(edit)
             edits = good
-            new_text = _apply(result.module, edits) if edits else text
-            if edits and not (_valid(new_text, must_compile) and (accept is None or accept(new_text))):
+            new_text = _applied(result.module, edits) if edits else text
+            if new_text is None or edits and not (_valid(new_text, must_compile)
+                                                  and (accept is None or accept(new_text))):
                 errors.append(internal_error(path, "fixes conflicted and were not applied"))
                 break
         chosen = [finding for finding, _ in edits]

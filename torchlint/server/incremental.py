@@ -32,6 +32,8 @@ from typing import Dict, List, Optional
 
 import libcst as cst
 
+from torchlint.parsing import parse_module
+
 
 @dataclass
 class Parsed:
@@ -84,7 +86,7 @@ def common_suffix(a: str, b: str, limit: int) -> int:
 def _parse(text: str) -> cst.Module:
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
-        return cst.parse_module(text)
+        return parse_module(text)
 
 
 def _starts(module: cst.Module, offset: int, statements) -> List[int]:
