@@ -105,9 +105,13 @@ _DETERMINISTIC = "torch.backends.cudnn.deterministic"
 # step time in the simulator on the host and in small policy networks, where
 # kernel-level settings (autotuned convolutions, TF32, autocast, compilation)
 # buy nothing measurable.
+# Gaussian-splatting rasterizers count the same: the step time is their own
+# float32 CUDA kernels, which no such setting touches and torch.compile cannot
+# trace into (and densification changes the number of Gaussians as it trains).
 _SIMULATORS = frozenset(
     {"gym", "gymnasium", "envpool", "procgen", "dm_control", "pettingzoo", "mujoco",
-     "isaacgym", "brax", "minigrid", "atari_py", "ale_py", "pybullet_envs", "stable_baselines3"}
+     "isaacgym", "brax", "minigrid", "atari_py", "ale_py", "pybullet_envs", "stable_baselines3",
+     "diff_gaussian_rasterization", "diff_surfel_rasterization", "gsplat"}
 )
 
 

@@ -252,7 +252,8 @@ def names_in_module(dotted: str, target: Sequence[str], qualname: str) -> bool:
 # bfloat16/float16, a mixed-precision policy, DeepSpeed), TF32, COMPILE
 # (`torch.compile`, `model.compile()`, `torch._dynamo`, a switch named
 # `compile`), BENCHMARK (`cudnn.benchmark = True`, a `cudnn_benchmark` switch)
-# and SIMULATOR (an imported reinforcement-learning environment).  The file is
+# and SIMULATOR (an imported reinforcement-learning environment, or a
+# Gaussian-splatting rasterizer: ``_program._SIMULATORS``).  The file is
 # then checked again with those facts, as if it made the settings itself.
 # The words are stricter than a module's own (``_program._MENTION``): in
 # another module `amp` is as often an amplitude, `half` a half width, and a
@@ -293,7 +294,8 @@ _SETTING = re.compile(
     r"|\b(?:args|cfg|config|opt|opts|hparams|params|\w+_args)\.(?:use_)?compile\b)"
     r"|(?P<benchmark>cudnn\.benchmark\s*=\s*True\b|\bcudnn_benchmark\b)"
     r"|(?P<simulator>^[ \t]*(?:import|from)[ \t]+(?:gym|gymnasium|envpool|procgen|dm_control|pettingzoo|mujoco"
-    r"|isaacgym|brax|minigrid|atari_py|ale_py|pybullet_envs|stable_baselines3)\b)",
+    r"|isaacgym|brax|minigrid|atari_py|ale_py|pybullet_envs|stable_baselines3"
+    r"|diff_gaussian_rasterization|diff_surfel_rasterization|gsplat)\b)",
     re.M,
 )
 _COMMENT = re.compile(r"#[^\n]*")

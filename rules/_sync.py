@@ -878,6 +878,10 @@ def _scan(ctx: Context, roots: List[cst.CSTNode]) -> LoopFacts:
                 attr == "tick" and _PROFILER.search(last_name(func.value) or "")
             ):
                 facts.reads_clock = True
+                if attr == "elapsed_time" and node.args:
+                    # `start.elapsed_time(end)` raises unless `end` has completed: the
+                    # iteration waits for the device before it, by design
+                    facts.synchronizes = facts.synchronizes or (always and direct)
             elif _SYNCED_CLOCK.match(name):
                 facts.reads_clock = True
                 facts.synchronizes = facts.synchronizes or (always and direct)

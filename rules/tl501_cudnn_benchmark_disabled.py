@@ -88,7 +88,9 @@ class CudnnBenchmarkDisabled(ProgramRule):
     steps wait for data; TL203 reports those loaders), for one that imports a
     reinforcement-learning simulator (`gym`, `gymnasium`, `envpool`, `procgen`,
     `dm_control`, ...: the step time is the environment's, on the host, and the
-    policy networks are small) and for one that asks for reproducible kernels
+    policy networks are small) or a Gaussian-splatting rasterizer
+    (`diff_gaussian_rasterization`, `diff_surfel_rasterization`, `gsplat`: the
+    step time is the rasterizer's own CUDA kernels) and for one that asks for reproducible kernels
     anywhere (`cudnn.deterministic = ...` or
     `torch.use_deterministic_algorithms(...)` with anything but the literal
     `False`, often `args.torch_deterministic`): the autotuner picks algorithms

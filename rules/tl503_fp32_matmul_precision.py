@@ -70,7 +70,10 @@ class Fp32MatmulPrecision(ProgramRule):
     - A program that imports a reinforcement-learning simulator (`gym`,
       `gymnasium`, `envpool`, `procgen`, `dm_control`, ...) is not reported:
       its step time is spent stepping environments on the host and in small
-      policy networks, where TF32 buys nothing measurable.
+      policy networks, where TF32 buys nothing measurable; nor one that
+      imports a Gaussian-splatting rasterizer (`diff_gaussian_rasterization`,
+      `diff_surfel_rasterization`, `gsplat`), whose step time is the
+      rasterizer's own CUDA kernels.
     - A program that asks for reproducible kernels (`cudnn.deterministic =
       ...` or `torch.use_deterministic_algorithms(...)` with anything but the
       literal `False`, often `args.torch_deterministic`) is not reported:

@@ -47,7 +47,10 @@ class NoAutocast(ProgramRule):
     - A program that imports a reinforcement-learning simulator (`gym`,
       `gymnasium`, `envpool`, `procgen`, `dm_control`, ...) is not reported:
       its step time is spent stepping environments on the host and in small
-      policy networks, where autocast buys nothing measurable.
+      policy networks, where autocast buys nothing measurable. Nor is one that
+      imports a Gaussian-splatting rasterizer (`diff_gaussian_rasterization`,
+      `diff_surfel_rasterization`, `gsplat`): its step time is the
+      rasterizer's own float32 CUDA kernels, which autocast does not touch.
     - A program that asks for reproducible kernels (`cudnn.deterministic =
       ...` or `torch.use_deterministic_algorithms(...)` with anything but the
       literal `False`, often `args.torch_deterministic`) is not reported:

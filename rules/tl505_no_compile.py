@@ -41,6 +41,11 @@ class NoCompile(ProgramRule):
     it is built; a program that imports a reinforcement-learning simulator
     (`gym`, `gymnasium`, `envpool`, `procgen`, `dm_control`, ...) is not
     reported, since its step time is spent stepping environments on the host,
+    nor one that imports a Gaussian-splatting rasterizer
+    (`diff_gaussian_rasterization`, `diff_surfel_rasterization`, `gsplat`: its
+    step time is the rasterizer's own CUDA kernels, which the compiler cannot
+    trace into, and densification changes the number of Gaussians, so shapes
+    change as it trains),
     nor one whose every `DataLoader` loads in the main process (`num_workers`
     absent or `0`): its steps wait for data, which compiling does not change
     (TL203 reports those loaders), nor a module with recurrent layers

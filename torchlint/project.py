@@ -106,6 +106,10 @@ def unreferenced(candidates: Dict[str, Sequence[int]], files: Sequence[str],
     if len(files) < MIN_FILES_FOR_REACH or not candidates:
         return {}
     wanted = set(candidates)
+    plain = {path: module_stem(path) for path in wanted if _plain_module(path)}
+    stem_words = re.compile(r"\b(?:%s)\b" % "|".join(sorted({re.escape(s) for s in plain.values()}))) if plain else None
+    stem_mentions: Counter = Counter()  # a candidate module's name -> files that mention it (imports count)
+    dynamic = False  # some file imports modules by computed names
     occurs: Counter = Counter()
     own: Dict[str, Tuple[str, set]] = {}
     starred: set = set()  # files whose public names an `__init__.py` imports with `*`
@@ -116,14 +120,21 @@ def unreferenced(candidates: Dict[str, Sequence[int]], files: Sequence[str],
     for config in configs:  # a YAML file's words are mentions (`target: ...ddpm.LatentDiffusion`)
         try:
             with open(config, encoding="utf-8", errors="replace") as handle:
-                occurs.update(set(_WORD.findall(handle.read(CONFIG_MAX_CHARS))))
+                said = set(_WORD.findall(handle.read(CONFIG_MAX_CHARS)))
         except OSError:
             continue
+        occurs.update(said)
+        stem_mentions.update(said)
     for path in files:
         text = read(path)
         if text is None:
             continue
         program = program or path.endswith(".ipynb") or _MAIN.search(text) is not None
+        dynamic = dynamic or _DYNAMIC_IMPORT.search(text) is not None
+        if stem_words is not None:
+            mentioned = set(stem_words.findall(text))
+            mentioned.discard(plain.get(path))  # (a module naming itself)
+            stem_mentions.update(mentioned)
         by_string = by_string or (not configs and _names_configured_objects(text))
         if "getattr" in text or "__dict__[" in text:
             looked_up.update((a or b).rpartition(".")[2] for a, b in _LOOKUP.findall(text))
@@ -159,6 +170,10 @@ def unreferenced(candidates: Dict[str, Sequence[int]], files: Sequence[str],
         stem = module_stem(path)
         if stem in looked_up or "globals()[" in text:
             continue
+        if path in plain and not dynamic and stem_mentions[stem] == 0 and not _runs_as_script(text):
+            # No other file imports or names the module, and it is no script: none of it runs.
+            found[path] = {UNREFERENCED: (0, WHOLE_MODULE)}
+            continue
         spans = _top_level_spans(text)
         alone = {name for name in spans
                  if occurs[name] - defines[name] - sum(stem not in stems for stems in imported.get(name, ())) <= 0
@@ -166,6 +181,20 @@ def unreferenced(candidates: Dict[str, Sequence[int]], files: Sequence[str],
         if any(start <= line <= end for name in alone for start, end in spans[name] for line in lines):
             found[path] = {UNREFERENCED: (0, " ".join(sorted(alone)))}
     return found
+
+
+def _plain_module(path: str) -> bool:
+    """A ``.py`` file that other modules would import to use (not a package's
+    ``__init__``, ``__main__``, ``setup.py`` or ``conftest.py``)."""
+    name = path.replace("\\", "/").rsplit("/", 1)[-1]
+    return name.endswith(".py") and name not in ("__init__.py", "__main__.py", "setup.py", "conftest.py")
+
+
+def _runs_as_script(text: str) -> bool:
+    """Whether a module does something when run as a file: a ``__main__``
+    block, a loop, ``with`` block or bare call at its top level (``main()``,
+    ``fire.Fire(...)``), or command-line parsing."""
+    return _MAIN.search(text) is not None or _SCRIPT.search(text) is not None
 
 
 def _names_configured_objects(text: str) -> bool:
@@ -183,6 +212,11 @@ def _names_configured_objects(text: str) -> bool:
 _BY_STRING = re.compile(r"""\b(?:instantiate_from_config|get_obj_from_str|instantiate|locate)\(|["']_target_["']""")
 CONFIG_MAX_CHARS = 256 * 1024
 _MAIN = re.compile(r"""__name__\s*==\s*["']__main__["']""")
+_SCRIPT = re.compile(r"^(?:for|while|with|async[ \t]+(?:for|with))\b|^[\w.]+\(|parse_args\(|\bsys\.argv\b", re.M)
+# Importing modules by computed names (plugins, registries that scan a directory).
+_DYNAMIC_IMPORT = re.compile(r"\b(?:import_module|__import__|spec_from_file_location|load_source|iter_modules"
+                             r"|walk_packages|run_path|run_module)\(")
+WHOLE_MODULE = "*"  # the UNREFERENCED fact of a module nothing imports: none of it runs
 _LOOKUP = re.compile(r"\bgetattr\(\s*([\w.]+)\s*,\s*(?![\"'\s])|\b([\w.]+)\.__dict__\[")
 
 

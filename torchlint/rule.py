@@ -49,6 +49,23 @@ def contains_modulo(node: cst.CSTNode) -> bool:
     return False
 
 
+_STEP_COUNTER = re.compile(r"(?:^|_)(?:step|steps|iter|iters|iteration|iterations|epoch|epochs)$", re.IGNORECASE)
+
+
+def tests_listed_step(test: cst.BaseExpression) -> bool:
+    """Whether ``test`` holds only at the steps a collection lists:
+    ``global_step in cfg.pg_scale``, ``epoch in milestones``, ``iteration in
+    saving_iterations`` (a step counter's name ``in`` a collection), alone or
+    in an ``and``."""
+    if isinstance(test, cst.BooleanOperation) and isinstance(test.operator, cst.And):
+        return tests_listed_step(test.left) or tests_listed_step(test.right)
+    if not isinstance(test, cst.Comparison) or len(test.comparisons) != 1:
+        return False
+    left = test.left
+    name = left.value if isinstance(left, cst.Name) else left.attr.value if isinstance(left, cst.Attribute) else ""
+    return isinstance(test.comparisons[0].operator, cst.In) and _STEP_COUNTER.search(name) is not None
+
+
 def _flag_names(test: cst.BaseExpression) -> List[str]:
     """The bare names a test requires: ``flag``, ``flag and rank == 0``."""
     if isinstance(test, cst.Name):
@@ -235,10 +252,11 @@ class Context:
 
     def is_periodic_test(self, test: cst.BaseExpression, index: int) -> bool:
         """Whether ``test``, of an ``if`` at ``self.stack[index]``, holds once
-        every N iterations: ``i % n == 0``, or a flag the enclosing function
+        every N iterations: ``i % n == 0``, ``epoch in milestones``
+        (``tests_listed_step``), or a flag the enclosing function
         only ever assigns such a test (``do_log = step % every == 0`` ...
         ``if do_log:``), alone or in an ``and``."""
-        if contains_modulo(test):
+        if contains_modulo(test) or tests_listed_step(test):
             return True
         function = next((n for n in reversed(self.stack[:index]) if type(n) in _FUNCTION_BOUNDARIES), self.module)
         if function is None:
