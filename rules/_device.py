@@ -69,6 +69,9 @@ _SAME_DEVICE_OPS = frozenset(
 _RETURN_TYPES = frozenset(
     {"max", "min", "topk", "sort", "mode", "median", "nanmedian", "kthvalue", "cummax", "cummin", "aminmax", "unique"}
 )
+# Methods that may reduce a tensor to a scalar (a 0-dim host copy combines with device tensors).
+_REDUCTIONS = frozenset({"sum", "mean", "max", "min", "amax", "amin", "norm", "prod", "std", "var", "item",
+                         "median", "logsumexp", "all", "any", "count_nonzero", "nansum", "nanmean", "dot", "squeeze"})
 _HOST_BUILTINS = frozenset({"len", "int", "float", "bool", "str", "range", "list", "dict", "sorted"})
 # Builtins whose elements are those of their (first) iterable arguments.
 _ITERATION_BUILTINS = frozenset({"enumerate", "zip", "reversed", "sorted", "iter", "list", "tuple"})
@@ -185,9 +188,12 @@ class HostValues:
                 return True  # `sample = dataset[i]`: a Dataset's `__getitem__` builds it on the host
             return self._is_host(expr.value, at, depth + 1, seen)
         if isinstance(expr, cst.BinaryOperation):
-            return self._is_host(expr.left, at, depth + 1, seen) and self._is_host(
-                expr.right, at, depth + 1, seen
-            )
+            left = self._is_host(expr.left, at, depth + 1, seen)
+            right = self._is_host(expr.right, at, depth + 1, seen)
+            # With a host copy of a tensor on one side (`rgb_map.cpu() - gt_rgb`), the
+            # result is on the host whatever the other side is (or the operation raises).
+            return (left and right) or (left and self._host_copy(expr.left, at, depth)) or (
+                right and self._host_copy(expr.right, at, depth))
         if isinstance(expr, cst.UnaryOperation):
             return self._is_host(expr.expression, at, depth + 1, seen)
         if isinstance(expr, cst.IfExp):  # `a.numpy() if cpu else a.cpu().numpy()`: host if both are
@@ -195,6 +201,34 @@ class HostValues:
         if isinstance(expr, cst.Call):
             return self._call_is_host(expr, at, depth, seen)
         return False
+
+    def _host_copy(self, expr: cst.BaseExpression, at, depth: int) -> bool:
+        """Whether ``expr`` is a host copy of a tensor that is not a reduced
+        scalar (``x.reshape(h, w, 3).cpu()``, or a name every reaching binding
+        gives one, unpacked ones included): a 0-dim CPU tensor would combine
+        with a device tensor, a larger one cannot."""
+        if depth > _MAX_DEPTH:
+            return False
+        if isinstance(expr, cst.Name) and at is not None:
+            bindings = self.semantic.reaching(expr.value, at)
+            return bool(bindings) and all(self._bound_host_copy(b, depth + 1) for b in bindings)
+        if not (isinstance(expr, cst.Call) and method_name(expr) == "cpu"):
+            return False
+        node = receiver(expr)
+        while isinstance(node, cst.Call):
+            if method_name(node) in _REDUCTIONS:
+                return False
+            node = receiver(node)
+        return True
+
+    def _bound_host_copy(self, b: Binding, depth: int) -> bool:
+        value = b.value
+        if b.kind == "part" and isinstance(value, (cst.Tuple, cst.List)) and b.index is not None:
+            elements = value.elements
+            value = elements[b.index].value if b.index < len(elements) else None
+        elif b.kind != "value":
+            return False
+        return value is not None and self._host_copy(value, b.location, depth)
 
     def _self_attribute_is_host(self, expr: cst.Attribute, at, depth: int, seen: Set[tuple]) -> Optional[bool]:
         """``self.sigmas`` in a method: decided by every ``self.sigmas = ...`` in

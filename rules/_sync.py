@@ -406,12 +406,57 @@ def runs_once_per_pass(ctx: Context, loop: cst.CSTNode, cache: Dict[int, "LoopFa
     """Whether one iteration of ``loop`` is a whole pass of work, so that a cost
     paid once per iteration is negligible: a loop over epochs (that does not
     itself step), a loop over a streaming generator, a loop whose body runs a
-    whole text generation (``model.generate(...)``), or an interactive loop
-    that waits for ``input()``."""
+    whole text generation (``model.generate(...)``) or, outside training, a
+    whole sampler (``runs_sampler``), or an interactive loop that waits for
+    ``input()``."""
     if is_streaming_loop(loop):
         return True
     facts = loop_facts(ctx, loop, cache)
-    return is_epoch_loop(loop, facts) or facts.generates or facts.prompts_user
+    return is_epoch_loop(loop, facts) or facts.generates or facts.prompts_user or (
+        not facts.optimizes and runs_sampler(loop))
+
+
+_SAMPLER_CALL = re.compile(r"^(?:sampling|run_sampling|\w*sample_loop|sample_\w*loop)$")
+
+
+def runs_sampler(loop: cst.CSTNode) -> bool:
+    """Whether each iteration of ``loop`` runs a whole sampler: a call in its
+    body, not under a condition, of a function named for one (``sampling(...)``,
+    ``p_sample_loop(...)``, ``ddim_sampler.sample(...)``), also inside a retry
+    loop (``while predictions is None: try: ... = sampling(...)``): each
+    iteration runs the model many times over (DiffDock's evaluation, one
+    reverse diffusion per complex), so a copy or read per iteration is noise."""
+    if not isinstance(loop, (cst.For, cst.While)):
+        return False  # (a comprehension)
+    todo = list(getattr(loop.body, "body", ()))
+    while todo:
+        node = todo.pop()
+        if isinstance(node, cst.SimpleStatementLine):
+            for small in node.body:
+                value = getattr(small, "value", None)
+                if isinstance(value, cst.Call) and _names_sampler(value.func):
+                    return True
+        elif isinstance(node, (cst.With, cst.Try)) or isinstance(node, cst.While) and _tests_none(node.test):
+            todo.extend(getattr(node.body, "body", ()))
+    return False
+
+
+def _names_sampler(func: cst.BaseExpression) -> bool:
+    if isinstance(func, cst.Name):
+        return _SAMPLER_CALL.match(func.value) is not None
+    if isinstance(func, cst.Attribute):
+        return _SAMPLER_CALL.match(func.attr.value) is not None or (
+            func.attr.value == "sample" and "sampler" in (last_name(func.value) or "").lower())
+    return False
+
+
+def _tests_none(test: cst.BaseExpression) -> bool:
+    """``x is None``, ``x == None``, ``not x``: a loop that retries until it has a result."""
+    if isinstance(test, cst.UnaryOperation) and isinstance(test.operator, cst.Not):
+        return isinstance(test.expression, cst.Name)
+    return (isinstance(test, cst.Comparison) and len(test.comparisons) == 1
+            and isinstance(test.comparisons[0].operator, (cst.Is, cst.Equal))
+            and isinstance(test.comparisons[0].comparator, cst.Name) and test.comparisons[0].comparator.value == "None")
 
 
 def converts_any_value(ctx: Context, loop: cst.CSTNode, cache: Dict[int, "LoopFacts"]) -> bool:
