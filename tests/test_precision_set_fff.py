@@ -296,6 +296,9 @@ def test_a_module_that_no_file_imports_never_runs(runner, workdir):
     (workdir / "configs.yaml").write_text("model: nets.variant.VariantNet\n")
     assert _concise(runner, "--select", "TL401", ".") == ["nets/variant.py:8:35: TL401"]
     (workdir / "configs.yaml").unlink()
+    (workdir / "pyproject.toml").write_text('[project.scripts]\nvariant = "nets.variant:VariantNet"\n')
+    assert _concise(runner, "--select", "TL401", ".") == ["nets/variant.py:8:35: TL401"]
+    (workdir / "pyproject.toml").unlink()
     # and so does every module when some file imports modules by computed names
     (workdir / "registry.py").write_text("import importlib\n\n\ndef load(name):\n    return importlib.import_module(name)\n")
     assert _concise(runner, "--select", "TL401", ".") == ["nets/variant.py:8:35: TL401"]

@@ -13,7 +13,7 @@ from typing import Callable, FrozenSet, Iterable, Iterator, List, Optional, Sequ
 from torchlint.config import Settings
 
 SOURCE_SUFFIXES = (".py", ".pyi", ".ipynb")
-CONFIG_SUFFIXES = (".yaml", ".yml")
+CONFIG_SUFFIXES = (".yaml", ".yml", ".toml", ".cfg")  # configurations, and packaging (entry points)
 CONFIG_MAX_BYTES = 256 * 1024
 
 

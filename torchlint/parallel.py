@@ -499,7 +499,7 @@ def process_files(
     diagnostic, its fixes' JSON edits as ``fix_edits.for_file`` gives them
     with those facts.  ``walked``: the displays of the files found by walking
     a directory (only those may be judged code that nothing runs);
-    ``configs``: the YAML files of that walk, whose words count as mentions.
+    ``configs``: the YAML, TOML and ``.cfg`` files of that walk, whose words count as mentions.
     """
     profiles: List[Profile] = []
     index_of: Dict[Profile, int] = {}

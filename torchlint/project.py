@@ -84,7 +84,7 @@ def unreferenced(candidates: Dict[str, Sequence[int]], files: Sequence[str],
     ``files`` mentions as a word outside its import statements (code,
     strings, comments: any such mention keeps a name alive; importing a name
     alone does not), as a fact under UNREFERENCED.  The words of ``configs``
-    (YAML files of the walk) count as mentions (``target:
+    (YAML, TOML and ``.cfg`` files of the walk) count as mentions (``target:
     ldm.models.diffusion.ddpm.LatentDiffusion``).  A package's public
     interface stays alive: a name its ``__init__.py`` imports (re-exports), a
     public name of a module that an ``__init__.py`` imports with ``*``, a name
@@ -94,7 +94,10 @@ def unreferenced(candidates: Dict[str, Sequence[int]], files: Sequence[str],
     ``models.__dict__[name]``).  ``candidates`` maps each file to the lines
     of its findings: a file gets the fact only when one of them lies in a
     definition whose name no other file mentions (the definition's extent is
-    taken from the text: up to the next line that starts at column 0).
+    taken from the text: up to the next line that starts at column 0).  A
+    module that no other file (nor ``configs``) imports or names, and that is
+    no script (``_runs_as_script``), gets ``WHOLE_MODULE``: none of it runs;
+    not when some file imports modules by computed names (``_DYNAMIC_IMPORT``).
 
     Nothing at all unless the run holds a program (a file with an ``if
     __name__ == "__main__":`` block, or a notebook): without one, the code's
@@ -110,6 +113,7 @@ def unreferenced(candidates: Dict[str, Sequence[int]], files: Sequence[str],
     stem_words = re.compile(r"\b(?:%s)\b" % "|".join(sorted({re.escape(s) for s in plain.values()}))) if plain else None
     stem_mentions: Counter = Counter()  # a candidate module's name -> files that mention it (imports count)
     dynamic = False  # some file imports modules by computed names
+    yaml = any(config.endswith((".yaml", ".yml")) for config in configs)
     occurs: Counter = Counter()
     own: Dict[str, Tuple[str, set]] = {}
     starred: set = set()  # files whose public names an `__init__.py` imports with `*`
@@ -135,7 +139,7 @@ def unreferenced(candidates: Dict[str, Sequence[int]], files: Sequence[str],
             mentioned = set(stem_words.findall(text))
             mentioned.discard(plain.get(path))  # (a module naming itself)
             stem_mentions.update(mentioned)
-        by_string = by_string or (not configs and _names_configured_objects(text))
+        by_string = by_string or (not yaml and _names_configured_objects(text))
         if "getattr" in text or "__dict__[" in text:
             looked_up.update((a or b).rpartition(".")[2] for a, b in _LOOKUP.findall(text))
         package = path.replace("\\", "/").endswith("/__init__.py") or path == "__init__.py"
@@ -185,9 +189,10 @@ def unreferenced(candidates: Dict[str, Sequence[int]], files: Sequence[str],
 
 def _plain_module(path: str) -> bool:
     """A ``.py`` file that other modules would import to use (not a package's
-    ``__init__``, ``__main__``, ``setup.py`` or ``conftest.py``)."""
+    ``__init__``, ``__main__``, ``setup.py``, ``conftest.py`` or
+    ``hubconf.py``, which ``torch.hub`` loads)."""
     name = path.replace("\\", "/").rsplit("/", 1)[-1]
-    return name.endswith(".py") and name not in ("__init__.py", "__main__.py", "setup.py", "conftest.py")
+    return name.endswith(".py") and name not in ("__init__.py", "__main__.py", "setup.py", "conftest.py", "hubconf.py")
 
 
 def _runs_as_script(text: str) -> bool:
