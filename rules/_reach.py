@@ -27,9 +27,10 @@ itself decides which of them run (``never_run``):
 * the rest never runs.  A definition inside an ``if``/``try`` at module level
   counts as module-level code (alive).
 
-And a module that no other file of the run imports or names (its name as a
-word anywhere, import statements and YAML files included) and that is no
-script (no ``__main__`` block, no loop, ``with`` or bare call at its top
+And a module named as superseded (``legacy``, ``old``, ``deprecated``, ...:
+``project._SUPERSEDED``) that no other file of the run imports or names (its
+name as a word anywhere, import statements and YAML files included) and that is
+no script (no ``__main__`` block, no loop, ``with`` or bare call at its top
 level, no command-line parsing) does not run at all (``WHOLE_MODULE``):
 Medusa's ``modeling_llama_kv_legacy.py``, left behind when its successor took
 over.  Not when some file imports modules by computed names

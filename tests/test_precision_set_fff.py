@@ -278,7 +278,6 @@ def test_a_subclass_of_an_imported_class_may_be_picked_by_name(runner, workdir):
     # nnU-Net finds `-tr PretrainedTrainer_X` by searching its trainers' classes
     _project(workdir)
     (workdir / "nets").mkdir()
-    (workdir / "nets" / "__init__.py").write_text("from . import variant  # registers the variants\n")
     (workdir / "nets" / "variant.py").write_text(VARIANT)
     assert _concise(runner, "--select", "TL401", ".") == ["nets/variant.py:8:35: TL401"]
     # a plain module that nothing builds
@@ -286,33 +285,37 @@ def test_a_subclass_of_an_imported_class_may_be_picked_by_name(runner, workdir):
     assert _concise(runner, "--select", "TL401", ".") == []
 
 
-def test_a_module_that_no_file_imports_never_runs(runner, workdir):
+def test_a_legacy_module_that_no_file_imports_never_runs(runner, workdir):
     # Medusa's modeling_llama_kv_legacy.py: left behind when its successor took over
     _project(workdir)
     (workdir / "nets").mkdir()
-    (workdir / "nets" / "variant.py").write_text(VARIANT)
+    (workdir / "nets" / "variant_legacy.py").write_text(VARIANT)
+    assert _concise(runner, "--select", "TL401", ".") == []
+    # not named so, a module nothing imports may be a package's interface (a library's variant)
+    (workdir / "nets" / "variant_legacy.py").rename(workdir / "nets" / "variant.py")
+    assert _concise(runner, "--select", "TL401", ".") == ["nets/variant.py:8:35: TL401"]
+    (workdir / "nets" / "variant.py").rename(workdir / "nets" / "variant_legacy.py")
     assert _concise(runner, "--select", "TL401", ".") == []
     # named anywhere (an import, a string, a YAML file), it may run
-    (workdir / "configs.yaml").write_text("model: nets.variant.VariantNet\n")
-    assert _concise(runner, "--select", "TL401", ".") == ["nets/variant.py:8:35: TL401"]
+    (workdir / "configs.yaml").write_text("model: nets.variant_legacy.VariantNet\n")
+    assert _concise(runner, "--select", "TL401", ".") == ["nets/variant_legacy.py:8:35: TL401"]
     (workdir / "configs.yaml").unlink()
-    (workdir / "pyproject.toml").write_text('[project.scripts]\nvariant = "nets.variant:VariantNet"\n')
-    assert _concise(runner, "--select", "TL401", ".") == ["nets/variant.py:8:35: TL401"]
+    (workdir / "pyproject.toml").write_text('[project.scripts]\nvariant = "nets.variant_legacy:VariantNet"\n')
+    assert _concise(runner, "--select", "TL401", ".") == ["nets/variant_legacy.py:8:35: TL401"]
     (workdir / "pyproject.toml").unlink()
     # and so does every module when some file imports modules by computed names
     (workdir / "registry.py").write_text("import importlib\n\n\ndef load(name):\n    return importlib.import_module(name)\n")
-    assert _concise(runner, "--select", "TL401", ".") == ["nets/variant.py:8:35: TL401"]
+    assert _concise(runner, "--select", "TL401", ".") == ["nets/variant_legacy.py:8:35: TL401"]
     (workdir / "registry.py").unlink()
     # and a script runs: top-level code, not only a `__main__` block
-    (workdir / "nets" / "variant.py").write_text(VARIANT + "\nVariantNet().cuda()\n")
-    assert _concise(runner, "--select", "TL401", ".") == ["nets/variant.py:8:35: TL401"]
+    (workdir / "nets" / "variant_legacy.py").write_text(VARIANT + "\nVariantNet().cuda()\n")
+    assert _concise(runner, "--select", "TL401", ".") == ["nets/variant_legacy.py:8:35: TL401"]
 
 
 def test_a_registered_layer_is_alive(runner, workdir):
     # a registry builds it from a configuration the run may not hold
     _project(workdir)
     (workdir / "layers").mkdir()
-    (workdir / "layers" / "__init__.py").write_text("from . import drop  # registers the layers\n")
     (workdir / "layers" / "drop.py").write_text(DROP.replace("class DropBlock2d", "@LAYERS.register_module()\nclass DropBlock2d"))
     assert _concise(runner, "--select", "TL201", ".") == ["layers/drop.py:6:31: TL201", "layers/drop.py:6:61: TL201"]
 

@@ -95,8 +95,9 @@ def unreferenced(candidates: Dict[str, Sequence[int]], files: Sequence[str],
     of its findings: a file gets the fact only when one of them lies in a
     definition whose name no other file mentions (the definition's extent is
     taken from the text: up to the next line that starts at column 0).  A
-    module that no other file (nor ``configs``) imports or names, and that is
-    no script (``_runs_as_script``), gets ``WHOLE_MODULE``: none of it runs;
+    module named as superseded (``_SUPERSEDED``: ``modeling_llama_kv_legacy.py``,
+    ``old/``) that no other file (nor ``configs``) imports or names, and that
+    is no script (``_runs_as_script``), gets ``WHOLE_MODULE``: none of it runs;
     not when some file imports modules by computed names (``_DYNAMIC_IMPORT``).
 
     Nothing at all unless the run holds a program (a file with an ``if
@@ -174,8 +175,9 @@ def unreferenced(candidates: Dict[str, Sequence[int]], files: Sequence[str],
         stem = module_stem(path)
         if stem in looked_up or "globals()[" in text:
             continue
-        if path in plain and not dynamic and stem_mentions[stem] == 0 and not _runs_as_script(text):
-            # No other file imports or names the module, and it is no script: none of it runs.
+        if (path in plain and not dynamic and stem_mentions[stem] == 0 and _SUPERSEDED.search(path) is not None
+                and not _runs_as_script(text)):
+            # A module left behind: no other file imports or names it, and it is no script.
             found[path] = {UNREFERENCED: (0, WHOLE_MODULE)}
             continue
         spans = _top_level_spans(text)
@@ -222,6 +224,11 @@ _SCRIPT = re.compile(r"^(?:for|while|with|async[ \t]+(?:for|with))\b|^[\w.]+\(|p
 _DYNAMIC_IMPORT = re.compile(r"\b(?:import_module|__import__|spec_from_file_location|load_source|iter_modules"
                              r"|walk_packages|run_path|run_module)\(")
 WHOLE_MODULE = "*"  # the UNREFERENCED fact of a module nothing imports: none of it runs
+# A module (or directory) named as superseded: a module of a package that no file
+# imports is often its public interface (a library's variants, imported by its
+# users: `from denoising_diffusion_pytorch.repaint import ...`), one named so is not.
+_SUPERSEDED = re.compile(r"(?:^|[/\\_.-])(?:legacy|old|deprecated|backup|bak|unused|archived?)(?:$|[/\\_.\d-])",
+                         re.IGNORECASE)
 _LOOKUP = re.compile(r"\bgetattr\(\s*([\w.]+)\s*,\s*(?![\"'\s])|\b([\w.]+)\.__dict__\[")
 
 
