@@ -60,9 +60,15 @@ visited run?" for the rules that need it, from the module alone:
   as ``collate_fn=``) and hooks (passed to ``register_*hook``); not the
   methods of a notebook's class that the notebook only demonstrates once
   (``_program.demonstrated_once``).  Some run once
-  by their role unless a step calls them: ``__init__``, ``main``, and names
-  that build, set up, load, save, export or convert, log, plot, visualise,
-  print or report.
+  by their role unless a step calls them: ``__init__``, ``main``,
+  ``from_pretrained``/``from_config``, and names that build, set up, load,
+  save, export or convert, log, plot, visualise, print or report.  A
+  framework's epoch hook (``validation_epoch_end(self, outputs)``,
+  ``on_train_epoch_end``) runs once per epoch, and its loops over the
+  epoch's outputs (not over a loader or dataset) add nothing to that.
+* **Benchmarks**: code in a loop that synchronizes the device and reads a
+  clock in its own body and trains nothing (``_sync.in_benchmark_loop``) is
+  a measurement, not a step.
 * **Once per pass of a sampler**: code outside the loops of a function (not
   ``forward``/``__call__``) that never trains and whose loop over a count or
   over time steps calls a model every iteration (``for step in range(order,
@@ -105,7 +111,7 @@ from torchlint.rules._models import MODEL_WORDS
 from torchlint.rules._program import demonstrated_once
 from torchlint.rules._training import is_optimizer_step
 from torchlint.rules._sync import (
-    breaks_after_few, capped_by_loop, draws, few_range, loop_clauses, loop_counters, mentions_name,
+    breaks_after_few, capped_by_loop, draws, few_range, in_benchmark_loop, loop_clauses, loop_counters, mentions_name,
     runs_one_iteration,
     target_names, unwrap_iterable,
 )
@@ -122,9 +128,13 @@ _STEP_ROLES = re.compile(
     r"compute_loss|\w*collate\w*)$"
 )
 _ONCE_ROLES = re.compile(
-    r"^(__init__|__post_init__|main|_?(build|setup|set_up|init|initialize|create|load|save|export|"
+    r"^(__init__|__post_init__|main|from_pretrained|from_config|from_checkpoint|"
+    r"_?(build|setup|set_up|init|initialize|create|load|save|export|"
     r"convert|prepare|configure|make|get_args|parse|log|plot|visuali[sz]e|show|dump|summar|print|report)\w*)$"
 )
+# Lightning's (and similar frameworks') hooks that run once per epoch: a loop in
+# them over the epoch's outputs runs once per item, once per epoch.
+_EPOCH_ROLES = re.compile(r"^(?:on_)?(?:train|training|validation|val|test|predict)_epoch_(?:end|start)$|^on_epoch_(?:end|start)$")
 # A class whose instances do a one-off job when called (`Exporter.__call__`).
 _ONCE_CLASS = re.compile(r"Export|Convert", re.IGNORECASE)
 _OUTER_LOOP_VARIABLE = re.compile(r"epoch", re.IGNORECASE)
@@ -202,6 +212,9 @@ class _Function:
     # Its name says it draws (`visualize_dev`): its loops go over the few
     # batches a picture needs, not over the data.
     draws: bool = False
+    # A framework's epoch hook (`validation_epoch_end(self, outputs)`): its loops
+    # go over the epoch's outputs, unless over a loader or dataset.
+    epoch_hook: bool = False
 
 
 @dataclass
@@ -263,6 +276,9 @@ class FrequencyModel:
                         info.role = ONCE  # a notebook's module run once on a toy input
                 elif _ONCE_ROLES.match(name):
                     info.role = ONCE
+                elif _EPOCH_ROLES.match(name) and cls is not None:
+                    info.role = PER_EPOCH  # `validation_epoch_end(self, outputs)`
+                    info.epoch_hook = True
                 self.functions[node] = info
                 self.by_name.setdefault(name, []).append(node)
                 todo.append((node.body, node, None, ()))
@@ -389,6 +405,7 @@ class FrequencyModel:
         if not loops and level == PER_STEP and fn is not None and self._samples(fn):
             return PER_EPOCH  # the setup of a many-step pass (a sampler's time steps): once per pass
         drawing = fn is not None and self.functions[fn].draws
+        hook = fn is not None and self.functions[fn].epoch_hook
         for loop in loops:
             if loop is _PERIODIC:
                 if level == PER_STEP:
@@ -401,6 +418,8 @@ class FrequencyModel:
                 level = max(level, PER_EPOCH)
             elif _few_count(loop):
                 continue  # `for sample in range(5):` a handful of times (an epoch loop is outer, above)
+            elif hook and level == PER_EPOCH and not _over_loader(loop):
+                continue  # the epoch's outputs, gathered: once per item, once per epoch
             elif level in (ONCE, PER_EPOCH) and (drawing or not _steps(loop)):
                 # a loop in code known to run rarely, over something else than the
                 # data, or in a function that draws (a few batches for a picture)
@@ -986,6 +1005,15 @@ def _steps(loop: object) -> bool:
     return False
 
 
+def _over_loader(loop: object) -> bool:
+    """Whether a loop's header names a loader or a dataset."""
+    if isinstance(loop, cst.For):
+        return _names_contain([loop.iter], ("loader", "dataset"))
+    if isinstance(loop, (cst.ListComp, cst.SetComp, cst.GeneratorExp, cst.DictComp)):
+        return _names_contain([loop.for_in.iter], ("loader", "dataset"))
+    return isinstance(loop, cst.While)
+
+
 def _walk_shallow(*roots: cst.CSTNode):
     """The nodes under ``roots``, not entering function or class definitions."""
     todo = list(roots)
@@ -1288,6 +1316,8 @@ def per_step_here(ctx: Context, skip: frozenset = frozenset()) -> Optional[Frequ
         return None  # `if boxes.shape[0] == 0:` an empty input, an edge case the steps rarely take
     if under_option_off_by_default(ctx):
         return None  # `if block_trigrams:` with `opt.get("block_trigrams", 0)`: only the runs that ask
+    if in_benchmark_loop(ctx):
+        return None  # a timed loop that trains nothing: the measurement and its inputs
     frequency = frequency_here(ctx, skip)
     fn = frequency.function
     if frequency.per_step:

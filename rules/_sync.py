@@ -1304,6 +1304,20 @@ def _reads_value(test: cst.BaseExpression) -> bool:
     return False
 
 
+def in_benchmark_loop(ctx: Context) -> bool:
+    """Whether the node being visited runs in a benchmark: a loop around it
+    that synchronizes the device and reads a clock in its own body and runs
+    no training step (EAGLE's tuning of its draft length on load: five
+    lengths, twenty timed forward passes each).  Its work is the measurement
+    and its inputs, not a training or inference step."""
+    cache = ctx.shared.setdefault("loop_facts", {})
+    for loop in ctx.enclosing_loops():
+        facts = loop_facts(ctx, loop, cache)
+        if facts.synchronizes and facts.reads_clock and not facts.optimizes:
+            return True
+    return False
+
+
 def loop_facts(ctx: Context, loop: cst.CSTNode, cache: Dict[int, LoopFacts]) -> LoopFacts:
     """What the body of ``loop`` does (its test too, for a ``while``).  A
     comprehension is scanned whole.  Names resolve as at the node being
