@@ -422,7 +422,7 @@ _SAMPLER_CALL = re.compile(r"^(?:sampling|run_sampling|\w*sample_loop|sample_\w*
 def runs_sampler(loop: cst.CSTNode) -> bool:
     """Whether each iteration of ``loop`` runs a whole sampler: a call in its
     body, not under a condition, of a function named for one (``sampling(...)``,
-    ``p_sample_loop(...)``, ``ddim_sampler.sample(...)``), also inside a retry
+    ``p_sample_loop(...)``, ``ddim_sampler.sample(S=50, ...)``), also inside a retry
     loop (``while predictions is None: try: ... = sampling(...)``): each
     iteration runs the model many times over (DiffDock's evaluation, one
     reverse diffusion per complex), so a copy or read per iteration is noise."""
@@ -434,20 +434,27 @@ def runs_sampler(loop: cst.CSTNode) -> bool:
         if isinstance(node, cst.SimpleStatementLine):
             for small in node.body:
                 value = getattr(small, "value", None)
-                if isinstance(value, cst.Call) and _names_sampler(value.func):
+                if isinstance(value, cst.Call) and _names_sampler(value):
                     return True
         elif isinstance(node, (cst.With, cst.Try)) or isinstance(node, cst.While) and _tests_none(node.test):
             todo.extend(getattr(node.body, "body", ()))
     return False
 
 
-def _names_sampler(func: cst.BaseExpression) -> bool:
+def _names_sampler(call: cst.Call) -> bool:
+    """``sampling(...)``, ``p_sample_loop(...)``; ``sampler.sample(S=50, ...)``
+    only with a number of steps (not mmdet's ``bbox_sampler.sample(...)``)."""
+    func = call.func
     if isinstance(func, cst.Name):
         return _SAMPLER_CALL.match(func.value) is not None
     if isinstance(func, cst.Attribute):
         return _SAMPLER_CALL.match(func.attr.value) is not None or (
-            func.attr.value == "sample" and "sampler" in (last_name(func.value) or "").lower())
+            func.attr.value == "sample" and "sampler" in (last_name(func.value) or "").lower()
+            and any(a.keyword is not None and _STEPS_KEYWORD.match(a.keyword.value) for a in call.args))
     return False
+
+
+_STEPS_KEYWORD = re.compile(r"^(?:S|steps|\w*_steps|timesteps|num_timesteps)$")
 
 
 def _tests_none(test: cst.BaseExpression) -> bool:

@@ -170,3 +170,23 @@ def test_the_same_copies_in_a_loop_that_samples_only_sometimes_are_reported():
     sometimes = DOCKING_EVAL.replace("        while predictions_list is None:\n",
                                      "        while predictions_list is None and args.sample:\n")
     assert "TL102" in codes(lint(sometimes, select=["TL102"]))
+
+
+def test_a_box_sampler_is_no_diffusion_sampler():
+    # mmdet's `bbox_sampler.sample(...)` picks boxes: a step's work, not a whole reverse diffusion
+    head = (
+        "import torch\n\n\nclass DynamicRoIHead(torch.nn.Module):\n"
+        "    def forward_train(self, x, proposal_list, gt_bboxes, gt_labels):\n"
+        "        cur_iou = []\n"
+        "        for i in range(len(proposal_list)):\n"
+        "            assign_result = self.bbox_assigner.assign(proposal_list[i], gt_bboxes[i], gt_labels[i])\n"
+        "            sampling_result = self.bbox_sampler.sample(assign_result, proposal_list[i], gt_bboxes[i])\n"
+        "            ious, _ = torch.topk(assign_result.max_overlaps, 5)\n"
+        "            cur_iou.append(ious[-1].item())\n"
+        "        return cur_iou\n"
+    )
+    assert codes(lint(head, select=["TL101"])) == ["TL101"]
+    ddim = head.replace("self.bbox_sampler.sample(assign_result, proposal_list[i], gt_bboxes[i])",
+                        "self.ddim_sampler.sample(S=50, conditioning=assign_result)")
+    assert ddim != head
+    assert codes(lint(ddim, select=["TL101"])) == []
