@@ -1317,6 +1317,13 @@ def in_benchmark_loop(ctx: Context) -> bool:
     no training step (EAGLE's tuning of its draft length on load: five
     lengths, twenty timed forward passes each).  Its work is the measurement
     and its inputs, not a training or inference step."""
+    could = ctx.shared.get("may_benchmark")
+    if could is None:  # (a cheap test first: most modules never synchronize)
+        source = ctx.source
+        could = ctx.shared["may_benchmark"] = (
+            "synchroniz" in source or "time_sync" in source or "elapsed_time" in source)
+    if not could:
+        return False
     cache = ctx.shared.setdefault("loop_facts", {})
     for loop in ctx.enclosing_loops():
         facts = loop_facts(ctx, loop, cache)
