@@ -110,7 +110,8 @@ def unreferenced(candidates: Dict[str, Sequence[int]], files: Sequence[str],
     if len(files) < MIN_FILES_FOR_REACH or not candidates:
         return {}
     wanted = set(candidates)
-    plain = {path: module_stem(path) for path in wanted if _plain_module(path)}
+    # (only modules named as superseded can be whole-module dead: the others need no search)
+    plain = {path: module_stem(path) for path in wanted if _plain_module(path) and _SUPERSEDED.search(path)}
     stem_words = re.compile(r"\b(?:%s)\b" % "|".join(sorted({re.escape(s) for s in plain.values()}))) if plain else None
     stem_mentions: Counter = Counter()  # a candidate module's name -> files that mention it (imports count)
     dynamic = False  # some file imports modules by computed names
@@ -175,8 +176,7 @@ def unreferenced(candidates: Dict[str, Sequence[int]], files: Sequence[str],
         stem = module_stem(path)
         if stem in looked_up or "globals()[" in text:
             continue
-        if (path in plain and not dynamic and stem_mentions[stem] == 0 and _SUPERSEDED.search(path) is not None
-                and not _runs_as_script(text)):
+        if path in plain and not dynamic and stem_mentions[stem] == 0 and not _runs_as_script(text):
             # A module left behind: no other file imports or names it, and it is no script.
             found[path] = {UNREFERENCED: (0, WHOLE_MODULE)}
             continue
