@@ -91,3 +91,21 @@ def test_a_fix_inside_such_a_statement_is_refused_with_a_message():
     assert "set_to_none=True" in result.text  # the other fixes still apply
     assert any("LibCST cannot rebuild" in d.message for d in result.errors)
     ast.parse(result.text)
+
+
+def test_json_edits_for_a_file_with_such_a_statement(runner, workdir):
+    import json
+
+    from tests.test_cli import run
+    from tests.test_json_url_and_edits import _apply
+
+    text = TRAIN.replace("        print(loss.item())\n", "        assert(torch.randn(8).cuda() if args.m else True)\n")
+    (workdir / "train.py").write_text(text)
+    items = json.loads(run(runner, "check", "--output-format", "json", "--select", "TL201,TL301",
+                           "--unsafe-fixes", "train.py").output)
+    assert sorted(item["location"]["row"] for item in items) == [10, 11, 12]
+    for item in items:  # every edit, the one inside the assert too, gives code that parses
+        assert item["fix"] is not None and item["fix"]["edits"], item
+        fixed = _apply(text, item["fix"]["edits"])
+        ast.parse(fixed)
+        assert parse_module(fixed).code == fixed

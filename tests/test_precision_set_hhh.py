@@ -66,6 +66,11 @@ def test_empty_cache_at_the_few_steps_a_list_names():
     assert codes(lint(VOXEL_TRAIN, select=["TL702"])) == []
 
 
+def test_a_span_of_steps_is_not_a_step_list():
+    span = VOXEL_TRAIN.replace("if global_step in cfg_train.pg_scale:", "if global_step in range(10, cfg_train.N_iters):")
+    assert codes(lint(span, select=["TL702"])) == ["TL702"]
+
+
 def test_a_filter_over_names_is_not_a_step_list():
     # `name in frozen` holds for any number of iterations: not a rare step
     every = VOXEL_TRAIN.replace("if global_step in cfg_train.pg_scale:", "if cfg_train.name in cfg_train.pg_scale:")

@@ -156,7 +156,10 @@ def _alone_in(text: str, result) -> List[Tuple[Diagnostic, Optional[str]]]:
         if fixed is None:
             fixed = _splice_statement(text, result.module, target, replacement, engine)
         if fixed is None:
-            fixed = engine._apply(result.module, [(finding, replacement)])
+            fixed = engine._applied(result.module, [(finding, replacement)])
+        if fixed is None:  # a statement LibCST cannot rebuild (torchlint.parsing)
+            out.append((finding.diagnostic, None))
+            continue
         if tree is not None:
             valid = fixed != text and _fix_parses(text, fixed, tree, starts, ast)
         else:
@@ -216,7 +219,10 @@ def _splice_statement(text: str, module, target, replacement, engine) -> Optiona
     at = found_once(text, old)
     if at is None:
         return None
-    new = statement.visit(engine._Replacer({id(target): replacement}))
+    try:
+        new = statement.visit(engine._Replacer({id(target): replacement}))
+    except (cst.CSTValidationError, TypeError):
+        return None  # a statement LibCST cannot rebuild (torchlint.parsing)
     if not isinstance(new, cst.CSTNode):
         return None
     return text[:at] + code_of(new) + text[at + len(old):]

@@ -61,7 +61,9 @@ def tests_listed_step(test: cst.BaseExpression) -> bool:
         return tests_listed_step(test.left) or tests_listed_step(test.right)
     if not isinstance(test, cst.Comparison) or len(test.comparisons) != 1:
         return False
-    left = test.left
+    left, right = test.left, test.comparisons[0].comparator
+    if isinstance(right, cst.Call) and isinstance(right.func, cst.Name) and right.func.value == "range":
+        return False  # `step in range(warmup, total)`: a span of steps, not a few
     name = left.value if isinstance(left, cst.Name) else left.attr.value if isinstance(left, cst.Attribute) else ""
     return isinstance(test.comparisons[0].operator, cst.In) and _STEP_COUNTER.search(name) is not None
 
