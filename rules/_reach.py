@@ -31,7 +31,8 @@ And a module named as superseded (``legacy``, ``old``, ``deprecated``, ...:
 ``project._SUPERSEDED``) that no other file of the run imports or names (its
 name as a word anywhere, import statements and YAML files included) and that is
 no script (no ``__main__`` block, no loop, ``with`` or bare call at its top
-level, no command-line parsing) does not run at all (``WHOLE_MODULE``):
+level, no command-line parsing) does not run at all (``project.WHOLE_MODULE``,
+dropped by the engine):
 Medusa's ``modeling_llama_kv_legacy.py``, left behind when its successor took
 over.  Not when some file imports modules by computed names
 (``importlib.import_module(name)``, ``__import__``, ``pkgutil`` scans).
@@ -50,7 +51,6 @@ from typing import Dict, Iterable, List, Sequence, Set
 import libcst as cst
 
 from torchlint.nodes import walk_nodes
-from torchlint.project import WHOLE_MODULE
 from torchlint.rules._helpers import last_name
 
 _WORD = re.compile(r"[A-Za-z_]\w*")
@@ -89,13 +89,11 @@ def _exported(statement: cst.CSTNode) -> Set[str]:
 def never_run(module: cst.Module, unreferenced: Sequence[str]) -> List[cst.CSTNode]:
     """The module-level function and class definitions of ``module`` that
     nothing runs, given the module-level names no other file of the run
-    mentions (``unreferenced``); every statement of a module that no other
-    file imports or names (``WHOLE_MODULE``)."""
+    mentions (``unreferenced``).  (A whole module that nothing runs is the
+    engine's to drop: ``project.WHOLE_MODULE``.)"""
     candidates = set(unreferenced)
     if not candidates:
         return []
-    if WHOLE_MODULE in candidates:  # no other file imports or names the module
-        return list(module.body)
     definitions: Dict[str, List[cst.CSTNode]] = {}
     roots: Set[str] = set()
     for statement in module.body:

@@ -84,7 +84,7 @@ def test_rules_do_not_import_each_other():
 # offers (names, nodes, positions, the semantic model, the diagnostic model).
 RULE_API = {
     "torchlint.rule", "torchlint.model", "torchlint.names", "torchlint.nodes",
-    "torchlint.positions", "torchlint.semantic",
+    "torchlint.positions", "torchlint.semantic", "torchlint.parsing",
 }
 
 

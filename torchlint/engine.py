@@ -170,11 +170,13 @@ def _never_run(module: cst.Module, project: Optional[Dict[str, Any]]) -> List[cs
     """The module's definitions that nothing in the project runs, when the
     project index said which of its names no other file mentions
     (``torchlint.project.UNREFERENCED``)."""
-    from torchlint.project import UNREFERENCED
+    from torchlint.project import UNREFERENCED, WHOLE_MODULE
 
     fact = ((project or {}).get("frequency") or {}).get(UNREFERENCED)
     if not fact:
         return []
+    if fact[1] == WHOLE_MODULE:  # no other file imports or names the module: none of it runs
+        return list(module.body)
     return project_hooks().never_run(module, fact[1].split())
 
 
