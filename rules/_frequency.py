@@ -66,9 +66,10 @@ visited run?" for the rules that need it, from the module alone:
   framework's epoch hook (``validation_epoch_end(self, outputs)``,
   ``on_train_epoch_end``) runs once per epoch, and its loops over the
   epoch's outputs (not over a loader or dataset) add nothing to that.
-* **Benchmarks**: code in a loop that synchronizes the device and reads a
-  clock in its own body and trains nothing (``_sync.in_benchmark_loop``) is
-  a measurement, not a step.
+* **Benchmarks**: code in a loop, not over data, that synchronizes the
+  device and reads a clock in its own body and trains nothing
+  (``_sync.in_benchmark_loop``) is a measurement, not a step; an evaluation
+  that times its batches is still an evaluation.
 * **Once per pass of a sampler**: code outside the loops of a function (not
   ``forward``/``__call__``) that never trains and whose loop over a count or
   over time steps calls a model every iteration (``for step in range(order,

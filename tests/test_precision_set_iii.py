@@ -66,8 +66,14 @@ def train(model, loader, optimizer, device):
 def test_a_timed_training_loop_still_is_a_step():
     # timing each training step does not make its work a benchmark
     assert codes(lint(TIMED_TRAINING, select=["TL201"])) == ["TL201"]
-    benchmark = TIMED_TRAINING.replace("        loss.backward()\n        optimizer.step()\n", "")
-    assert codes(lint(benchmark, select=["TL201"])) == []  # timing forward passes only: a benchmark
+    # nor does timing each batch of an evaluation over a loader (YOLO's test loop)
+    evaluation = TIMED_TRAINING.replace("        loss.backward()\n        optimizer.step()\n", "")
+    assert codes(lint(evaluation, select=["TL201"])) == ["TL201"]
+    # timing forward passes over a fixed count is a benchmark
+    benchmark = evaluation.replace("    for images, labels in loader:\n", "    images, labels = next(iter(loader))\n"
+                                   "    for _ in range(20):\n")
+    assert benchmark != evaluation
+    assert codes(lint(benchmark, select=["TL201"])) == []
 
 
 # -- a framework's epoch hook: its loops go over the epoch's outputs --------------------
