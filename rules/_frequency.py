@@ -68,7 +68,7 @@ visited run?" for the rules that need it, from the module alone:
   epoch's outputs (not over a loader or dataset) add nothing to that.
 * **Benchmarks**: code in a loop, not over data, that synchronizes the
   device and reads a clock in its own body and trains nothing
-  (``_sync.in_benchmark_loop``) is a measurement, not a step; an evaluation
+  (``in_benchmark_loop``) is a measurement, not a step; an evaluation
   that times its batches is still an evaluation.
 * **Once per pass of a sampler**: code outside the loops of a function (not
   ``forward``/``__call__``) that never trains and whose loop over a count or
@@ -112,7 +112,7 @@ from torchlint.rules._models import MODEL_WORDS
 from torchlint.rules._program import demonstrated_once
 from torchlint.rules._training import is_optimizer_step
 from torchlint.rules._sync import (
-    breaks_after_few, capped_by_loop, draws, few_range, in_benchmark_loop, loop_clauses, loop_counters, mentions_name,
+    breaks_after_few, capped_by_loop, draws, few_range, loop_clauses, loop_counters, loop_facts, mentions_name,
     runs_one_iteration,
     target_names, unwrap_iterable,
 )
@@ -969,6 +969,35 @@ def _over_data(loop: cst.CSTNode) -> bool:
     variable says so), or a ``while`` whose test counts steps or iterations."""
     headers = [loop.iter, loop.target] if isinstance(loop, cst.For) else [loop.test]
     return _names_contain(headers, _DATA_WORDS)
+
+
+def in_benchmark_loop(ctx: Context) -> bool:
+    """Whether the node being visited runs in a benchmark: a loop around it,
+    not over data (its header names no loader, dataset, batch, image...), that
+    synchronizes the device and reads a clock in its own body and runs no
+    training step (EAGLE's tuning of its draft length on load: five lengths,
+    twenty timed forward passes each).  Its work is the measurement and its
+    inputs, not a training or inference step."""
+    could = ctx.shared.get("may_benchmark")
+    if could is None:  # (a cheap test first: most modules never synchronize)
+        source = ctx.source
+        could = ctx.shared["may_benchmark"] = (
+            "synchroniz" in source or "time_sync" in source or "elapsed_time" in source)
+    if not could:
+        return False
+    cache = ctx.shared.setdefault("loop_facts", {})
+    for loop in ctx.enclosing_loops():
+        if not isinstance(loop, (cst.For, cst.While)) or _names_contain(
+                [loop.iter, loop.target] if isinstance(loop, cst.For) else [loop.test], _BENCHMARKED_DATA_WORDS):
+            continue  # an evaluation that times its batches is still an evaluation (YOLO's test loop)
+        facts = loop_facts(ctx, loop, cache)
+        if facts.synchronizes and facts.reads_clock and not facts.optimizes:
+            return True
+    return False
+
+
+# What a timed loop goes over when it is an evaluation, not a benchmark.
+_BENCHMARKED_DATA_WORDS = ("loader", "dataset", "batch", "data", "sample", "image", "img", "frame", "video", "episode")
 
 
 def _names_contain(roots: List[cst.CSTNode], words: Tuple[str, ...]) -> bool:

@@ -53,6 +53,7 @@ from torchlint.rules._project_text import (
     PROGRAM_SUBJECT,
     REDUCED,
     SIMULATOR,
+    SIMULATORS,
     TF32,
     imported_names,
     trait_key,
@@ -101,18 +102,6 @@ _CONV_LAYERS = frozenset(
 )
 _BENCHMARK = "torch.backends.cudnn.benchmark"
 _DETERMINISTIC = "torch.backends.cudnn.deterministic"
-# Reinforcement-learning environments: a program that steps one spends its
-# step time in the simulator on the host and in small policy networks, where
-# kernel-level settings (autotuned convolutions, TF32, autocast, compilation)
-# buy nothing measurable.
-# Gaussian-splatting rasterizers count the same: the step time is their own
-# float32 CUDA kernels, which no such setting touches and torch.compile cannot
-# trace into (and densification changes the number of Gaussians as it trains).
-_SIMULATORS = frozenset(
-    {"gym", "gymnasium", "envpool", "procgen", "dm_control", "pettingzoo", "mujoco",
-     "isaacgym", "brax", "minigrid", "atari_py", "ale_py", "pybullet_envs", "stable_baselines3",
-     "diff_gaussian_rasterization", "diff_surfel_rasterization", "gsplat"}
-)
 
 
 # Names of transformer-family models and their builders (word parts).
@@ -361,7 +350,7 @@ class ProgramFacts:
 
     def visit_import(self, node: cst.CSTNode) -> None:
         for module in _imported_modules(node):
-            if module.split(".", 1)[0] in _SIMULATORS:
+            if module.split(".", 1)[0] in SIMULATORS:
                 self.simulator = True
 
     def kernels_do_not_matter(self) -> bool:

@@ -253,7 +253,7 @@ def names_in_module(dotted: str, target: Sequence[str], qualname: str) -> bool:
 # (`torch.compile`, `model.compile()`, `torch._dynamo`, a switch named
 # `compile`), BENCHMARK (`cudnn.benchmark = True`, a `cudnn_benchmark` switch)
 # and SIMULATOR (an imported reinforcement-learning environment, or a
-# Gaussian-splatting rasterizer: ``_program._SIMULATORS``).  The file is
+# Gaussian-splatting rasterizer: ``SIMULATORS``).  The file is
 # then checked again with those facts, as if it made the settings itself.
 # The words are stricter than a module's own (``_program._MENTION``): in
 # another module `amp` is as often an amplitude, `half` a half width, and a
@@ -286,6 +286,19 @@ def freezes_batchnorm(text: str) -> bool:
         return False
     return any(_FREEZES_BN.search(match.group(2)) for match in _TRAIN_OVERRIDE.finditer(text))
 
+# Modules whose import says the step time is not the GPU kernels' that the
+# whole-program settings speed up.  Reinforcement-learning environments: a
+# program that steps one spends its step time in the simulator on the host and
+# in small policy networks, where kernel-level settings (autotuned convolutions,
+# TF32, autocast, compilation) buy nothing measurable.  Gaussian-splatting
+# rasterizers count the same: the step time is their own float32 CUDA kernels,
+# which no such setting touches and torch.compile cannot trace into (and
+# densification changes the number of Gaussians as it trains).
+SIMULATORS = frozenset(
+    {"gym", "gymnasium", "envpool", "procgen", "dm_control", "pettingzoo", "mujoco",
+     "isaacgym", "brax", "minigrid", "atari_py", "ale_py", "pybullet_envs", "stable_baselines3",
+     "diff_gaussian_rasterization", "diff_surfel_rasterization", "gsplat"}
+)
 _SETTING = re.compile(
     r"(?P<reduced>\bautocast\b|GradScaler|MixedPrecision\w*\(|\bmixed_precision\b|\b(?:torch\.)?(?:bfloat16|float16)\b"
     r"|\bdeepspeed\.initialize\b)"
@@ -293,9 +306,7 @@ _SETTING = re.compile(
     r"|(?P<compile>\btorch\.compile\b|\btorch\._dynamo\b|(?<!\bre)(?<!\bregex)\.compile\(\s*(?:\)|mode|fullgraph|dynamic|backend|options)"
     r"|\b(?:args|cfg|config|opt|opts|hparams|params|\w+_args)\.(?:use_)?compile\b)"
     r"|(?P<benchmark>cudnn\.benchmark\s*=\s*True\b|\bcudnn_benchmark\b)"
-    r"|(?P<simulator>^[ \t]*(?:import|from)[ \t]+(?:gym|gymnasium|envpool|procgen|dm_control|pettingzoo|mujoco"
-    r"|isaacgym|brax|minigrid|atari_py|ale_py|pybullet_envs|stable_baselines3"
-    r"|diff_gaussian_rasterization|diff_surfel_rasterization|gsplat)\b)",
+    r"|(?P<simulator>^[ \t]*(?:import|from)[ \t]+(?:" + "|".join(sorted(SIMULATORS)) + r")\b)",
     re.M,
 )
 _COMMENT = re.compile(r"#[^\n]*")

@@ -1311,41 +1311,6 @@ def _reads_value(test: cst.BaseExpression) -> bool:
     return False
 
 
-def in_benchmark_loop(ctx: Context) -> bool:
-    """Whether the node being visited runs in a benchmark: a loop around it,
-    not over data (its header names no loader, dataset, batch, image...), that
-    synchronizes the device and reads a clock in its own body and runs no
-    training step (EAGLE's tuning of its draft length on load: five lengths,
-    twenty timed forward passes each).  Its work is the measurement and its
-    inputs, not a training or inference step."""
-    could = ctx.shared.get("may_benchmark")
-    if could is None:  # (a cheap test first: most modules never synchronize)
-        source = ctx.source
-        could = ctx.shared["may_benchmark"] = (
-            "synchroniz" in source or "time_sync" in source or "elapsed_time" in source)
-    if not could:
-        return False
-    cache = ctx.shared.setdefault("loop_facts", {})
-    for loop in ctx.enclosing_loops():
-        if not isinstance(loop, (cst.For, cst.While)) or _over_data_words(loop):
-            continue  # an evaluation that times its batches is still an evaluation (YOLO's test loop)
-        facts = loop_facts(ctx, loop, cache)
-        if facts.synchronizes and facts.reads_clock and not facts.optimizes:
-            return True
-    return False
-
-
-_DATA_WORDS = ("loader", "dataset", "batch", "data", "sample", "image", "img", "frame", "video", "episode")
-
-
-def _over_data_words(loop: cst.CSTNode) -> bool:
-    """Whether a loop's header names data (a loader, a dataset, batches, images...)."""
-    header = [loop.iter, loop.target] if isinstance(loop, cst.For) else [loop.test]
-    return any(isinstance(n, (cst.Name, cst.Attribute)) and any(
-        word in (n.value if isinstance(n, cst.Name) else n.attr.value).lower() for word in _DATA_WORDS)
-        for root in header for n in walk_nodes(root))
-
-
 def loop_facts(ctx: Context, loop: cst.CSTNode, cache: Dict[int, LoopFacts]) -> LoopFacts:
     """What the body of ``loop`` does (its test too, for a ``while``).  A
     comprehension is scanned whole.  Names resolve as at the node being

@@ -8,7 +8,6 @@ are ``torchlint.screen``.  Both are re-exported here for library callers.
 from __future__ import annotations
 
 import ast
-import dataclasses
 import warnings
 from collections import Counter
 from dataclasses import dataclass, field
@@ -20,7 +19,7 @@ from torchlint.config import Settings
 from torchlint.model import Applicability, Diagnostic, Finding, FixInfo
 from torchlint.noqa import NoqaWarning, Suppressions, parse_suppressions
 from torchlint.parsing import parse_module
-from torchlint.positions import Positions
+from torchlint.positions import Positions, every_child, paths_to
 from torchlint.registry import all_rules, project_hooks
 from torchlint.rule import Context
 from torchlint.screen import (  # noqa: F401 - re-exported for library callers
@@ -275,26 +274,7 @@ class _Replacer(cst.CSTTransformer):
 
 def _ancestors(root: cst.CSTNode, targets: set) -> set:
     """The ids of the nodes under ``root`` (itself included) that hold one of ``targets``."""
-    found: set = set()
-    path: List[cst.CSTNode] = []
-
-    def walk(node: cst.CSTNode) -> None:
-        if id(node) in targets:
-            found.update(id(n) for n in path)
-            return
-        path.append(node)
-        for field in dataclasses.fields(node):  # not `node.children`, which rebuilds the node
-            value = getattr(node, field.name)
-            if isinstance(value, cst.CSTNode):
-                walk(value)
-            elif isinstance(value, (list, tuple)):
-                for item in value:
-                    if isinstance(item, cst.CSTNode):
-                        walk(item)
-        path.pop()
-
-    walk(root)
-    return found
+    return {id(node) for path in paths_to(root, targets, every_child).values() for node in path[:-1]}
 
 
 def _apply(module: cst.Module, edits: Sequence[Tuple[Finding, object]]) -> str:

@@ -17,8 +17,9 @@ top-level statements that hold the nodes asked about (see its docstring).
 
 from __future__ import annotations
 
+import dataclasses
 import re
-from typing import Dict, Iterable, List, Optional, Tuple
+from typing import Callable, Dict, Iterable, List, Optional, Tuple
 
 import libcst as cst
 from libcst.metadata.position_provider import PositionProvidingCodegenState
@@ -116,9 +117,13 @@ def block_indent(module: cst.Module, block: cst.IndentedBlock) -> str:
     return module.default_indent if block.indent is None else block.indent
 
 
-def paths_to(root: cst.CSTNode, wanted: set) -> Dict[int, Tuple[cst.CSTNode, ...]]:
+def paths_to(root: cst.CSTNode, wanted: set,
+             children: Callable[[cst.CSTNode], Iterable[cst.CSTNode]] = iter_children,
+             ) -> Dict[int, Tuple[cst.CSTNode, ...]]:
     """For each id in ``wanted`` of a node under ``root``: the nodes from
-    ``root`` down to it (one walk, which stops once all are found)."""
+    ``root`` down to it (one walk, which stops once all are found).
+    ``children``: the children a walk enters (the rules' nodes by default;
+    whitespace and comments too with ``every_child``)."""
     found: Dict[int, Tuple[cst.CSTNode, ...]] = {}
     path: List[cst.CSTNode] = []
     todo: List[Tuple[cst.CSTNode, int]] = [(root, 0)]
@@ -130,7 +135,21 @@ def paths_to(root: cst.CSTNode, wanted: set) -> Dict[int, Tuple[cst.CSTNode, ...
             found[id(node)] = tuple(path)
             if len(found) == len(wanted):
                 break
-        todo.extend((child, depth + 1) for child in iter_children(node))
+        todo.extend((child, depth + 1) for child in children(node))
+    return found
+
+
+def every_child(node: cst.CSTNode) -> List[cst.CSTNode]:
+    """All of ``node``'s children, whitespace and comments included, read from
+    its fields (not ``node.children``, which rebuilds the node, and so
+    validates it again)."""
+    found: List[cst.CSTNode] = []
+    for field in dataclasses.fields(node):
+        value = getattr(node, field.name)
+        if isinstance(value, cst.CSTNode):
+            found.append(value)
+        elif isinstance(value, (list, tuple)):
+            found.extend(item for item in value if isinstance(item, cst.CSTNode))
     return found
 
 
