@@ -213,7 +213,6 @@ def could_reach(summary: Optional[CallsSummary], target_path: str, qualname: str
     if summary is None:
         return True
     resolved, methods = summary
-    target = module_parts(target_path)
     qualname, note = split_note(qualname)
     cls_name, _, method = qualname.rpartition(".")
     if cls_name:
@@ -222,7 +221,17 @@ def could_reach(summary: Optional[CallsSummary], target_path: str, qualname: str
         if note == GRADS:
             return True  # a receiver of unknown class may be one (``Finder._reaches``)
         qualname = cls_name
+    if qualname.rpartition(".")[2] not in _last_parts(resolved):
+        return False  # (no callee ends with the name: the usual answer, without a scan)
+    target = module_parts(target_path)
     return any(names_in_module(dotted, target, qualname) for dotted in resolved)
+
+
+@functools.lru_cache(maxsize=4096)
+def _last_parts(resolved: FrozenSet[str]) -> FrozenSet[str]:
+    """The last parts of a file's resolved callees (``pkg.misc.helper`` -> ``helper``),
+    once per file of the run (a frozenset's hash is kept)."""
+    return frozenset(dotted.rpartition(".")[2] for dotted in resolved)
 
 
 def names_in_module(dotted: str, target: Sequence[str], qualname: str) -> bool:

@@ -695,6 +695,36 @@ def _pool_asker(workers: Optional[Workers], by_display: Dict[str, FileResult]):
     return ask
 
 
+def _pool_scanner(workers: Optional[Workers], everything: Dict[str, FileResult]):
+    """``project.unreferenced``'s reading of every file of the run, in the run's
+    worker processes, in chunks (None: in this process)."""
+    if workers is None or workers.broken:
+        return None
+
+    def scan(files: Sequence[str], stems: Sequence[str]):
+        chunks = [files[i::workers.jobs * 4] for i in range(workers.jobs * 4)]
+        done = workers.map(_scan_files, [([(d, everything[d].path) for d in chunk], stems) for chunk in chunks])
+        if done is None:  # the pool broke: scan here
+            return [None] * len(files)
+        by_display = {d: found for chunk, answers in zip(chunks, done) for d, found in zip(chunk, answers)}
+        return [by_display[d] for d in files]
+
+    return scan
+
+
+def _scan_files(files: Sequence[Tuple[str, Optional[str]]], stems: Sequence[str]):
+    from torchlint.project import scan_file
+
+    found = []
+    for display, path in files:
+        try:
+            text = read_text(display, Path(path)) if path is not None else None
+        except SourceError:
+            text = None
+        found.append(scan_file(display, text, stems) if text is not None else None)
+    return found
+
+
 def _sites_in_file(display: str, path: Optional[str], wanted, external=None):
     from torchlint.threads import on_large_stack
     from torchlint.project import sites_in
@@ -768,7 +798,8 @@ def _project_index(
             facts.update(on_large_stack(project.derive, noted, [r.display for r in files], read,
                                         _pool_asker(workers, by_display), {r.display: r.calls for r in files}))
         if reach:
-            for display, found in project.unreferenced(reach, sorted(everything), read, configs).items():
+            for display, found in project.unreferenced(reach, sorted(everything), read, configs,
+                                                       _pool_scanner(workers, everything)).items():
                 facts[display] = {**facts.get(display, {}), **found}
         if store is not None:
             store.put_index(key, facts)
@@ -793,6 +824,8 @@ def _project_index(
         diagnostics, total, warned, _ = hit
         replaced[display] = FileResult(display, diagnostics, excerpt_sources(display, text) if diagnostics else None,
                                        None, warned, first.profile, total, path=first.path)
+    if workers is not None and len(again) > 1:  # the largest first: the workers finish together
+        again.sort(key=lambda call: -_size(call[1]))
     done = workers.map(_recheck, again) if workers is not None and again else None
     if done is None:
         done = [_recheck(*call, profiles[call[2]]) for call in again]
@@ -802,6 +835,13 @@ def _project_index(
         replaced[display] = result
         to_cache.append((f"{display}#{project.facts_digest(found)}", result))
     return replaced, to_cache
+
+
+def _size(path: str) -> int:
+    try:
+        return os.path.getsize(path)
+    except OSError:
+        return 0
 
 
 def _serial(pending: Sequence[Item], inline, profiles: Sequence[Profile],

@@ -54,7 +54,7 @@ import hashlib
 import json
 import re
 from collections import Counter
-from typing import Callable, Dict, List, Optional, Sequence, Tuple
+from typing import Callable, Dict, FrozenSet, List, Optional, Sequence, Tuple
 
 Facts = Dict[str, Tuple[int, str]]  # qualified name -> (level, "path:line")
 # A trait of a function's callers is a fact too, under the key the rules'
@@ -78,7 +78,9 @@ _IMPORT = re.compile(r"^[ \t]*(?:from[ \t]+[\w.]+[ \t]+import[ \t]*\([^)]*\)|(?:
 
 
 def unreferenced(candidates: Dict[str, Sequence[int]], files: Sequence[str],
-                 read: Callable[[str], Optional[str]], configs: Sequence[str] = ()) -> Dict[str, Facts]:
+                 read: Callable[[str], Optional[str]], configs: Sequence[str] = (),
+                 scan: Optional[Callable[[Sequence[str], Sequence[str]], Sequence[Optional[Scan]]]] = None,
+                 ) -> Dict[str, Facts]:
     """For each of ``candidates`` (files of the run), the module-level names it
     defines (``def``/``class`` at the start of a line) that no other of
     ``files`` mentions as a word outside its import statements (code,
@@ -106,13 +108,15 @@ def unreferenced(candidates: Dict[str, Sequence[int]], files: Sequence[str],
     in configuration files (``instantiate_from_config(config)`` of a YAML
     ``target:``, Hydra's ``_target_``) and the walk found no YAML file.
     Every file is read once, none is parsed, and only the candidates' texts
-    are kept."""
+    are kept.  ``scan(files, stems)``: each file's ``scan_file`` (None: not
+    scanned), from the run's worker processes; without it (or for a None)
+    the file is scanned here."""
     if len(files) < MIN_FILES_FOR_REACH or not candidates:
         return {}
     wanted = set(candidates)
     # (only modules named as superseded can be whole-module dead: the others need no search)
     plain = {path: module_stem(path) for path in wanted if _plain_module(path) and _SUPERSEDED.search(path)}
-    stem_words = re.compile(r"\b(?:%s)\b" % "|".join(sorted({re.escape(s) for s in plain.values()}))) if plain else None
+    stems = sorted(set(plain.values()))
     stem_mentions: Counter = Counter()  # a candidate module's name -> files that mention it (imports count)
     dynamic = False  # some file imports modules by computed names
     yaml = any(config.endswith((".yaml", ".yml")) for config in configs)
@@ -126,42 +130,34 @@ def unreferenced(candidates: Dict[str, Sequence[int]], files: Sequence[str],
     for config in configs:  # a YAML file's words are mentions (`target: ...ddpm.LatentDiffusion`)
         try:
             with open(config, encoding="utf-8", errors="replace") as handle:
-                said = set(_WORD.findall(handle.read(CONFIG_MAX_CHARS)))
+                said = _words(handle.read(CONFIG_MAX_CHARS))
         except OSError:
             continue
         occurs.update(said)
         stem_mentions.update(said)
-    for path in files:
-        text = read(path)
-        if text is None:
-            continue
-        program = program or path.endswith(".ipynb") or _MAIN.search(text) is not None
-        dynamic = dynamic or _DYNAMIC_IMPORT.search(text) is not None
-        if stem_words is not None:
-            mentioned = set(stem_words.findall(text))
-            mentioned.discard(plain.get(path))  # (a module naming itself)
-            stem_mentions.update(mentioned)
-        by_string = by_string or (not yaml and _names_configured_objects(text))
-        if "getattr" in text or "__dict__[" in text:
-            looked_up.update((a or b).rpartition(".")[2] for a, b in _LOOKUP.findall(text))
-        package = path.replace("\\", "/").endswith("/__init__.py") or path == "__init__.py"
-        if package or "import" not in text:
-            words = set(_WORD.findall(text))  # (a package's imports are its interface)
-        else:
-            statements: List[str] = []
-            words = set(_WORD.findall(_IMPORT.sub(lambda m: statements.append(m.group()) or "", text)))
-            for statement in statements:
-                words.update(_ALIASED.findall(statement))
-            # A name imported from a module is that module's: `from utils_simmim
-            # import get_grad_norm` does not use utils.py's get_grad_norm.
-            for name, stems in _imported_names(text).items():
-                if name in words:
-                    imported.setdefault(name, []).append(stems)
-        if package:
-            starred.update(_star_targets(path, text, files))
+    scans = scan(files, stems) if scan is not None else [None] * len(files)
+    for path, scanned in zip(files, scans):
+        text = None
+        if scanned is None or path in wanted:
+            text = read(path)
+            if text is None:
+                continue
+            if scanned is None:
+                scanned = scan_file(path, text, stems)
+        (is_program, is_dynamic, configured, looks_up, mentioned, words, imports, stars, defined) = scanned
+        program = program or is_program
+        dynamic = dynamic or is_dynamic
+        mentioned = set(mentioned)
+        mentioned.discard(plain.get(path))  # (a module naming itself)
+        stem_mentions.update(mentioned)
+        by_string = by_string or (not yaml and configured)
+        looked_up.update(looks_up)
+        for name, modules in imports:
+            imported.setdefault(name, []).append(modules)
+        if stars:
+            starred.update(_star_targets(path, stars, files))
         occurs.update(words)
-        # (a file that defines a name of its own means its own by it)
-        defines.update({a or b for a, b in _TOP_LEVEL.findall(text)} & words)
+        defines.update(defined)
         if path in wanted:
             own[path] = (text, words)
     if not program:
@@ -187,6 +183,46 @@ def unreferenced(candidates: Dict[str, Sequence[int]], files: Sequence[str],
         if any(start <= line <= end for name in alone for start, end in spans[name] for line in lines):
             found[path] = {UNREFERENCED: (0, " ".join(sorted(alone)))}
     return found
+
+
+# What ``unreferenced`` needs of one file (``scan_file``): whether it is a
+# program, imports modules by computed names, builds objects named in
+# configuration files; the modules it looks names up in; which of the
+# superseded modules' names it mentions; its words outside import statements;
+# the names it imports and uses, each with the modules it imports them from;
+# an ``__init__.py``'s star imports; the names it defines at module level and uses.
+Scan = Tuple[bool, bool, bool, FrozenSet[str], FrozenSet[str], FrozenSet[str],
+             Tuple[Tuple[str, FrozenSet[str]], ...], Tuple[Tuple[str, str], ...], FrozenSet[str]]
+
+
+def scan_file(path: str, text: str, stems: Sequence[str] = ()) -> Scan:
+    """One file's part of ``unreferenced`` (in a worker process for large
+    runs); ``stems``: the names of the candidate modules named as superseded."""
+    package = path.replace("\\", "/").endswith("/__init__.py") or path == "__init__.py"
+    imports: List[Tuple[str, FrozenSet[str]]] = []
+    if package or "import" not in text:
+        words = _words(text)  # (a package's imports are its interface)
+    else:
+        statements: List[str] = []
+        words = _words(_IMPORT.sub(lambda m: statements.append(m.group()) or "", text))
+        for statement in statements:
+            if "as" in statement:
+                words.update(_ALIASED.findall(statement))
+        # A name imported from a module is that module's: `from utils_simmim
+        # import get_grad_norm` does not use utils.py's get_grad_norm.
+        imports = [(name, frozenset(modules)) for name, modules in _imported_names(text).items() if name in words]
+    return (
+        path.endswith(".ipynb") or _MAIN.search(text) is not None,
+        _imports_dynamically(text),
+        _names_configured_objects(text),
+        frozenset(_looked_up(text)),
+        frozenset(stem for stem in stems if stem in text and _mentions(text, stem)),
+        frozenset(words),
+        tuple(imports),
+        tuple(_STAR.findall(text)) if package and "*" in text else (),
+        # (a file that defines a name of its own means its own by it)
+        frozenset({a or b for a, b in _TOP_LEVEL.findall(text)} & words),
+    )
 
 
 def _plain_module(path: str) -> bool:
@@ -229,7 +265,64 @@ WHOLE_MODULE = "*"  # the UNREFERENCED fact of a module nothing imports: none of
 # users: `from denoising_diffusion_pytorch.repaint import ...`), one named so is not.
 _SUPERSEDED = re.compile(r"(?:^|[/\\_.-])(?:legacy|old|deprecated|backup|bak|unused|archived?)(?:$|[/\\_.\d-])",
                          re.IGNORECASE)
-_LOOKUP = re.compile(r"\bgetattr\(\s*([\w.]+)\s*,\s*(?![\"'\s])|\b([\w.]+)\.__dict__\[")
+_GETATTR = re.compile(r"getattr\(\s*([\w.]+)\s*,\s*(?![\"'\s])")  # (after a word boundary: see _looked_up)
+_WORD_CHAR = re.compile(r"\w")
+_DICT_LOOKUP = re.compile(r"\.__dict__\[")
+_LAST_WORD = re.compile(r"\w+$")
+_DYNAMIC_WORDS = ("import_module(", "__import__(", "spec_from_file_location(", "load_source(", "iter_modules(",
+                  "walk_packages(", "run_path(", "run_module(")
+
+
+def _mentions(text: str, word: str) -> bool:
+    """Whether ``word`` occurs in ``text`` as a word (``\\bword\\b``)."""
+    if not word.isidentifier():
+        return re.search(r"\b%s\b" % re.escape(word), text) is not None
+    at = text.find(word)
+    while at >= 0:
+        end = at + len(word)
+        if (not at or not _WORD_CHAR.match(text, at - 1)) and (end == len(text) or not _WORD_CHAR.match(text, end)):
+            return True
+        at = text.find(word, at + 1)
+    return False
+
+
+def _imports_dynamically(text: str) -> bool:
+    """``_DYNAMIC_IMPORT``, after a cheap test of the words it needs."""
+    return any(word in text for word in _DYNAMIC_WORDS) and _DYNAMIC_IMPORT.search(text) is not None
+
+
+def _looked_up(text: str) -> set:
+    """The (last parts of the) module names a file looks names up in:
+    ``getattr(models, args.arch)``, ``models.__dict__[name]``."""
+    found = set()
+    if "getattr(" in text:
+        # (the boundary is tested here: a pattern that starts with a literal is searched much faster)
+        found.update(match.group(1).rpartition(".")[2] for match in _GETATTR.finditer(text)
+                     if not match.start() or not _WORD_CHAR.match(text, match.start() - 1))
+    if "__dict__[" in text:
+        for match in _DICT_LOOKUP.finditer(text):  # (the word before `.__dict__[`)
+            word = _LAST_WORD.search(text, max(0, match.start() - 200), match.start())
+            if word is not None or match.start() and text[match.start() - 1] == ".":
+                found.add(word.group() if word is not None else "")
+    return found
+
+
+# Every ASCII character that cannot be part of a word, as a space: an ASCII
+# text's words are then its split, each without its leading digits.
+_NOT_WORD = {i: " " for i in range(128) if not (chr(i).isalnum() or chr(i) == "_")}
+_DIGITS = "0123456789"
+
+
+def _words(text: str) -> set:
+    """``set(_WORD.findall(text))``, faster for the usual ASCII text."""
+    if not text.isascii():
+        return set(_WORD.findall(text))
+    words = set(text.translate(_NOT_WORD).split())
+    numeric = {word for word in words if word[0] in _DIGITS}
+    if numeric:
+        words -= numeric
+        words.update(word for word in (w.lstrip(_DIGITS) for w in numeric) if word)
+    return words
 
 
 def module_stem(path: str) -> str:
@@ -278,14 +371,13 @@ def _imported_names(text: str) -> Dict[str, set]:
 _STAR = re.compile(r"^[ \t]*from[ \t]+(\.*)([\w.]*)[ \t]+import[ \t]+\*", re.M)
 
 
-def _star_targets(init: str, text: str, files: Sequence[str]) -> List[str]:
+def _star_targets(init: str, stars: Sequence[Tuple[str, str]], files: Sequence[str]) -> List[str]:
     """The files of the run that the ``__init__.py`` ``init`` imports with ``*``
-    (``from .style_melgan import *``, ``from pkg.models.hifigan import *``)."""
-    if "*" not in text:
-        return []
+    (``from .style_melgan import *``, ``from pkg.models.hifigan import *``;
+    ``stars``: its ``_STAR`` matches)."""
     folder = init.replace("\\", "/").rpartition("/")[0]
     found = []
-    for dots, dotted in _STAR.findall(text):
+    for dots, dotted in stars:
         tail = dotted.replace(".", "/")
         if dots:
             base = folder

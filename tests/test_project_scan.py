@@ -1,0 +1,109 @@
+"""The textual scan behind ``project.unreferenced`` (names no other file
+mentions): its fast forms answer exactly as the plain regular expressions do,
+and a scan made in the worker processes gives the same facts as one made here."""
+
+from __future__ import annotations
+
+import re
+
+import pytest
+
+from tests.test_cli import run
+from tests.test_precision_set_aaa import _concise
+from tests.test_precision_set_fff import VARIANT, _project
+from torchlint import parallel, project
+
+TEXTS = [
+    "",
+    "x = 1\n",
+    "def train_step(model):\n    return model(x2) + 3.5e-4 * y_1\n",
+    "a = 0x1f + 2foo + 1_000 + _private + __dunder__ + b3\n",
+    "# see `train_step`—it calls helper’s loss (naïve_fn)\nvalue = naïve_fn(x)\n",  # not ASCII
+    "s = 'getattr(models, name)'  # 12abc_def 9\n",
+    "from a.b import (c as d,\n    e)\nimport f.g as h\n",
+    "\t\tindented\ttabs\x0bvertical\x0cfeed\r\nend",
+]
+
+
+@pytest.mark.parametrize("text", TEXTS)
+def test_the_words_of_a_text_are_those_of_the_word_pattern(text):
+    assert project._words(text) == set(re.findall(r"[A-Za-z_]\w*", text))
+
+
+LOOKUPS = [
+    ("model = getattr(models, args.arch)()", {"models"}),
+    ("model = getattr(pkg.models, name)", {"models"}),
+    ("x = mygetattr(models, name)", set()),  # not `getattr`
+    ("x = self.getattr(models, name)", {"models"}),  # (the boundary is a dot: as `\\b` says)
+    ("x = getattr(self, 'weight')", set()),  # a literal attribute
+    ("x = getattr(cfg,\n  key)", {"cfg"}),
+    ("net = models.__dict__[args.arch]()", {"models"}),
+    ("net = a.b.__dict__[k]", {"b"}),
+    ("net = f().__dict__[k]", set()),
+    ("net = x..__dict__[k]", {""}),
+    ("nothing here", set()),
+]
+
+
+@pytest.mark.parametrize("text, names", LOOKUPS)
+def test_the_modules_a_file_looks_names_up_in(text, names):
+    old = re.compile(r"\bgetattr\(\s*([\w.]+)\s*,\s*(?![\"'\s])|\b([\w.]+)\.__dict__\[")
+    assert project._looked_up(text) == names == {(a or b).rpartition(".")[2] for a, b in old.findall(text)}
+
+
+@pytest.mark.parametrize("text, word, said", [
+    ("import old_model\n", "old_model", True),
+    ("import old_model_v2\n", "old_model", False),
+    ("x = my_old_model\n", "old_model", False),
+    ("cfg: nets.old_model.Net", "old_model", True),
+    ("old_model", "old_model", True),
+    ("run my-old.py", "my-old", True),  # not an identifier: the regular expression
+    ("run my-older.py", "my-old", False),
+])
+def test_a_module_name_is_mentioned_as_a_word(text, word, said):
+    assert project._mentions(text, word) is said
+
+
+def test_a_scan_made_elsewhere_gives_the_same_facts(tmp_path):
+    files = {
+        "train.py": "from nets.variant import VariantNet\nif __name__ == '__main__':\n    VariantNet()\n",
+        "nets/__init__.py": "from .blocks import *\n",
+        "nets/blocks.py": "def block():\n    pass\n\n\ndef _hidden():\n    pass\n",
+        "nets/variant.py": "class VariantNet:\n    pass\n\n\nclass Unused:\n    pass\n",
+        "nets/variant_legacy.py": "class OldNet:\n    pass\n",
+        "registry.py": "net = getattr(zoo, name)\n",
+        "zoo.py": "def resnet():\n    pass\n",
+    }
+    candidates = {"nets/variant.py": [5], "nets/blocks.py": [5], "nets/variant_legacy.py": [1], "zoo.py": [1]}
+    order = sorted(files)
+    asked = []
+
+    def scan(paths, stems):
+        asked.append(list(stems))
+        return [project.scan_file(p, files[p], stems) if p != "zoo.py" else None for p in paths]
+
+    here = project.unreferenced(candidates, order, files.get)
+    elsewhere = project.unreferenced(candidates, order, files.get, scan=scan)
+    assert here == elsewhere == {
+        "nets/variant.py": {project.UNREFERENCED: (0, "Unused")},
+        "nets/blocks.py": {project.UNREFERENCED: (0, "_hidden")},
+        "nets/variant_legacy.py": {project.UNREFERENCED: (0, project.WHOLE_MODULE)},
+    }
+    assert asked == [["variant_legacy"]]
+
+
+def test_one_and_two_workers_find_the_same_code_that_never_runs(runner, workdir, monkeypatch):
+    scanners = []
+    real = parallel._pool_scanner
+    monkeypatch.setattr(parallel, "_pool_scanner", lambda *args: scanners.append(real(*args)) or scanners[-1])
+    _project(workdir)
+    (workdir / "nets").mkdir()
+    (workdir / "nets" / "variant_legacy.py").write_text(VARIANT)
+    (workdir / "nets" / "variant.py").write_text(VARIANT.replace("VariantNet", "OtherNet"))
+    for i in range(parallel.MIN_FILES_FOR_POOL):  # (enough files for the pool)
+        (workdir / f"extra{i}.py").write_text(f"import torch\n\n\ndef f{i}(x):\n    return x\n")
+    one = run(runner, "check", "--no-cache", "-j", "1", "--output-format", "json", "--select", "TL401", ".")
+    two = run(runner, "check", "--no-cache", "-j", "2", "--output-format", "json", "--select", "TL401", ".")
+    assert one.output == two.output
+    assert [scanner is not None for scanner in scanners] == [False, True]  # (-j 2 scanned in the workers)
+    assert _concise(runner, "--select", "TL401", ".") == ["nets/variant.py:8:35: TL401"]
