@@ -107,22 +107,23 @@ from typing import Callable, Dict, List, Optional, Sequence, Tuple
 import libcst as cst
 
 from torchlint.rule import Context, contains_modulo, is_test_path, tests_periodic_flag
-from torchlint.rules._helpers import last_name
+from torchlint.rules._helpers import last_name, literal_number, string_value
 from torchlint.rules._models import MODEL_WORDS
-from torchlint.rules._program import demonstrated_once
+from torchlint.rules._program import demonstrated_once, in_synthetic_self_test
 from torchlint.rules._training import is_optimizer_step
 from torchlint.rules._sync import (
     breaks_after_few, capped_by_loop, draws, few_range, loop_clauses, loop_counters, loop_facts, mentions_name,
     runs_one_iteration,
     target_names, unwrap_iterable,
 )
-from torchlint.nodes import inner_children, iter_children
+from torchlint.nodes import inner_children, iter_children, walk_nodes
 
 UNKNOWN, ONCE, PER_EPOCH, PER_STEP = 0, 1, 2, 3
 NAMES = {UNKNOWN: "unknown", ONCE: "once", PER_EPOCH: "per epoch", PER_STEP: "per step"}
 
 _PERIODIC = object()  # marks a periodic guard in a list of loops
 _FIRST_PASS = object()  # marks a lazy initialisation of a local: once per run of the function
+_OPTION_OFF = object()  # marks the body of an `if` on a command-line option that is off unless given
 
 _STEP_ROLES = re.compile(
     r"^(forward|__call__|__getitem__|__getitems__|__iter__|__next__|step|_?\w*_step|"
@@ -250,6 +251,9 @@ class FrequencyModel:
         # Periodic flags of each function, by id, computed on demand (shared with
         # the Context's periodic-guard test through `model_for`).
         self._flags: Dict[int, frozenset] = {} if flags is None else flags
+        self._module = module
+        self._options_off: Optional[frozenset] = None  # `cli_options_off`, on demand
+        self._constructor_off: Dict[int, frozenset] = {}  # `constructor_options_off` of each class, by id
         self._collect(module)
         self._resolve()
         self._propagate()
@@ -408,7 +412,9 @@ class FrequencyModel:
         drawing = fn is not None and self.functions[fn].draws
         hook = fn is not None and self.functions[fn].epoch_hook
         for loop in loops:
-            if loop is _PERIODIC:
+            if loop is _OPTION_OFF:
+                level = min(level, PER_EPOCH)  # only in the runs that ask for it
+            elif loop is _PERIODIC:
                 if level == PER_STEP:
                     level = PER_EPOCH  # every N steps
             elif loop is _FIRST_PASS:
@@ -443,8 +449,29 @@ class FrequencyModel:
         same whichever question asks)."""
         key = id(node)
         if key not in self._guards:
-            self._guards[key] = _guard_marker(node, fn, loops)
+            self._guards[key] = self._option_marker(node, fn) or _guard_marker(node, fn, loops)
         return self._guards[key]
+
+    def _option_marker(self, node: cst.If, fn: Optional[cst.FunctionDef] = None) -> Optional[object]:
+        """``_OPTION_OFF`` for an ``if`` on an option that is off unless given:
+        a command-line option of the module (``if args.scale_weight_norms:``),
+        or one of the class's constructor (``if self.offset_noise_level > 0.0:``
+        with ``offset_noise_level=0.0`` in ``__init__``)."""
+        operands = [t for t in _and_operands(node.test) if type(t) in (cst.Attribute, cst.Comparison)]
+        if not operands:
+            return None
+        if self._options_off is None:
+            self._options_off = cli_options_off(self._module)
+        if self._options_off and any(_reads_cli_option_off(t, self._options_off) for t in operands):
+            return _OPTION_OFF
+        cls = self.functions[fn].cls if fn is not None and fn in self.functions else None
+        if cls is not None:
+            if id(cls) not in self._constructor_off:
+                self._constructor_off[id(cls)] = constructor_options_off(cls)
+            off = self._constructor_off[id(cls)]
+            if off and any(_reads_cli_option_off(t, off, "self") for t in operands):
+                return _OPTION_OFF
+        return None
 
     def _over_displays(self, loop: object, fn: Optional[cst.FunctionDef]) -> bool:
         """A ``for`` over a local name that ``fn`` only ever assigns tuple or list
@@ -531,7 +558,8 @@ class FrequencyModel:
             resolved: List[object] = []
             for marker in loops:
                 if type(marker) is cst.If:
-                    marker = self._guard(marker, fn, resolved) if not skip else _guard_marker(marker, fn, resolved)
+                    marker = self._guard(marker, fn, resolved) if not skip else (
+                        self._option_marker(marker, fn) or _guard_marker(marker, fn, resolved))
                 if marker is not None:
                     resolved.append(marker)
             loops = resolved
@@ -1287,6 +1315,98 @@ def _reads_option_off(expr) -> bool:
     return off and type(key) is cst.SimpleString
 
 
+def in_failure_handler(ctx: Context) -> bool:
+    """Whether the node being visited is in an ``except`` block that ends by
+    raising (``except Exception: print(...); img = torch.zeros(...).cuda();
+    raise``): it runs when something has failed, and the run stops or the
+    error goes on; not at the steps."""
+    for node in reversed(ctx.stack):
+        kind = type(node)
+        if kind is cst.ExceptHandler:
+            last = node.body.body[-1] if isinstance(node.body, cst.IndentedBlock) and node.body.body else None
+            return type(last) is cst.SimpleStatementLine and any(type(small) is cst.Raise for small in last.body)
+        if kind in (cst.FunctionDef, cst.Lambda, cst.ClassDef):
+            return False
+    return False
+
+
+def cli_options_off(module: cst.Module) -> frozenset:
+    """The destinations of the module's command-line options that are off
+    unless the user gives them: ``parser.add_argument("--scale_weight_norms",
+    type=float, default=None)``, ``action="store_true"``, a default of
+    ``False`` or ``0`` (not a positional or required argument, not
+    ``store_false``)."""
+    found = set()
+    for node in walk_nodes(module):
+        if type(node) is not cst.Call or type(node.func) is not cst.Attribute or node.func.attr.value != "add_argument":
+            continue
+        flags = [string_value(a.value) for a in node.args if a.keyword is None]
+        keywords = {a.keyword.value: a.value for a in node.args if a.keyword is not None}
+        if not flags or not all(f and f.startswith("-") for f in flags):
+            continue  # a positional argument (or flags the rule cannot read)
+        if "required" in keywords and not (type(keywords["required"]) is cst.Name and keywords["required"].value == "False"):
+            continue
+        action = string_value(keywords["action"]) if "action" in keywords else None
+        if "default" in keywords:
+            default = keywords["default"]
+            off = type(default) is cst.Name and default.value in ("None", "False") or literal_number(default) == 0
+        else:
+            off = action in (None, "store_true", "store", "count", "append")
+        if not off:
+            continue
+        dest = string_value(keywords["dest"]) if "dest" in keywords else None
+        if dest is None:
+            longs = [f for f in flags if f.startswith("--")]
+            dest = (longs[0] if longs else flags[0]).lstrip("-").replace("-", "_")
+        found.add(dest)
+    return frozenset(found)
+
+
+def constructor_options_off(cls: cst.ClassDef) -> frozenset:
+    """The attributes a class's ``__init__`` sets straight from a parameter
+    whose default is ``False`` or ``0`` (``self.offset_noise_level =
+    offset_noise_level`` with ``offset_noise_level=0.0``): options of the class
+    that are off unless its user asks (a default of ``None`` is an optional
+    input, not an option)."""
+    init = next((s for s in getattr(cls.body, "body", ()) if type(s) is cst.FunctionDef and s.name.value == "__init__"),
+                None)
+    if init is None:
+        return frozenset()
+    off = set()
+    for param in (*init.params.params, *init.params.kwonly_params):
+        default = param.default
+        if default is not None and (type(default) is cst.Name and default.value == "False" or literal_number(default) == 0):
+            off.add(param.name.value)
+    if not off:
+        return frozenset()
+    found = set()
+    for statement in getattr(init.body, "body", ()):
+        if type(statement) is not cst.SimpleStatementLine:
+            continue
+        for small in statement.body:
+            if type(small) is cst.Assign and len(small.targets) == 1 and type(small.value) is cst.Name and small.value.value in off:
+                target = small.targets[0].target
+                if type(target) is cst.Attribute and type(target.value) is cst.Name and target.value.value == "self":
+                    found.add(target.attr.value)
+    return frozenset(found)
+
+
+def _reads_cli_option_off(test: cst.BaseExpression, off: frozenset, owner: Optional[str] = None) -> bool:
+    """``args.x``, ``args.x is not None``, ``args.x > 0``, ``args.x != 0`` for
+    an option ``x`` in ``off`` (``cli_options_off``); ``owner``: the name the
+    options are read from (``self``), any name when None."""
+    if type(test) is cst.Comparison:
+        if len(test.comparisons) != 1:
+            return False
+        operator, right = type(test.comparisons[0].operator), test.comparisons[0].comparator
+        if not (operator is cst.IsNot and type(right) is cst.Name and right.value == "None"
+                or operator in (cst.GreaterThan, cst.NotEqual) and literal_number(right) == 0):
+            return False
+        test = test.left
+    return (type(test) is cst.Attribute and type(test.value) is cst.Name and test.attr.value in off
+            and (owner is None or test.value.value == owner))
+
+
 def _in_body_of_if(ctx: Context, asks) -> bool:
     """Whether the node being visited is in the body of an ``if`` one of whose
     ``and`` operands ``asks`` accepts."""
@@ -1348,6 +1468,10 @@ def per_step_here(ctx: Context, skip: frozenset = frozenset()) -> Optional[Frequ
         return None  # `if block_trigrams:` with `opt.get("block_trigrams", 0)`: only the runs that ask
     if in_benchmark_loop(ctx):
         return None  # a timed loop that trains nothing: the measurement and its inputs
+    if in_synthetic_self_test(ctx):
+        return None  # a library module's `__main__` self-test: a few steps on random inputs
+    if in_failure_handler(ctx):
+        return None  # `except ...: ... raise`: runs when something has failed, not at the steps
     frequency = frequency_here(ctx, skip)
     fn = frequency.function
     if frequency.per_step:

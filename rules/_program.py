@@ -49,6 +49,7 @@ from torchlint.rules._loaders import DATALOADERS
 from torchlint.rules._project_text import (
     BENCHMARK,
     COMPILE,
+    DOUBLE_BACKWARD,
     PROGRAM_NOTE,
     PROGRAM_SUBJECT,
     REDUCED,
@@ -58,6 +59,7 @@ from torchlint.rules._project_text import (
     imported_names,
     trait_key,
 )
+from torchlint.rules._factories import RANDOM_FACTORIES
 from torchlint.rules._training import is_backward, is_framework_backward, is_optimizer_step
 
 
@@ -148,6 +150,8 @@ _MATMUL_TAILS = frozenset(
 )
 # Calls that place work on a CUDA device (a bare `torch.cuda.is_available()` does not).
 _CUDA_CALLS = frozenset({"set_device", "current_device", "device"})
+# `torch.autograd.grad(outputs, inputs, ..., create_graph=True)` outside a comment.
+_DOUBLE_BACKWARD = re.compile(r"^[^#\n]*\bcreate_graph\s*=\s*True\b", re.M)
 
 
 class _Scope:
@@ -210,6 +214,10 @@ class ProgramFacts:
         # A graph neural network is named (`edge_index`, `GAT`, `GCNConv`,
         # `torch_geometric`): gathers and scatters over edges set its pace.
         self.graph = False
+        # The loss takes a gradient of a gradient (`torch.autograd.grad(...,
+        # create_graph=True)`: an eikonal or gradient-penalty term), here or in
+        # what the program calls from the modules it imports.
+        self.double_backward = "create_graph" in context.source and _DOUBLE_BACKWARD.search(context.source) is not None
         # One entry per function, lambda or class (None: a class body, where
         # no step is looked for); [0] is the module's top level.
         self._scopes: List[Optional[_Scope]] = [_Scope(nested=False)]
@@ -257,6 +265,8 @@ class ProgramFacts:
         name = method_name(node)
         if scope is not None:
             if is_backward(node, ctx):
+                if in_synthetic_self_test(ctx):
+                    return  # a library module's self-test on random inputs: not the program's training
                 # Report at the first backward of the scope, but prefer one in a
                 # loop: a notebook may call `loss.backward()` once to show
                 # autograd long before its training loop.
@@ -425,8 +435,9 @@ class ProgramFacts:
         known = self.context.project.get("frequency", {})
         if not known:
             return
-        said = {kind for kind in (REDUCED, TF32, COMPILE, BENCHMARK, SIMULATOR)
+        said = {kind for kind in (REDUCED, TF32, COMPILE, BENCHMARK, SIMULATOR, DOUBLE_BACKWARD)
                 if trait_key(PROGRAM_SUBJECT, kind) in known}
+        self.double_backward |= DOUBLE_BACKWARD in said
         self.reduced_precision |= REDUCED in said
         self.tf32_set |= TF32 in said
         self.compiles |= COMPILE in said
@@ -717,6 +728,47 @@ def in_self_test(ctx: Context) -> bool:
     for node in ctx.stack:
         if type(node) is cst.If and is_main_guard(node):
             return not any(type(n) in (cst.For, cst.While) for n in walk_nodes(node.body))
+    return False
+
+
+def in_synthetic_self_test(ctx: Context) -> bool:
+    """Whether the node being visited is in a loop over a count (``for step
+    in range(steps):``) of the ``if __name__ == "__main__":`` block of a module
+    that defines classes (a model's or a library's file, which the program
+    imports for them), a loop that makes up its inputs at random
+    (``x = torch.randn(batch_size, 4, 128, 128).cuda()``): the module's
+    self-test, a few steps on random data to check its memory or speed
+    (sd-scripts' ``sdxl_original_unet.py``), not the program's steps."""
+    if ctx.module is None or "__main__" not in ctx.source:
+        return False
+    stack = ctx.stack
+    for i, node in enumerate(stack):
+        if type(node) is cst.If and is_main_guard(node):
+            break
+    else:
+        return False
+    if not any(type(statement) is cst.ClassDef for statement in ctx.module.body):
+        return False
+    cache = ctx.shared.setdefault("synthetic-self-test", {})
+    for node in stack[i + 1:]:
+        if type(node) is cst.For:
+            if id(node) not in cache:
+                cache[id(node)] = _counts(node.iter) and any(
+                    type(sub) is cst.Call and method_name(sub) in RANDOM_FACTORIES
+                    and (ctx.qualname(sub.func) or "").startswith("torch.") for sub in walk_nodes(node.body))
+            if cache[id(node)]:
+                return True
+    return False
+
+
+def _counts(iterable: cst.BaseExpression) -> bool:
+    """``range(...)``, ``tqdm(range(...))``, ``enumerate(range(...))``."""
+    while type(iterable) is cst.Call and type(iterable.func) is cst.Name:
+        if iterable.func.value == "range":
+            return True
+        if not iterable.args:
+            return False
+        iterable = iterable.args[0].value
     return False
 
 

@@ -54,6 +54,7 @@ from torchlint.rules._project_text import (  # noqa: F401 - DDP, HOST_ARGS: for 
     PINNED_CALL,
     TRAINS,
     WITH_GRAD,
+    distinctive,
     module_parts,
     names_in_module,
     split_note,
@@ -204,7 +205,7 @@ class Finder:
         # its name (``f(...)``, ``mod.f(...)``, ``obj.method(...)``); the
         # frequency model's sites are some of the module's calls, so when none
         # of the calls so named reaches it, no site does.
-        untyped = note == GRADS
+        untyped = note == GRADS or note is None and distinctive(method)
         if not any(self._reaches(call, target, qualname, cls_name, method, None, untyped)
                    for call in self._calls_named(method)):
             return []

@@ -134,12 +134,20 @@ def might_call(text: str, target_path: str, qualname: str) -> bool:
     name = qualname.rsplit(".", 1)[-1]
     if f"{name}(" not in text:
         return False
-    if note == GRADS and "." in qualname:
+    if "." in qualname and (note == GRADS or note is None and distinctive(name)):
         # a method called on a receiver of unknown class (`network.predict(x)`
         # with `network` a parameter) needs no import of the class's module
         # (but see `narrow`)
         return f".{name}(" in text
     return _imports_module(text, parts[-1])
+
+
+def distinctive(method: str) -> bool:
+    """A method name of three words or more (``apply_max_norm_regularization``):
+    a call of it on a receiver of unknown class (a network built from a module
+    the command line names) is a call of the project's method of that name,
+    for the question how often it runs (``Finder._reaches``)."""
+    return not method.startswith("__") and len([w for w in method.split("_") if w]) >= 3
 
 
 def shadowed(caller: str, target_path: str, files: FrozenSet[str], text: str) -> bool:
@@ -178,7 +186,8 @@ def narrow(target_path: str, qualname: str, found: List[str], text_of) -> List[s
     were guessed by a method's name alone and are too many to be telling."""
     qualname, note = split_note(qualname)
     parts = module_parts(target_path)
-    if note != GRADS or "." not in qualname or len(found) <= _GUESSED_CALLERS or not parts:
+    untyped = note == GRADS or note is None and distinctive(qualname.rsplit(".", 1)[-1])
+    if not untyped or "." not in qualname or len(found) <= _GUESSED_CALLERS or not parts:
         return found
     return [other for other in found if _imports_module(text_of(other) or "", parts[-1])]
 
@@ -218,7 +227,7 @@ def could_reach(summary: Optional[CallsSummary], target_path: str, qualname: str
     if cls_name:
         if method not in methods:
             return False
-        if note == GRADS:
+        if note == GRADS or note is None and distinctive(method):
             return True  # a receiver of unknown class may be one (``Finder._reaches``)
         qualname = cls_name
     if qualname.rpartition(".")[2] not in _last_parts(resolved):
@@ -275,6 +284,7 @@ TF32 = "tf32"
 COMPILE = "compile"
 BENCHMARK = "benchmark"
 SIMULATOR = "simulator"
+DOUBLE_BACKWARD = "double_backward"  # a gradient of a gradient (`autograd.grad(..., create_graph=True)`)
 # A module that imports this one puts every BatchNorm of its model in eval
 # mode whenever it trains (`def train(self, mode=True):` looping over
 # `self.modules()` with `isinstance(m, nn.BatchNorm2d)` and `m.eval()`: TSN's
@@ -315,6 +325,7 @@ _SETTING = re.compile(
     r"|(?P<compile>\btorch\.compile\b|\btorch\._dynamo\b|(?<!\bre)(?<!\bregex)\.compile\(\s*(?:\)|mode|fullgraph|dynamic|backend|options)"
     r"|\b(?:args|cfg|config|opt|opts|hparams|params|\w+_args)\.(?:use_)?compile\b)"
     r"|(?P<benchmark>cudnn\.benchmark\s*=\s*True\b|\bcudnn_benchmark\b)"
+    r"|(?P<double_backward>\bcreate_graph\s*=\s*True\b)"
     r"|(?P<simulator>^[ \t]*(?:import|from)[ \t]+(?:" + "|".join(sorted(SIMULATORS)) + r")\b)",
     re.M,
 )

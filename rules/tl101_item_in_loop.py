@@ -251,7 +251,11 @@ class ItemInLoop(Rule):
       out[n].tolist())` printed, `pred = out.max(1)[1].cpu().numpy()` handed
       to a NumPy metric): the host waits for the device there every
       iteration by design, so one more read adds no wait (found on
-      FastSpeech2's `synth_samples` and RWKV-LM's arithmetic checks);
+      FastSpeech2's `synth_samples` and RWKV-LM's arithmetic checks); also
+      in a loop inside such a loop of the same function (svox2's mask
+      script reads each detection's score in a loop over one image's
+      detections, then hands the image's mask to OpenCV: the first read is
+      the image's wait, the others find the device idle);
     - test files (`test_*.py`, `*_test.py`, `conftest.py`, under `tests/`):
       tests read values to check them.
 
@@ -556,7 +560,7 @@ class ItemInLoop(Rule):
             return
         if decides_a_raise(ctx) or decides_the_step(ctx):
             return  # an assert's message, the test of a check that raises or of whether the step runs
-        if (name == "tolist" or copies_out_every_iteration(ctx, loop)) and not in_training_code(ctx, self._facts):
+        if (name == "tolist" or self._copied_out(loop)) and not in_training_code(ctx, self._facts):
             return  # a batch's results handed to host code (decoding, n-grams, scoring, printing): by design
         if named_for_host_work(ctx) or feeds_host_evaluator(ctx, self._facts):
             return  # the host implementation (`fill_indices_cpu`), or results handed to a COCO evaluator
@@ -580,6 +584,20 @@ class ItemInLoop(Rule):
                     frequency=frequency)
 
     # -- which loop repeats the call -------------------------------------------
+    def _copied_out(self, loop: cst.CSTNode) -> bool:
+        """Whether ``loop``, or a loop around it in the function, hands device
+        values to host code every iteration (``copies_out_every_iteration``): a
+        loop over one image's detections inside a loop that writes each
+        image's mask with OpenCV waits once per image; its first read is
+        that wait, the others find the device idle."""
+        ctx = self.context
+        return any(copies_out_every_iteration(ctx, outer) for outer in ctx.enclosing_loops()
+                   if outer is loop or self._inside(loop, outer))
+
+    def _inside(self, loop: cst.CSTNode, outer: cst.CSTNode) -> bool:
+        ids = [id(node) for node in self.context.stack]
+        return id(outer) in ids and id(loop) in ids and ids.index(id(outer)) < ids.index(id(loop))
+
     def _step_loop(self) -> Optional[cst.CSTNode]:
         """The innermost enclosing loop that is not a walk over a mapping's
         entries (``for k, v in metrics.items()``) or over a display of constants

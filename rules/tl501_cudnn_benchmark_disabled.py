@@ -81,7 +81,10 @@ class CudnnBenchmarkDisabled(ProgramRule):
     driven by Accelerate, Lightning Fabric or `manual_backward` (the framework
     has its own option, e.g. `Trainer(benchmark=True)`); modules that only
     import their model from elsewhere (no convolution layer built here); the
-    scoped `with torch.backends.cudnn.flags(benchmark=False):`.
+    scoped `with torch.backends.cudnn.flags(benchmark=False):`; an assignment
+    that carries a comment on its line or the line above (Open-Sora's
+    `cudnn.benchmark = False  # True leads to slow down in conv3d`: a choice
+    written down, often measured on the project's own shapes).
 
     The module check (never sets it) is also silent for a program whose every
     `DataLoader` loads in the main process (`num_workers` absent or `0`: its
@@ -271,6 +274,7 @@ class CudnnBenchmarkDisabled(ProgramRule):
                     and not notebook_trains_nothing(self.context)
                     and not other_branch_sets(self.context, _BENCHMARK, True)  # a user's switch
                     and not function_restores(self.context, _BENCHMARK, True)  # off for one pass only
+                    and not _explained(self.context)  # `= False  # True leads to slow down in conv3d`
                 ):
                     self._disabled.append((node, self._scope()))
             elif q == _DETERMINISTIC and literal_bool(node.value) is True:
@@ -311,3 +315,15 @@ class CudnnBenchmarkDisabled(ProgramRule):
             "heuristics instead of timing the fastest one for each input shape; set it once at "
             "start-up when input shapes are fixed (not for inputs whose size varies)",
         )
+
+
+def _explained(ctx) -> bool:
+    """Whether the statement being visited carries a comment, on its line or
+    on the line above (``cudnn.benchmark = False  # True leads to slow down in
+    conv3d``): a choice the author made and wrote down, often measured."""
+    for node in reversed(ctx.stack):
+        if type(node) is cst.SimpleStatementLine:
+            if node.trailing_whitespace.comment is not None:
+                return True
+            return bool(node.leading_lines) and node.leading_lines[-1].comment is not None
+    return False

@@ -56,7 +56,10 @@ class NoCompile(ProgramRule):
     all and convolutions at most 32 channels out, and takes no model from
     elsewhere (the full test is in `docs/precision.md`, "a visibly tiny
     model"): a course notebook's linear regression or 2-10-10-1 MLP, whose
-    steps are launch-bound.
+    steps are launch-bound; nor a module whose loss takes a gradient of a
+    gradient (`torch.autograd.grad(..., create_graph=True)`: an eikonal or
+    gradient-penalty term, Wonder3D's NeuS), which compiled autograd does not
+    support (double backward runs eagerly, or fails).
 
     ## Why is this bad?
     `torch.compile` captures the model's forward and backward passes as
@@ -183,6 +186,8 @@ class NoCompile(ProgramRule):
             return
         if facts.declined_compile():
             return  # `# model = torch.compile(model)`: tried and turned off
+        if facts.double_backward:
+            return  # a gradient of a gradient (an eikonal loss): compiled autograd does not support it
         if self.context.target_torch < (2, 0):
             return
         self.report_at_first_step(
