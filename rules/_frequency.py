@@ -253,7 +253,6 @@ class FrequencyModel:
         self._flags: Dict[int, frozenset] = {} if flags is None else flags
         self._module = module
         self._options_off: Optional[frozenset] = None  # `cli_options_off`, on demand
-        self._constructor_off: Dict[int, frozenset] = {}  # `constructor_options_off` of each class, by id
         self._collect(module)
         self._resolve()
         self._propagate()
@@ -449,14 +448,14 @@ class FrequencyModel:
         same whichever question asks)."""
         key = id(node)
         if key not in self._guards:
-            self._guards[key] = self._option_marker(node, fn) or _guard_marker(node, fn, loops)
+            self._guards[key] = self._option_marker(node) or _guard_marker(node, fn, loops)
         return self._guards[key]
 
-    def _option_marker(self, node: cst.If, fn: Optional[cst.FunctionDef] = None) -> Optional[object]:
-        """``_OPTION_OFF`` for an ``if`` on an option that is off unless given:
-        a command-line option of the module (``if args.scale_weight_norms:``),
-        or one of the class's constructor (``if self.offset_noise_level > 0.0:``
-        with ``offset_noise_level=0.0`` in ``__init__``)."""
+    def _option_marker(self, node: cst.If) -> Optional[object]:
+        """``_OPTION_OFF`` for an ``if`` on a command-line option of the module
+        that is off unless given (``if args.scale_weight_norms:``).  Not a
+        class's constructor default (``offset_noise_level=0.0``): the
+        configuration files set those (WeNet's ``n_negatives: 100``)."""
         operands = [t for t in _and_operands(node.test) if type(t) in (cst.Attribute, cst.Comparison)]
         if not operands:
             return None
@@ -464,13 +463,6 @@ class FrequencyModel:
             self._options_off = cli_options_off(self._module)
         if self._options_off and any(_reads_cli_option_off(t, self._options_off) for t in operands):
             return _OPTION_OFF
-        cls = self.functions[fn].cls if fn is not None and fn in self.functions else None
-        if cls is not None:
-            if id(cls) not in self._constructor_off:
-                self._constructor_off[id(cls)] = constructor_options_off(cls)
-            off = self._constructor_off[id(cls)]
-            if off and any(_reads_cli_option_off(t, off, "self") for t in operands):
-                return _OPTION_OFF
         return None
 
     def _over_displays(self, loop: object, fn: Optional[cst.FunctionDef]) -> bool:
@@ -559,7 +551,7 @@ class FrequencyModel:
             for marker in loops:
                 if type(marker) is cst.If:
                     marker = self._guard(marker, fn, resolved) if not skip else (
-                        self._option_marker(marker, fn) or _guard_marker(marker, fn, resolved))
+                        self._option_marker(marker) or _guard_marker(marker, fn, resolved))
                 if marker is not None:
                     resolved.append(marker)
             loops = resolved
@@ -1362,39 +1354,9 @@ def cli_options_off(module: cst.Module) -> frozenset:
     return frozenset(found)
 
 
-def constructor_options_off(cls: cst.ClassDef) -> frozenset:
-    """The attributes a class's ``__init__`` sets straight from a parameter
-    whose default is ``False`` or ``0`` (``self.offset_noise_level =
-    offset_noise_level`` with ``offset_noise_level=0.0``): options of the class
-    that are off unless its user asks (a default of ``None`` is an optional
-    input, not an option)."""
-    init = next((s for s in getattr(cls.body, "body", ()) if type(s) is cst.FunctionDef and s.name.value == "__init__"),
-                None)
-    if init is None:
-        return frozenset()
-    off = set()
-    for param in (*init.params.params, *init.params.kwonly_params):
-        default = param.default
-        if default is not None and (type(default) is cst.Name and default.value == "False" or literal_number(default) == 0):
-            off.add(param.name.value)
-    if not off:
-        return frozenset()
-    found = set()
-    for statement in getattr(init.body, "body", ()):
-        if type(statement) is not cst.SimpleStatementLine:
-            continue
-        for small in statement.body:
-            if type(small) is cst.Assign and len(small.targets) == 1 and type(small.value) is cst.Name and small.value.value in off:
-                target = small.targets[0].target
-                if type(target) is cst.Attribute and type(target.value) is cst.Name and target.value.value == "self":
-                    found.add(target.attr.value)
-    return frozenset(found)
-
-
-def _reads_cli_option_off(test: cst.BaseExpression, off: frozenset, owner: Optional[str] = None) -> bool:
+def _reads_cli_option_off(test: cst.BaseExpression, off: frozenset) -> bool:
     """``args.x``, ``args.x is not None``, ``args.x > 0``, ``args.x != 0`` for
-    an option ``x`` in ``off`` (``cli_options_off``); ``owner``: the name the
-    options are read from (``self``), any name when None."""
+    an option ``x`` in ``off`` (``cli_options_off``)."""
     if type(test) is cst.Comparison:
         if len(test.comparisons) != 1:
             return False
@@ -1403,8 +1365,7 @@ def _reads_cli_option_off(test: cst.BaseExpression, off: frozenset, owner: Optio
                 or operator in (cst.GreaterThan, cst.NotEqual) and literal_number(right) == 0):
             return False
         test = test.left
-    return (type(test) is cst.Attribute and type(test.value) is cst.Name and test.attr.value in off
-            and (owner is None or test.value.value == owner))
+    return type(test) is cst.Attribute and type(test.value) is cst.Name and test.attr.value in off
 
 
 def _in_body_of_if(ctx: Context, asks) -> bool:
