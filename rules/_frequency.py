@@ -232,7 +232,7 @@ class _Site:
 class FrequencyModel:
     def __init__(self, module: cst.Module, external: Optional[Dict[str, Tuple[int, str]]] = None,
                  flags: Optional[Dict[int, frozenset]] = None,
-                 demonstrated: Optional[Callable[[cst.ClassDef], bool]] = None) -> None:
+                 demonstrated: Optional[Callable[[cst.ClassDef], bool]] = None, source: Optional[str] = None) -> None:
         # `demonstrated`: whether a class of a notebook is only run once, on a
         # toy input (`_program.demonstrated_once`): its `forward` runs once.
         self._demonstrated = demonstrated
@@ -252,7 +252,8 @@ class FrequencyModel:
         # the Context's periodic-guard test through `model_for`).
         self._flags: Dict[int, frozenset] = {} if flags is None else flags
         self._module = module
-        self._options_off: Optional[frozenset] = None  # `cli_options_off`, on demand
+        # `cli_options_off`, on demand (none in a module whose `source` parses no arguments)
+        self._options_off: Optional[frozenset] = None if source is None or "add_argument" in source else frozenset()
         self._collect(module)
         self._resolve()
         self._propagate()
@@ -1206,7 +1207,8 @@ def model_for(ctx: Context) -> FrequencyModel:
         assert ctx.module is not None
         demonstrated = (lambda cls: demonstrated_once(ctx, cls)) if ctx.path.endswith(".ipynb") else None
         model = ctx.shared["frequency"] = FrequencyModel(
-            ctx.module, ctx.project.get("frequency"), ctx.shared.setdefault("periodic_flags", {}), demonstrated
+            ctx.module, ctx.project.get("frequency"), ctx.shared.setdefault("periodic_flags", {}), demonstrated,
+            ctx.source,
         )
     return model
 

@@ -193,7 +193,7 @@ class Finder:
 
     @cached_property
     def frequency(self) -> FrequencyModel:
-        return FrequencyModel(self.module, self.external)
+        return FrequencyModel(self.module, self.external, source=self.text or None)
 
     @cached_property
     def semantic(self) -> SemanticModel:
