@@ -50,6 +50,7 @@ from torchlint.rules._project_text import (
     BENCHMARK,
     COMPILE,
     DOUBLE_BACKWARD,
+    DOUBLE_BACKWARD_CODE,
     PROGRAM_NOTE,
     PROGRAM_SUBJECT,
     REDUCED,
@@ -151,7 +152,7 @@ _MATMUL_TAILS = frozenset(
 # Calls that place work on a CUDA device (a bare `torch.cuda.is_available()` does not).
 _CUDA_CALLS = frozenset({"set_device", "current_device", "device"})
 # `torch.autograd.grad(outputs, inputs, ..., create_graph=True)` outside a comment.
-_DOUBLE_BACKWARD = re.compile(r"^[^#\n]*\bcreate_graph\s*=\s*True\b", re.M)
+_DOUBLE_BACKWARD = re.compile(r"^[^#\n]*" + DOUBLE_BACKWARD_CODE, re.M)
 
 
 class _Scope:

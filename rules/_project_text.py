@@ -285,6 +285,7 @@ COMPILE = "compile"
 BENCHMARK = "benchmark"
 SIMULATOR = "simulator"
 DOUBLE_BACKWARD = "double_backward"  # a gradient of a gradient (`autograd.grad(..., create_graph=True)`)
+DOUBLE_BACKWARD_CODE = r"\bcreate_graph\s*=\s*True\b"  # (the code that takes one)
 # A module that imports this one puts every BatchNorm of its model in eval
 # mode whenever it trains (`def train(self, mode=True):` looping over
 # `self.modules()` with `isinstance(m, nn.BatchNorm2d)` and `m.eval()`: TSN's
@@ -325,7 +326,7 @@ _SETTING = re.compile(
     r"|(?P<compile>\btorch\.compile\b|\btorch\._dynamo\b|(?<!\bre)(?<!\bregex)\.compile\(\s*(?:\)|mode|fullgraph|dynamic|backend|options)"
     r"|\b(?:args|cfg|config|opt|opts|hparams|params|\w+_args)\.(?:use_)?compile\b)"
     r"|(?P<benchmark>cudnn\.benchmark\s*=\s*True\b|\bcudnn_benchmark\b)"
-    r"|(?P<double_backward>\bcreate_graph\s*=\s*True\b)"
+    r"|(?P<double_backward>" + DOUBLE_BACKWARD_CODE + ")"
     r"|(?P<simulator>^[ \t]*(?:import|from)[ \t]+(?:" + "|".join(sorted(SIMULATORS)) + r")\b)",
     re.M,
 )

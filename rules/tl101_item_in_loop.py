@@ -591,12 +591,12 @@ class ItemInLoop(Rule):
         image's mask with OpenCV waits once per image; its first read is
         that wait, the others find the device idle."""
         ctx = self.context
-        return any(copies_out_every_iteration(ctx, outer) for outer in ctx.enclosing_loops()
-                   if outer is loop or self._inside(loop, outer))
-
-    def _inside(self, loop: cst.CSTNode, outer: cst.CSTNode) -> bool:
-        ids = [id(node) for node in self.context.stack]
-        return id(outer) in ids and id(loop) in ids and ids.index(id(outer)) < ids.index(id(loop))
+        reached = False
+        for outer in ctx.enclosing_loops():  # (innermost first: `loop`, then the loops around it)
+            reached = reached or outer is loop
+            if reached and copies_out_every_iteration(ctx, outer):
+                return True
+        return False
 
     def _step_loop(self) -> Optional[cst.CSTNode]:
         """The innermost enclosing loop that is not a walk over a mapping's

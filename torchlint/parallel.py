@@ -736,22 +736,24 @@ def _scan_files(files: Sequence[Tuple[str, Optional[str]]], stems: Sequence[str]
 
     found = []
     for display, path in files:
-        try:
-            text = read_text(display, Path(path)) if path is not None else None
-        except SourceError:
-            text = None
+        text = _text_or_none(display, path)
         found.append(scan_file(display, text, stems) if text is not None else None)
     return found
+
+
+def _text_or_none(display: str, path: Optional[str]) -> Optional[str]:
+    """``read_text``, None for a file that cannot be read (the index's questions)."""
+    try:
+        return read_text(display, Path(path)) if path is not None else None
+    except SourceError:
+        return None
 
 
 def _sites_in_file(display: str, path: Optional[str], wanted, external=None):
     from torchlint.threads import on_large_stack
     from torchlint.project import sites_in
 
-    try:
-        text = read_text(display, Path(path)) if path is not None else None
-    except SourceError:
-        text = None
+    text = _text_or_none(display, path)
     with gc_paused():
         return on_large_stack(sites_in, display, text, wanted, external)
 
@@ -799,10 +801,7 @@ def _project_index(
     by_display = {r.display: r for r in files}
 
     def read(display: str) -> Optional[str]:
-        try:
-            return read_text(display, Path(everything[display].path))
-        except SourceError:
-            return None
+        return _text_or_none(display, everything[display].path)
 
     # One index per run in the cache: the callers' facts and the names no other
     # file mentions, under one key.
