@@ -647,7 +647,7 @@ def function_restores(context: Context, qualname: str, value: bool) -> bool:
 
 
 # A reproducibility switch: ``if args.deterministic:``, ``if seed is not None:``.
-REPRODUCIBILITY_SWITCH = re.compile(r"determin|reproduc|seed", re.IGNORECASE)
+REPRODUCIBILITY_SWITCH = re.compile(r"determin|reproduc|seed|fix(?:ed)?_?random", re.IGNORECASE)
 
 
 # A function or class whose purpose is reproducibility (``enable_full_determinism()``,
@@ -739,12 +739,21 @@ def in_synthetic_self_test(ctx: Context) -> bool:
     imports for them), a loop that makes up its inputs at random
     (``x = torch.randn(batch_size, 4, 128, 128).cuda()``): the module's
     self-test, a few steps on random data to check its memory or speed
-    (sd-scripts' ``sdxl_original_unet.py``), not the program's steps."""
+    (sd-scripts' ``sdxl_original_unet.py``), not the program's steps.  So is
+    any loop over a count in a module-level function named for a
+    demonstration (``example_usage``, ``demo``, ``sanity_check``:
+    ``_EXAMPLE``) that only the ``__main__`` block calls: vall-e's
+    ``ar.py`` fits its model to two toy sequences for 100 steps."""
     if ctx.module is None or "__main__" not in ctx.source:
         return False
     stack = ctx.stack
+    example = False  # in a module-level `def example_usage():` that only the `__main__` block calls
     for i, node in enumerate(stack):
         if type(node) is cst.If and is_main_guard(node):
+            break
+        if type(node) is cst.FunctionDef and i == 1 and _EXAMPLE.match(node.name.value) and _called_from_main(
+                ctx, node.name.value):
+            example = True
             break
     else:
         return False
@@ -753,6 +762,10 @@ def in_synthetic_self_test(ctx: Context) -> bool:
     cache = ctx.shared.setdefault("synthetic-self-test", {})
     for node in stack[i + 1:]:
         if type(node) is cst.For:
+            if example:
+                if _counts(node.iter):
+                    return True  # `for i in range(100):` fitting its toy inputs
+                continue
             if id(node) not in cache:
                 cache[id(node)] = _counts(node.iter) and any(
                     type(sub) is cst.Call and method_name(sub) in RANDOM_FACTORIES
@@ -760,6 +773,27 @@ def in_synthetic_self_test(ctx: Context) -> bool:
             if cache[id(node)]:
                 return True
     return False
+
+
+# A function named for a demonstration (`example_usage`, `demo`, `sanity_check`,
+# `smoke_test`): in a module of classes, run from its `__main__` block.
+_EXAMPLE = re.compile(r"(?:_?(?:example|demo|sanity|smoke)(?:_\w*)?|\w*_(?:example|demo))$")
+
+
+def _called_from_main(ctx: Context, name: str) -> bool:
+    """Whether the module's ``if __name__ == "__main__":`` block calls ``name``
+    and no other code of the module mentions it."""
+    cache = ctx.shared.setdefault("called-from-main", {})
+    if name not in cache:
+        from_main = other = False
+        for statement in ctx.module.body:
+            if type(statement) is cst.If and is_main_guard(statement):
+                from_main = from_main or any(type(sub) is cst.Name and sub.value == name
+                                             for sub in walk_nodes(statement.body))
+            elif not (type(statement) is cst.FunctionDef and statement.name.value == name):
+                other = other or any(type(sub) is cst.Name and sub.value == name for sub in walk_nodes(statement))
+        cache[name] = from_main and not other
+    return cache[name]
 
 
 def _counts(iterable: cst.BaseExpression) -> bool:

@@ -43,10 +43,13 @@ class ConvBiasBeforeBatchNorm(Rule):
     is the layer's only trainable offset (the project index reads the modules
     that import this one). Nor is a module that loads downloaded weights whole
     into its model (`model.load_state_dict(model_zoo.load_url(url))`, without
-    `strict=False`): a port of a published checkpoint (Caffe's BN-Inception,
-    Torch7's ResNets), whose convolutions must keep the biases the checkpoint
-    holds; dropping one breaks that load, and loading around it changes the
-    eval-mode outputs (see Fix safety).
+    `strict=False`), or loads a checkpoint with an explicit `strict=True`
+    (`load_state_dict(ckpt, strict=True)`, `load_checkpoint(head, ckpt,
+    strict=True)`): a port of a published checkpoint (Caffe's BN-Inception,
+    Torch7's ResNets) or an inference wrapper around pretrained heads, whose
+    convolutions must keep the biases the checkpoint holds; dropping one
+    breaks that load, and loading around it changes the eval-mode outputs
+    (see Fix safety).
 
     ## Why is this bad?
     BatchNorm subtracts the per-channel mean of its input, so a constant added

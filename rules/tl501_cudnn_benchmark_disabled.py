@@ -59,7 +59,7 @@ class CudnnBenchmarkDisabled(ProgramRule):
     pass over inputs of every length turns the autotuner off for itself
     only, MelGAN's `validate`); an
     assignment inside an `if` whose test names a reproducibility switch (`if
-    args.deterministic:`, `if args.seed is not None:`), since the fast path is
+    args.deterministic:`, `if args.seed is not None:`, `if cfg.fix_random:`), since the fast path is
     then the default; an assignment inside a function or class whose name says
     that reproducibility is its purpose (`enable_full_determinism()`,
     `make_reproducible()`, `class DeterministicEngine`): calling it is the

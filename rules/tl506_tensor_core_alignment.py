@@ -41,8 +41,9 @@ class TensorCoreAlignment(Rule):
     nothing), other layers, a user's own class named `Linear`, and a module
     that loads downloaded weights whole into its model
     (`model.load_state_dict(model_zoo.load_url(url))`, without
-    `strict=False`): a port of a published checkpoint (PNASNet's 4320-wide
-    classifier) must keep the checkpoint's sizes.
+    `strict=False`) or loads a checkpoint with an explicit `strict=True`:
+    a port of a published checkpoint (PNASNet's 4320-wide classifier) must
+    keep the checkpoint's sizes.
 
     ## Why is this bad?
     Tensor cores process matrix tiles; when a GEMM dimension is not a

@@ -107,3 +107,58 @@ def test_one_and_two_workers_find_the_same_code_that_never_runs(runner, workdir,
     assert one.output == two.output
     assert [scanner is not None for scanner in scanners] == [False, True]  # (-j 2 scanned in the workers)
     assert _concise(runner, "--select", "TL401", ".") == ["nets/variant.py:8:35: TL401"]
+
+
+# -- a folder deep in the project that no file outside it names ----------------------
+
+_LARGE = "import torch.nn as nn\n\n\nclass Large(nn.Module):\n    pass\n"
+_FOLDER_FILES = {
+    "train.py": "from pkg.models import Net\nif __name__ == '__main__':\n    Net()\n",
+    "pkg/__init__.py": "",
+    "pkg/models.py": "from pkg.common.annotator.canny import edges\n\n\nclass Net:\n    pass\n",
+    "pkg/common/annotator/canny/__init__.py": "def edges(x):\n    return x\n",
+    "pkg/common/annotator/mlsd/__init__.py": "from .models.large import Large\n",
+    "pkg/common/annotator/mlsd/models/large.py": _LARGE,
+}
+
+
+def _folder_facts(extra=None, candidate="pkg/common/annotator/mlsd/models/large.py", configs=(), tmp=None):
+    files = {**_FOLDER_FILES, **(extra or {})}
+    order = sorted(files)
+    here = project.unreferenced({candidate: [4]}, order, files.get, configs)
+    elsewhere = project.unreferenced({candidate: [4]}, order, files.get, configs,
+                                     scan=lambda paths, stems: [project.scan_file(p, files[p], stems) for p in paths])
+    assert here == elsewhere
+    return here.get(candidate, {}).get(project.UNREFERENCED)
+
+
+def test_a_folder_that_no_file_outside_names_never_runs():
+    assert _folder_facts() == (0, project.WHOLE_MODULE)
+    # (a vendored library's own registry, which imports by computed names, does not keep it alive)
+    assert _folder_facts({"pkg/common/annotator/mlsd/registry.py": "import importlib\nm = importlib.import_module(n)\n"}
+                         ) == (0, project.WHOLE_MODULE)
+
+
+@pytest.mark.parametrize("extra", [
+    {"pkg/tools.py": "import sys\nsys.path.append('pkg/common/annotator/mlsd')\n"},  # named in a string
+    {"pkg/app.py": "# the line detector lives in annotator/mlsd\n"},  # named in a comment
+    {"pkg/demo.py": "from pkg.common.annotator.mlsd import Large\n"},  # imported
+    {"pkg/common/annotator/mlsd/run.py": "import sys\nprint(sys.argv)\n"},  # a script of its own
+    {"pkg/plugins.py": "import importlib\nmodule = importlib.import_module(name)\n"},  # imports by computed names
+])
+def test_a_folder_named_elsewhere_or_holding_a_script_may_run(extra):
+    assert _folder_facts(extra) != (0, project.WHOLE_MODULE)
+
+
+def test_a_folder_named_in_a_configuration_file_may_run(tmp_path):
+    config = tmp_path / "detect.yaml"
+    config.write_text("detector: pkg.common.annotator.mlsd.Large\n")
+    assert _folder_facts(configs=[str(config)]) != (0, project.WHOLE_MODULE)
+
+
+def test_a_top_level_folder_or_one_no_import_can_name_is_not_judged():
+    # `pkg/` (and `pkg/common/`) are the project's packages, its users' to import
+    assert _folder_facts({"pkg/large.py": _LARGE}, candidate="pkg/large.py") != (0, project.WHOLE_MODULE)
+    # a folder named so that no import can name it holds scripts or `sys.path` entries
+    assert _folder_facts({"pkg/common/my-lib/large.py": _LARGE},
+                         candidate="pkg/common/my-lib/large.py") != (0, project.WHOLE_MODULE)

@@ -100,6 +100,10 @@ def unreferenced(candidates: Dict[str, Sequence[int]], files: Sequence[str],
     module named as superseded (``_SUPERSEDED``: ``modeling_llama_kv_legacy.py``,
     ``old/``) that no other file (nor ``configs``) imports or names, and that
     is no script (``_runs_as_script``), gets ``WHOLE_MODULE``: none of it runs;
+    so does every file of a folder at least two levels below the run's
+    common folder (``lavis/common/annotator/mlsd/``: a vendored copy) that no
+    file outside it names (imports, strings, comments, configuration files)
+    and that holds no script: nothing can import its modules (``_orphan``);
     not when some file imports modules by computed names (``_DYNAMIC_IMPORT``).
 
     Nothing at all unless the run holds a program (a file with an ``if
@@ -116,7 +120,9 @@ def unreferenced(candidates: Dict[str, Sequence[int]], files: Sequence[str],
     wanted = set(candidates)
     # (only modules named as superseded can be whole-module dead: the others need no search)
     plain = {path: module_stem(path) for path in wanted if _plain_module(path) and _SUPERSEDED.search(path)}
-    stems = sorted(set(plain.values()))
+    # ... and the files of a folder deep in the project that no file outside it names
+    folders = _inner_folders(wanted, files)
+    stems = sorted(set(plain.values()) | {folder.rpartition("/")[2] for folder in folders})
     stem_mentions: Counter = Counter()  # a candidate module's name -> files that mention it (imports count)
     dynamic = False  # some file imports modules by computed names
     yaml = any(config.endswith((".yaml", ".yml")) for config in configs)
@@ -127,6 +133,9 @@ def unreferenced(candidates: Dict[str, Sequence[int]], files: Sequence[str],
     imported: Dict[str, List[set]] = {}  # name -> for each file that imports and uses it, the modules it names
     defines: Counter = Counter()  # name -> how many files define it at module level (and so mention it)
     program = by_string = False
+    naming: Dict[str, List[str]] = {}  # a candidate folder's name -> the files (and configs) that name it
+    scripts: List[str] = []  # files that run as scripts
+    importers: List[str] = []  # files that import modules by computed names
     for config in configs:  # a YAML file's words are mentions (`target: ...ddpm.LatentDiffusion`)
         try:
             with open(config, encoding="utf-8", errors="replace") as handle:
@@ -135,6 +144,8 @@ def unreferenced(candidates: Dict[str, Sequence[int]], files: Sequence[str],
             continue
         occurs.update(said)
         stem_mentions.update(said)
+        for stem in said.intersection(stems):
+            naming.setdefault(stem, []).append(config.replace("\\", "/"))
     scans = scan(files, stems) if scan is not None else [None] * len(files)
     for path, scanned in zip(files, scans):
         text = None
@@ -144,9 +155,17 @@ def unreferenced(candidates: Dict[str, Sequence[int]], files: Sequence[str],
                 continue
             if scanned is None:
                 scanned = scan_file(path, text, stems)
-        (is_program, is_dynamic, configured, looks_up, mentioned, words, imports, stars, defined) = scanned
+        (is_program, is_dynamic, configured, looks_up, mentioned, words, imports, stars, defined, script) = scanned
         program = program or is_program
         dynamic = dynamic or is_dynamic
+        if folders:
+            posix = path.replace("\\", "/")
+            for stem in mentioned:
+                naming.setdefault(stem, []).append(posix)
+            if script:
+                scripts.append(posix)
+            if is_dynamic:
+                importers.append(posix)
         mentioned = set(mentioned)
         mentioned.discard(plain.get(path))  # (a module naming itself)
         stem_mentions.update(mentioned)
@@ -165,10 +184,16 @@ def unreferenced(candidates: Dict[str, Sequence[int]], files: Sequence[str],
     if by_string:
         return {}  # objects built from dotted names in configuration files, and none in sight
     found: Dict[str, Facts] = {}
+    orphans = _orphans(folders, naming, scripts, importers)
     for path, lines in candidates.items():
         if path not in own:
             continue
         text, words = own[path]
+        if orphans and any(folder in orphans for folder in _folders_of(path)):
+            # A folder of the project that no file outside it imports or names,
+            # and that holds no script: none of its code runs.
+            found[path] = {UNREFERENCED: (0, WHOLE_MODULE)}
+            continue
         stem = module_stem(path)
         if stem in looked_up or "globals()[" in text:
             continue
@@ -185,19 +210,60 @@ def unreferenced(candidates: Dict[str, Sequence[int]], files: Sequence[str],
     return found
 
 
+def _folders_of(path: str) -> List[str]:
+    """The folders a file lies in, innermost last (``a/b/c.py`` -> ``a``, ``a/b``)."""
+    parts = path.replace("\\", "/").split("/")[:-1]
+    return ["/".join(parts[:i]) for i in range(1, len(parts) + 1)]
+
+
+def _inner_folders(wanted: Sequence[str], files: Sequence[str]) -> List[str]:
+    """The folders of ``wanted`` files that may be left behind: at least two
+    levels below the folder that holds every file of the run (a project's
+    top-level package or ``src/`` is its users' to import), named as a
+    Python package can be (a folder named otherwise is no import's: its
+    files are scripts or on ``sys.path``)."""
+    common = _folders_of(files[0]) if files else []
+    for path in files:
+        mine = set(_folders_of(path))
+        common = [folder for folder in common if folder in mine]
+    depth = len(common)
+    found = set()
+    for path in wanted:
+        for folder in _folders_of(path)[depth + 1:]:
+            if folder.rpartition("/")[2].isidentifier():
+                found.add(folder)
+    return sorted(found)
+
+
+def _orphans(folders: Sequence[str], naming: Dict[str, List[str]], scripts: Sequence[str],
+             importers: Sequence[str]) -> set:
+    """The ``folders`` that no file outside names (imports count, and so do
+    strings, comments and configuration files: ``sys.path.append("mlsd")``)
+    and that hold no script; none when a file imports modules by computed
+    names (a plugin folder is named by no one), unless that file lies in a
+    folder that no file outside names (a vendored library's own registry)."""
+    unnamed = [folder for folder in folders
+               if all(path.startswith(folder + "/") for path in naming.get(folder.rpartition("/")[2], ()))]
+    if any(not any(path.startswith(folder + "/") for folder in unnamed) for path in importers):
+        return set()
+    return {folder for folder in unnamed if not any(script.startswith(folder + "/") for script in scripts)}
+
+
 # What ``unreferenced`` needs of one file (``scan_file``): whether it is a
 # program, imports modules by computed names, builds objects named in
 # configuration files; the modules it looks names up in; which of the
 # superseded modules' names it mentions; its words outside import statements;
 # the names it imports and uses, each with the modules it imports them from;
-# an ``__init__.py``'s star imports; the names it defines at module level and uses.
+# an ``__init__.py``'s star imports; the names it defines at module level and
+# uses; whether it runs as a script (or is a notebook).
 Scan = Tuple[bool, bool, bool, FrozenSet[str], FrozenSet[str], FrozenSet[str],
-             Tuple[Tuple[str, FrozenSet[str]], ...], Tuple[Tuple[str, str], ...], FrozenSet[str]]
+             Tuple[Tuple[str, FrozenSet[str]], ...], Tuple[Tuple[str, str], ...], FrozenSet[str], bool]
 
 
 def scan_file(path: str, text: str, stems: Sequence[str] = ()) -> Scan:
     """One file's part of ``unreferenced`` (in a worker process for large
-    runs); ``stems``: the names of the candidate modules named as superseded."""
+    runs); ``stems``: the names of the candidate modules named as superseded
+    and of the candidate folders."""
     package = path.replace("\\", "/").endswith("/__init__.py") or path == "__init__.py"
     imports: List[Tuple[str, FrozenSet[str]]] = []
     if package or "import" not in text:
@@ -222,6 +288,7 @@ def scan_file(path: str, text: str, stems: Sequence[str] = ()) -> Scan:
         tuple(_STAR.findall(text)) if package and "*" in text else (),
         # (a file that defines a name of its own means its own by it)
         frozenset({a or b for a, b in _TOP_LEVEL.findall(text)} & words),
+        path.endswith(".ipynb") or _runs_as_script(text),
     )
 
 
