@@ -95,6 +95,53 @@ def _mentions(identifier: str) -> Tuple[str, ...]:
     return kinds
 
 
+# The source's string literals (any prefix, triple-quoted or not) and comments,
+# in one expression: what is left between them is code, whose words are its
+# names and keywords (a keyword says nothing here).  The fields of an
+# f-string (`f"{args.amp}"`) are code too.
+_LITERAL_OR_COMMENT = re.compile(
+    r"#[^\r\n]*"
+    r"|(?<!\w)([rRbBuUfF]{0,2})("
+    r'"""(?:[^"\\]|\\[\s\S]|"(?!""))*"""'
+    r"|'''(?:[^'\\]|\\[\s\S]|'(?!''))*'''"
+    r'|"(?:[^"\\\r\n]|\\[\s\S])*"'
+    r"|'(?:[^'\\\r\n]|\\[\s\S])*'"
+    r")"
+)
+_FIELD = re.compile(r"(?<!\{)\{([^{}]*)\}")
+_IDENTIFIER = re.compile(r"[A-Za-z_]\w*")
+_REGEX_COMPILE = re.compile(r"\b(?:re|regex)\s*\.\s*compile\b")
+_COMPILE = re.compile(r"\bcompile\b")
+
+
+def _tokens(source: str) -> Tuple[set, List[str], str]:
+    """The distinct words of a module's code (its names: what the tree's
+    ``Name`` nodes hold, plus keywords), its string literals other than
+    f-strings (prefix and quotes included, as ``SimpleString.value``), and
+    its code with literals and comments blanked out."""
+    strings: List[str] = []
+    fields: List[str] = []
+
+    def blank(match: "re.Match[str]") -> str:
+        if match.group(2) is None:
+            return " "  # a comment
+        prefix = match.group(1)
+        if "f" in prefix or "F" in prefix:
+            fields.extend(_FIELD.findall(match.group(2)))
+        else:
+            strings.append(prefix + match.group(2))
+        return " "
+
+    code = _LITERAL_OR_COMMENT.sub(blank, source)
+    return set(_IDENTIFIER.findall(code)) | set(_IDENTIFIER.findall(" ".join(fields))), strings, code
+
+
+def _compiles_other_than_regex(code: str) -> bool:
+    """Whether the word ``compile`` occurs in ``code`` other than as a regular
+    expression's (``re.compile(...)``, ``regex.compile(...)``)."""
+    return len(_COMPILE.findall(code)) > len(_REGEX_COMPILE.findall(code))
+
+
 _REDUCED_PRECISION_STRING = re.compile(r"^(bf16|fp16|bfloat16|float16|half)\b|-mixed$", re.IGNORECASE)
 
 _CONV_LAYERS = frozenset(
@@ -236,6 +283,7 @@ class ProgramFacts:
     # -- feeding (by one rule, during the walk) --------------------------------
 
     def visit_module(self, node: cst.Module) -> None:
+        self.read_source(self.context.source)
         for stmt in node.body:
             if _is_entry_statement(stmt):
                 self.entry = True
@@ -311,8 +359,17 @@ class ProgramFacts:
         if isinstance(node.operator, cst.MatrixMultiply):
             self.has_matmul = True
 
-    def visit_name(self, node: cst.Name) -> None:
-        value = node.value
+    def read_source(self, source: str) -> None:
+        """The facts that names and string literals give, from the source's
+        tokens (``_tokens``): one pass over the text instead of a callback at
+        every name of the tree, which the walk can then skip."""
+        identifiers, strings, code = _tokens(source)
+        for value in identifiers:
+            self._read_name(value, code)
+        for value in strings:
+            self._read_string(value)
+
+    def _read_name(self, value: str, code: str) -> None:
         if not self.transformer and _TRANSFORMER.search(value):
             self.transformer = True
         if not self.convnet and _CONVNET.search(value):
@@ -327,15 +384,15 @@ class ProgramFacts:
             elif kind == "tf32":
                 self.tf32_set = True
             elif kind == "compile":
-                if value != "compile" or not self._is_regex_compile(node):
+                if value != "compile" or _compiles_other_than_regex(code):
                     self.compiles = True
             elif kind == "benchmark":
                 self.benchmark_set = True
             else:
                 self.uses_cuda = True
 
-    def visit_string(self, node: cst.SimpleString) -> None:
-        text = node.value.lstrip("rRbBuUfF")
+    def _read_string(self, value: str) -> None:
+        text = value.lstrip("rRbBuUfF")
         text = text.strip("'\"")
         if text.startswith("cuda"):
             self.uses_cuda = True
@@ -403,13 +460,6 @@ class ProgramFacts:
         transformer is named, or the module builds matmul layers or operations
         and no convolution (a conv net's few linear layers are not its cost)."""
         return self.transformer or (self.has_matmul and not self.has_conv and not self.convnet)
-
-    def _is_regex_compile(self, node: cst.Name) -> bool:
-        parent = self.context.parent
-        if isinstance(parent, cst.Attribute) and parent.attr is node:
-            owner = self.context.qualname(parent.value)
-            return owner in ("re", "regex")
-        return False
 
     # -- results ----------------------------------------------------------------
     def declined_compile(self) -> bool:
@@ -541,17 +591,9 @@ class ProgramRule(Rule):
         if self._feeds:
             self.facts.visit_call(node)
 
-    def visit_Name(self, node: cst.Name) -> None:
-        if self._feeds:
-            self.facts.visit_name(node)
-
     def visit_BinaryOperation(self, node: cst.BinaryOperation) -> None:
         if self._feeds:
             self.facts.visit_binary(node)
-
-    def visit_SimpleString(self, node: cst.SimpleString) -> None:
-        if self._feeds:
-            self.facts.visit_string(node)
 
     def visit_FormattedString(self, node: cst.FormattedString) -> None:
         if self._feeds:

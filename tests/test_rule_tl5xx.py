@@ -557,3 +557,32 @@ def test_tl505_silent_for_recurrent_models():
     lstm = SCRIPT.replace("nn.Sequential(nn.Linear(1024, 4096), nn.ReLU(), nn.Linear(4096, 10))", "nn.LSTM(1024, 1024)")
     assert run(lstm, "TL505") == []
     assert codes(run(SCRIPT, "TL505")) == ["TL505"]
+
+
+# -- the names and string literals of a module, read from its text -------------------
+
+TOKENS = '''\
+import re  # a "quoted" word in a comment: autocast
+x = 'it''s' + "a \\"half\\" string" + r'raw\\\\' + b"bytes"
+doc = """A docstring with 'quotes', "more" and a \\
+continued line: torch.compile"""
+other = \'\'\'triple 'single' quotes: bfloat16\'\'\'
+log = f"{args.amp} {{not_a_field}} steps" + rf"{model_name}"
+pattern = re.compile(r"\\d+")
+'''
+
+
+def test_a_modules_names_and_strings_are_read_from_its_text():
+    from torchlint.rules._program import _compiles_other_than_regex, _tokens
+
+    compile(TOKENS, "tokens.py", "exec")  # (valid Python)
+    names, strings, code = _tokens(TOKENS)
+    assert {"import", "re", "x", "doc", "other", "log", "args", "amp", "model_name", "pattern", "compile"} <= names
+    assert not names & {"autocast", "quoted", "half", "raw", "docstring", "continued", "torch", "bfloat16",
+                        "not_a_field", "steps", "d"}
+    raw = TOKENS[TOKENS.index("r'raw"):TOKENS.index(" + b")]
+    assert strings == ["'it'", "'s'", '"a \\"half\\" string"', raw, 'b"bytes"',
+                       '"""A docstring with \'quotes\', "more" and a \\\ncontinued line: torch.compile"""',
+                       "'''triple 'single' quotes: bfloat16'''", 'r"\\d+"']
+    assert not _compiles_other_than_regex(code)
+    assert _compiles_other_than_regex(code + "model = torch.compile(model)\n")
