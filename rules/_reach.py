@@ -36,6 +36,12 @@ dropped by the engine):
 Medusa's ``modeling_llama_kv_legacy.py``, left behind when its successor took
 over.  Not when some file imports modules by computed names
 (``importlib.import_module(name)``, ``__import__``, ``pkgutil`` scans).
+Nor does a folder at least two levels below the run's common folder that no
+file outside it names (imports, strings, comments, configuration files) and
+that holds no script: nothing can import its modules (LAVIS's vendored
+``lavis/common/annotator/mlsd/``, whose own imports name a package LAVIS does
+not have).  A file that imports by computed names keeps every folder alive,
+unless it lies in such a folder itself (``project._orphans``).
 
 Only files that the run found by walking a directory get the fact, and the
 index gives it only in a run of at least a few files that holds a program

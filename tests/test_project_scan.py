@@ -22,6 +22,7 @@ TEXTS = [
     "s = 'getattr(models, name)'  # 12abc_def 9\n",
     "from a.b import (c as d,\n    e)\nimport f.g as h\n",
     "\t\tindented\ttabs\x0bvertical\x0cfeed\r\nend",
+    "x = 1２3abc，def é_ok naïve—fn 中文名 = 3 α1 _β 9ünï x²y\n",  # wide digits, CJK, punctuation
 ]
 
 

@@ -264,7 +264,9 @@ def scan_file(path: str, text: str, stems: Sequence[str] = ()) -> Scan:
     """One file's part of ``unreferenced`` (in a worker process for large
     runs); ``stems``: the names of the candidate modules named as superseded
     and of the candidate folders."""
-    package = path.replace("\\", "/").endswith("/__init__.py") or path == "__init__.py"
+    posix = path.replace("\\", "/")
+    stems_set = frozenset(stems)
+    package = posix.endswith("/__init__.py") or path == "__init__.py"
     imports: List[Tuple[str, FrozenSet[str]]] = []
     if package or "import" not in text:
         words = _words(text)  # (a package's imports are its interface)
@@ -288,7 +290,9 @@ def scan_file(path: str, text: str, stems: Sequence[str] = ()) -> Scan:
         tuple(_STAR.findall(text)) if package and "*" in text else (),
         # (a file that defines a name of its own means its own by it)
         frozenset({a or b for a, b in _TOP_LEVEL.findall(text)} & words),
-        path.endswith(".ipynb") or _runs_as_script(text),
+        # (asked only of the files in a candidate folder: the test reads the whole text)
+        path.endswith(".ipynb") or bool(stems) and not stems_set.isdisjoint(posix.split("/")[:-1]) and _runs_as_script(
+            text),
     )
 
 
@@ -381,10 +385,16 @@ _DIGITS = "0123456789"
 
 
 def _words(text: str) -> set:
-    """``set(_WORD.findall(text))``, faster for the usual ASCII text."""
-    if not text.isascii():
-        return set(_WORD.findall(text))
+    """``set(_WORD.findall(text))``, faster: the text is split at its ASCII
+    characters that cannot be part of a word, and only a piece that holds
+    other characters is searched with the pattern (no match can span two
+    pieces)."""
     words = set(text.translate(_NOT_WORD).split())
+    if not text.isascii():
+        other = {word for word in words if not word.isascii()}
+        words -= other
+        for word in other:
+            words.update(_WORD.findall(word))
     numeric = {word for word in words if word[0] in _DIGITS}
     if numeric:
         words -= numeric
