@@ -46,6 +46,7 @@ from torchlint.rules._reach import never_run  # noqa: F401 - for the engine (UNR
 from torchlint.rules._project_text import (  # noqa: F401 - DDP, HOST_ARGS: for caller_trait's users
     COPIED,
     DDP,
+    FOLLOW,
     CallsSummary,
     GRADS,
     HOST_ARGS,
@@ -221,10 +222,14 @@ class Finder:
                 caller = qualified_name(info) if info is not None else None
             if note == GRADS:
                 facts: Tuple[Tuple[str, str], ...] = (("callee", trait_key(qualname, NO_GRAD)),)
-                if not self._without_gradients(call):
+                mode = self._grad_mode(call)
+                if mode is not False:
                     facts = (("callee", trait_key(qualname, WITH_GRAD)),)
                     if site.caller is not None and _trains(site.caller):
                         facts += (("callee", trait_key(qualname, TRAINS)),)
+                    elif mode is None and caller is not None and not self._called_here(site.caller):
+                        # no grad mode here, in a function nothing in this module calls: its callers decide
+                        facts += ((FOLLOW, trait_key(caller, GRADS)),)
                 found.append((level, self._line(call), caller, False, facts))
             elif note is not None:
                 found.append((level, self._line(call), caller, False, self._loader_facts(call, qualname, note)))
@@ -246,12 +251,12 @@ class Finder:
             facts.append(("caller", trait_key(cst.Module([]).code_for_node(call.func), PINNED_CALL)))
         return tuple(facts)
 
-    def _without_gradients(self, call: cst.Call) -> bool:
-        """Whether ``call`` runs with gradients off: the innermost grad mode
-        around it (a ``with`` item or a decorator of an enclosing function:
-        ``torch.no_grad()``, ``torch.inference_mode()``,
-        ``torch.set_grad_enabled(False)``, or ``torch.enable_grad()`` turning
-        them back on) disables them."""
+    def _grad_mode(self, call: cst.Call) -> Optional[bool]:
+        """The innermost grad mode around ``call`` (a ``with`` item or a
+        decorator of an enclosing function): False where it turns gradients
+        off (``torch.no_grad()``, ``torch.inference_mode()``,
+        ``torch.set_grad_enabled(False)``), True where it turns them on
+        (``torch.enable_grad()``), None where there is none."""
         stack = self._stack_of(call)
         for node in reversed(stack or []):
             modes: List[Optional[bool]] = []
@@ -261,8 +266,20 @@ class Finder:
                 modes = [self._grad_enabled(d.decorator) for d in node.decorators]
             chosen = [m for m in modes if m is not None]
             if chosen:
-                return chosen[-1] is False
-        return False
+                return chosen[-1]
+        return None
+
+    def _called_here(self, fn: cst.FunctionDef) -> bool:
+        """Whether a call in this module (outside ``fn``) reaches ``fn``, or the
+        module's text names it other than in the definitions of that name
+        (a call on a receiver of unknown class, a callback, a comment)."""
+        if any(fn in site.callees and site.caller is not fn for site in self.frequency.sites):
+            return True
+        name = fn.name.value
+        if not self.text:
+            return True
+        mentions = len(re.findall(r"\b%s\b" % re.escape(name), self.text))
+        return mentions > len(self.semantic.definitions(name))
 
     def _grad_enabled(self, expr: cst.BaseExpression) -> Optional[bool]:
         """False for a context or decorator that turns gradients off, True for

@@ -91,6 +91,14 @@ GRADS = "grads"
 NO_GRAD = "no_grad"
 WITH_GRAD = "with_grad"
 TRAINS = "trains"
+# A call site whose answer is its calling function's (a call with no grad mode
+# around it, in a function that nothing in its own module calls: LAVIS's
+# `valid_step` calling `model.predict_answers(...)`, itself called only from a
+# runner's `@torch.no_grad()` loop in another module) gives, besides its own
+# facts, ``(FOLLOW, trait_key(caller, GRADS))``: the index asks the same
+# question of the caller, and the site gives the traits that question's sites
+# give (its own facts when none is found).
+FOLLOW = "follow"
 _NOTES = (LOADER, PINNED, GRADS)
 
 

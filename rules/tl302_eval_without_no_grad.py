@@ -85,7 +85,13 @@ class EvalWithoutNoGrad(Rule):
       its module (or only from such functions) is asked of the other modules
       of the run through the project index: silent when every call found
       there runs under `with torch.no_grad():`/`torch.inference_mode()` (the
-      innermost grad mode around the call) or in a function decorated so,
+      innermost grad mode around the call) or in a function decorated so, or
+      in a function that nothing in its own module calls (its name written
+      there only by its definitions) and whose own callers elsewhere all do,
+      followed across modules as far as the index's hops go (LAVIS: a
+      task's `valid_step` calls `model.predict_answers(...)`,
+      `BaseTask.evaluation` in another module calls `valid_step`, and the
+      runner's `@torch.no_grad()` `eval_epoch` calls `evaluation`),
       and reported when one runs with gradients on or none is found (with
       pre-commit, which passes only the changed files, the callers may not be
       in the run; see docs/precision.md). For a method, the index also counts

@@ -89,3 +89,90 @@ def test_without_the_callers_file_the_finding_stays(runner, workdir):
     (workdir / "evaluation.py").write_text(EVAL)
     (workdir / "train.py").write_text(TRAIN)
     assert _codes(runner, "evaluation.py") == ["evaluation.py:4:1:", "evaluation.py:12:1:"]
+
+
+# -- a call whose grad mode is its callers', a few modules up -------------------------
+
+CAPTIONER = """\
+import torch
+from torch import nn
+
+
+class Captioner(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.net = nn.Linear(8, 8)
+
+    def forward(self, x):
+        return self.net(x)
+
+    def predict_answers(self, samples):
+        logits = self.net(samples["image"])
+        return logits.argmax(-1)
+"""
+
+BASE_TASK = """\
+class BaseTask:
+    def valid_step(self, model, samples):
+        raise NotImplementedError
+
+    def evaluation(self, model, data_loader):
+        results = []
+        for samples in data_loader:
+            results.extend(self.valid_step(model=model, samples=samples))
+        return results
+"""
+
+VQA_TASK = """\
+from base_task import BaseTask
+
+
+class VQATask(BaseTask):
+    def valid_step(self, model, samples):
+        answers = model.predict_answers(samples=samples)
+        return [int(a) for a in answers]
+"""
+
+RUNNER = """\
+import torch
+
+
+class Runner:
+    def __init__(self, task, model, loader):
+        self.task, self.model, self.loader = task, model, loader
+
+    @torch.no_grad()
+    def eval_epoch(self):
+        self.model.eval()
+        return self.task.evaluation(self.model, self.loader)
+
+
+if __name__ == "__main__":
+    Runner(None, None, None).eval_epoch()
+"""
+
+
+def _tasks(workdir, runner_text=RUNNER, base_task=BASE_TASK, extra=None):
+    for name, text in {"models.py": CAPTIONER, "base_task.py": base_task, "vqa.py": VQA_TASK,
+                       "runner.py": runner_text, **(extra or {})}.items():
+        (workdir / name).write_text(text)
+
+
+def test_a_call_under_no_grad_three_modules_up_is_silent(runner, workdir):
+    # LAVIS: `model.predict_answers` in a task's `valid_step`, which `BaseTask.evaluation`
+    # calls, which the runner's `@torch.no_grad()` `eval_epoch` calls; none in its own module
+    _tasks(workdir)
+    assert _codes(runner, ".") == []
+
+
+@pytest.mark.parametrize("case", ["no-decorator", "a-caller-with-gradients", "called-in-its-module"])
+def test_a_chain_with_gradients_somewhere_keeps_the_finding(runner, workdir, case):
+    if case == "no-decorator":
+        _tasks(workdir, runner_text=RUNNER.replace("    @torch.no_grad()\n", ""))
+    elif case == "a-caller-with-gradients":  # another caller of `evaluation`, with gradients on
+        _tasks(workdir, extra={"debug.py": "def debug(task, model, loader):\n"
+                                           "    return task.evaluation(model, loader)\n"})
+    else:  # its own module calls `evaluation` too: the index does not follow that function
+        _tasks(workdir, base_task=BASE_TASK + "\n    def evaluate_all(self, model, loaders):\n"
+                                              "        return [self.evaluation(model, l) for l in loaders]\n")
+    assert _codes(runner, ".") == ["models.py:13:5:"]

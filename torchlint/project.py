@@ -566,6 +566,12 @@ def derive(
                 facts.setdefault(path, {})[key] = (0, where)
     wanted: List[Tuple[str, str]] = [(p, q) for p, names in pending.items() for q in names if q != hooks.PROGRAM_NOTE]
     asked = set(wanted)
+    originals = set(wanted)
+    # Questions asked of a caller on behalf of a site (``hooks.FOLLOW``): each
+    # question -> [(the caller's question, the site's own facts, "path:line")],
+    # and the traits ("no_grad", ...) that a followed question's own sites gave.
+    through: Dict[Tuple[str, str], List[Tuple[Tuple[str, str], Tuple[Tuple[str, str], ...], str]]] = {}
+    gathered: Dict[Tuple[str, str], set] = {}
     candidates: Dict[Tuple[str, str], List[str]] = {}
     given: set = set()  # caller files that a noted question gave facts
     for _ in range(MAX_HOPS):
@@ -596,11 +602,30 @@ def derive(
                 # A question about what callers do with the function's result
                 # (a loader: are its batches copied?): facts for the function's
                 # file (where the caller is) and for the caller's (where the
-                # function is).  No frequency, no hops.
+                # function is).  No frequency.  A site that says its answer is
+                # its caller's (``hooks.FOLLOW``) asks the same question of the
+                # caller in the next round; its traits are settled at the end.
+                original = (path, qualname) in originals
                 for other in candidates[path, qualname]:
                     for site in answers[other, digests[other]].get((path, qualname), []):
-                        for whose, key in site[4]:
-                            owner, where = (path, f"{other}:{site[1]}") if whose == "callee" else (other, path)
+                        where = f"{other}:{site[1]}"
+                        own = tuple((whose, key) for whose, key in site[4] if whose != hooks.FOLLOW)
+                        followed = next((key for whose, key in site[4] if whose == hooks.FOLLOW), None)
+                        if followed is not None:
+                            entry = ((other, followed), own, where)
+                            if entry not in through.setdefault((path, qualname), []):
+                                through[path, qualname].append(entry)
+                                changed = True
+                            if (other, followed) not in asked:
+                                asked.add((other, followed))
+                                follow.append((other, followed))
+                            continue
+                        if not original:
+                            gathered.setdefault((path, qualname), set()).update(
+                                key.rpartition("|")[2] for whose, key in own if whose == "callee")
+                            continue
+                        for whose, key in own:
+                            owner, where = (path, where) if whose == "callee" else (other, path)
                             if key not in facts.get(owner, {}):
                                 facts.setdefault(owner, {})[key] = (0, where)
                                 given.add(owner)
@@ -640,7 +665,38 @@ def derive(
             wanted = wanted + follow
         elif not changed:
             break
+    if through:
+        _settle(through, gathered, originals, facts, given, hooks)
     return {path: found for path, found in facts.items() if (path in pending or path in given) and found}
+
+
+def _settle(through, gathered, originals, facts: Dict[str, Facts], given: set, hooks) -> None:
+    """The facts of the sites whose answer was their caller's (``derive``): a
+    site gives the traits its caller's question settled on, through any number
+    of followed callers; its own facts where that question found no site (no
+    caller in the run, a cycle, or the hops ran out)."""
+
+    def traits(question: Tuple[str, str], seen: frozenset) -> set:
+        if question in seen:
+            return set()
+        found = set(gathered.get(question, ()))
+        for followed, own, _ in through.get(question, ()):
+            found |= traits(followed, seen | {question}) or {
+                key.rpartition("|")[2] for whose, key in own if whose == "callee"}
+        return found
+
+    for (path, qualname), entries in sorted(through.items()):
+        if (path, qualname) not in originals:
+            continue
+        name = hooks.split_note(qualname)[0]
+        for followed, own, where in entries:
+            settled = traits(followed, frozenset({(path, qualname)}))
+            keys = [hooks.trait_key(name, trait) for trait in sorted(settled)] if settled else [
+                key for whose, key in own if whose == "callee"]
+            for key in keys:
+                if key not in facts.get(path, {}):
+                    facts.setdefault(path, {})[key] = (0, where)
+                    given.add(path)
 
 
 def _asker(text_of: Callable[[str], Optional[str]]) -> Callable[[List[Query]], Dict[str, Answers]]:
