@@ -158,6 +158,9 @@ class Context:
         # positions need and would otherwise find again (``Positions.prepare``'s
         # ``known``).
         self.paths: Dict[int, Tuple[cst.CSTNode, ...]] = {}
+        # Whether the test of an `if` holds once every N iterations, by the
+        # test's id (``is_periodic_test``: asked at every call under it).
+        self._periodic_tests: Dict[int, bool] = {}
 
     # -- names ----------------------------------------------------------------
     def qualname(self, node: Optional[cst.BaseExpression]) -> Optional[str]:
@@ -258,6 +261,12 @@ class Context:
         (``tests_listed_step``), or a flag the enclosing function
         only ever assigns such a test (``do_log = step % every == 0`` ...
         ``if do_log:``), alone or in an ``and``."""
+        known = self._periodic_tests.get(id(test))
+        if known is None:
+            known = self._periodic_tests[id(test)] = self._is_periodic_test(test, index)
+        return known
+
+    def _is_periodic_test(self, test: cst.BaseExpression, index: int) -> bool:
         if contains_modulo(test) or tests_listed_step(test):
             return True
         function = next((n for n in reversed(self.stack[:index]) if type(n) in _FUNCTION_BOUNDARIES), self.module)
