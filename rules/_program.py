@@ -172,6 +172,11 @@ _GRAPH = re.compile(
     r"^(?:edge_index|GAT|GCN|GIN|GraphSAGE|\w*(?:GCN|GAT|SAGE|GIN|Graph)Conv|MessagePassing|torch_geometric|dgl"
     r"|torch_scatter)$"
 )
+# A sampler or configuration that groups samples into buckets of similar length or
+# resolution (VITS-style `DistributedBucketSampler`, Open-Sora's `bucket_config`).
+# (Not a bare `bucket`: YOLOv5's `--bucket` names a gsutil storage bucket.)
+_BUCKETS = re.compile(
+    r"Bucket\w*(?:Sampler|Iterator|Batch)|(?i:(?:^|_)(?:buckets|bucket_(?:config|boundaries|sizes?|sampler|batch\w*))(?:$|_))")
 _RECURRENT = frozenset({"LSTM", "GRU", "RNN", "LSTMCell", "GRUCell", "RNNCell", "pack_padded_sequence"})
 
 
@@ -262,6 +267,9 @@ class ProgramFacts:
         # A graph neural network is named (`edge_index`, `GAT`, `GCNConv`,
         # `torch_geometric`): gathers and scatters over edges set its pace.
         self.graph = False
+        # Batches grouped by length or resolution (`DistributedBucketSampler`,
+        # `bucket_config`): the shapes change from batch to batch.
+        self.buckets = False
         # The loss takes a gradient of a gradient (`torch.autograd.grad(...,
         # create_graph=True)`: an eikonal or gradient-penalty term), here or in
         # what the program calls from the modules it imports.
@@ -378,6 +386,8 @@ class ProgramFacts:
             self.recurrent = True
         if not self.graph and _GRAPH.match(value):
             self.graph = True
+        if not self.buckets and ("ucket" in value or "UCKET" in value) and _BUCKETS.search(value):
+            self.buckets = True
         for kind in _mentions(value):
             if kind == "reduced":
                 self.reduced_precision = True

@@ -59,7 +59,11 @@ class NoCompile(ProgramRule):
     steps are launch-bound; nor a module whose loss takes a gradient of a
     gradient (`torch.autograd.grad(..., create_graph=True)`: an eikonal or
     gradient-penalty term, Wonder3D's NeuS), which compiled autograd does not
-    support (double backward runs eagerly, or fails).
+    support (double backward runs eagerly, or fails); nor one that batches by
+    buckets of length or resolution (an identifier such as
+    `DistributedBucketSampler` or `bucket_config`: VITS-style speech
+    training, RVC, Open-Sora's multi-resolution video), whose shapes change
+    from batch to batch, each new one another compilation.
 
     ## Why is this bad?
     `torch.compile` captures the model's forward and backward passes as
@@ -188,6 +192,8 @@ class NoCompile(ProgramRule):
             return  # `# model = torch.compile(model)`: tried and turned off
         if facts.double_backward:
             return  # a gradient of a gradient (an eikonal loss): compiled autograd does not support it
+        if facts.buckets:
+            return  # batches bucketed by length or resolution: every bucket's shape is another compilation
         if self.context.target_torch < (2, 0):
             return
         self.report_at_first_step(

@@ -122,3 +122,45 @@ def test_the_autotuner_off_behind_a_fix_random_switch_is_the_users_choice():
     for guard in ("if cfg.fix_random:", "if args.fixed_random:", "if cfg.fix_randomness:"):
         assert codes(lint(NEURALBODY.format(guard=guard), select=["TL501"])) == [], guard
     assert codes(lint(NEURALBODY.format(guard="if cfg.fast:"), select=["TL501"])) == ["TL501"]
+
+
+# -- batches bucketed by length: shapes change from batch to batch ---------------------
+
+VITS = """\
+import torch
+from torch.utils.data import DataLoader
+from data_utils import TextAudioLoader, TextAudioCollate, {sampler}
+from models import SynthesizerTrn
+
+
+def main():
+    dataset = TextAudioLoader("filelists/train.txt")
+    sampler = {sampler}(dataset, 8, [32, 300, 400, 500, 600, 700, 800, 900, 1000], shuffle=True)
+    loader = DataLoader(dataset, num_workers=4, collate_fn=TextAudioCollate(), batch_sampler=sampler)
+    net_g = SynthesizerTrn().cuda()
+    optim_g = torch.optim.AdamW(net_g.parameters(), 2e-4)
+    for epoch in range(1000):
+        for x, x_lengths, spec, spec_lengths in loader:
+            loss = net_g(x.cuda(), x_lengths.cuda(), spec.cuda(), spec_lengths.cuda())
+            optim_g.zero_grad()
+            loss.backward()
+            optim_g.step()
+
+
+if __name__ == "__main__":
+    main()
+"""
+
+
+def test_a_program_that_buckets_its_batches_is_not_told_to_compile():
+    # RVC's train.py, VITS: DistributedBucketSampler groups utterances of similar length
+    assert codes(lint(VITS.format(sampler="DistributedBucketSampler"), select=["TL505"])) == []
+
+
+def test_a_program_with_a_plain_sampler_is_told_to_compile():
+    assert codes(lint(VITS.format(sampler="DistributedSampler"), select=["TL505"])) == ["TL505"]
+    # `torch.bucketize` (a tensor op) and YOLOv5's `--bucket` (a gsutil storage bucket) name no buckets of batches
+    assert codes(lint(VITS.format(sampler="DistributedSampler") + "\nif opt.bucket:\n    upload(opt.bucket)\n",
+                      select=["TL505"])) == ["TL505"]
+    assert codes(lint(VITS.format(sampler="DistributedSampler") + "\nidx = torch.bucketize(x, edges)\n",
+                      select=["TL505"])) == ["TL505"]
