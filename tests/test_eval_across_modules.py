@@ -165,13 +165,16 @@ def test_a_call_under_no_grad_three_modules_up_is_silent(runner, workdir):
     assert _codes(runner, ".") == []
 
 
-@pytest.mark.parametrize("case", ["no-decorator", "a-caller-with-gradients", "called-in-its-module"])
+@pytest.mark.parametrize("case", ["no-decorator", "a-caller-with-gradients", "called-in-its-module", "a-script"])
 def test_a_chain_with_gradients_somewhere_keeps_the_finding(runner, workdir, case):
     if case == "no-decorator":
         _tasks(workdir, runner_text=RUNNER.replace("    @torch.no_grad()\n", ""))
     elif case == "a-caller-with-gradients":  # another caller of `evaluation`, with gradients on
         _tasks(workdir, extra={"debug.py": "def debug(task, model, loader):\n"
                                            "    return task.evaluation(model, loader)\n"})
+    elif case == "a-script":  # a script calls the task's `valid_step` itself, with gradients on
+        _tasks(workdir, extra={"debug.py": "from vqa import VQATask\nfrom models import Captioner\n\n"
+                                           "print(VQATask().valid_step(Captioner(), {'image': None}))\n"})
     else:  # its own module calls `evaluation` too: the index does not follow that function
         _tasks(workdir, base_task=BASE_TASK + "\n    def evaluate_all(self, model, loaders):\n"
                                               "        return [self.evaluation(model, l) for l in loaders]\n")

@@ -103,7 +103,7 @@ def unreferenced(candidates: Dict[str, Sequence[int]], files: Sequence[str],
     so does every file of a folder at least two levels below the run's
     common folder (``lavis/common/annotator/mlsd/``: a vendored copy) that no
     file outside it names (imports, strings, comments, configuration files)
-    and that holds no script: nothing can import its modules (``_orphan``);
+    and that holds no script: nothing can import its modules (``_orphans``);
     not when some file imports modules by computed names (``_DYNAMIC_IMPORT``).
 
     Nothing at all unless the run holds a program (a file with an ``if
@@ -620,14 +620,14 @@ def derive(
                                 asked.add((other, followed))
                                 follow.append((other, followed))
                             continue
+                        gathered.setdefault((path, qualname), set()).update(
+                            key.rpartition("|")[2] for whose, key in own if whose == "callee")
                         if not original:
-                            gathered.setdefault((path, qualname), set()).update(
-                                key.rpartition("|")[2] for whose, key in own if whose == "callee")
-                            continue
+                            continue  # (a followed question: its traits are settled at the end)
                         for whose, key in own:
-                            owner, where = (path, where) if whose == "callee" else (other, path)
+                            owner, at = (path, where) if whose == "callee" else (other, path)
                             if key not in facts.get(owner, {}):
-                                facts.setdefault(owner, {})[key] = (0, where)
+                                facts.setdefault(owner, {})[key] = (0, at)
                                 given.add(owner)
                                 changed = True
                 continue
