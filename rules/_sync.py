@@ -969,6 +969,10 @@ def _scan(ctx: Context, roots: List[cst.CSTNode]) -> LoopFacts:
                 facts.exits_on_value = True
             else:
                 body.exits.append(node)  # `if token == eos: break`, `token` read earlier in the body?
+        elif kind is cst.If and not direct and _returns_within(node.body):
+            # `for i, seq in enumerate(stop_tokens): if token == seq[progress[i]]: ... return`:
+            # a stop sequence matched in an inner loop ends the generation
+            body.exits.append(node)
         elif kind is cst.Del:
             target = node.target
             targets = [e.value for e in target.elements] if isinstance(target, (cst.Tuple, cst.List)) else [target]
@@ -976,7 +980,8 @@ def _scan(ctx: Context, roots: List[cst.CSTNode]) -> LoopFacts:
                 facts.deletes_model = True
         elif kind is cst.With and direct and with_grad_modes(node, ctx)[1]:
             facts.disables_grad = True
-        elif kind is cst.Subscript and always and direct and id(node) not in stores and _masks(node, ctx):
+        elif kind is cst.Subscript and always and direct and id(node) not in stores and (
+                _masks(node, ctx) or _indexes_with_array(node, ctx)):
             facts.waits_on_data = True  # `labels[labels != ignore]`: the result's size is read on the host
         elif kind in _TRY_TYPES:
             if any(_is_oom_handler(ctx, h) for h in node.handlers):
@@ -1008,6 +1013,95 @@ def _masks(node: cst.Subscript, ctx: Context) -> bool:
     from torchlint.rules._device import host_values  # (it builds on this module)
 
     return not host_values(ctx).is_host(node.value, ctx.location())
+
+
+def _indexes_with_array(node: cst.Subscript, ctx: Context) -> bool:
+    """A device tensor indexed with a NumPy array: ``b_obs[mb_inds]`` with
+    ``mb_inds = b_inds[start:end]`` and ``b_inds = np.arange(batch_size)``, ``obs
+    = torch.zeros(...).to(device)`` and ``b_obs = obs.reshape(...)`` (the PPO
+    minibatch of CleanRL and its many copies).  PyTorch copies the index to
+    the device with a blocking copy (pageable memory): the host waits for the
+    device at every such read."""
+    if len(node.slice) != 1 or type(node.slice[0].slice) is not cst.Index:
+        return False
+    index = node.slice[0].slice.value
+    if type(index) is not cst.Name:
+        return False
+    location = ctx.location()
+    return _numpy_indices(ctx, index.value, location, 0) and _on_device(ctx, node.value, location, 0)
+
+
+# NumPy functions that give an array of indices.
+_INDEX_ARRAYS = frozenset({"arange", "permutation", "choice", "argsort", "flatnonzero", "nonzero", "where", "array",
+                           "asarray", "concatenate"})
+
+
+def _numpy_indices(ctx: Context, name: str, location, depth: int) -> bool:
+    """Whether every binding of ``name`` is a NumPy array of indices (``np.arange(n)``,
+    ``np.random.permutation(n)``), a slice of one (``b_inds[start:end]``) or a
+    reshape of one (``flatinds[:, envinds].ravel()``)."""
+    bindings = ctx.semantic.bindings(name, location) if depth < 3 else []
+    return bool(bindings) and all(
+        b.kind == "value" and b.value is not None and _numpy_array(ctx, b.value, b.location, depth) for b in bindings)
+
+
+def _numpy_array(ctx: Context, expr: cst.BaseExpression, location, depth: int) -> bool:
+    if type(expr) is cst.Subscript:  # `b_inds[start:end]`, `np.where(mask)[0]`
+        return _numpy_array(ctx, expr.value, location, depth)
+    if type(expr) is cst.Name:
+        return _numpy_indices(ctx, expr.value, location, depth + 1)
+    if type(expr) is not cst.Call:
+        return False
+    q = ctx.qualname(expr.func)
+    if q is not None:
+        return q.startswith("numpy.") and q.rsplit(".", 1)[-1] in _INDEX_ARRAYS
+    return method_name(expr) in _RESHAPES and type(expr.func) is cst.Attribute and _numpy_array(
+        ctx, expr.func.value, location, depth)
+
+
+_RESHAPES = frozenset({"ravel", "flatten", "reshape", "copy"})
+
+
+def _on_device(ctx: Context, expr: cst.BaseExpression, location, depth: int) -> bool:
+    """Whether ``expr`` is a tensor put on the device: ``torch.zeros(...).to(device)``,
+    ``x.cuda()``, ``torch.zeros(..., device=device)``, a reshape or index of
+    one, a name every binding of which is one."""
+    if depth > 4:
+        return False
+    if type(expr) is cst.Subscript:
+        return _on_device(ctx, expr.value, location, depth + 1)
+    if type(expr) is cst.Call:
+        name = method_name(expr)
+        if name in ("to", "cuda") and type(expr.func) is cst.Attribute:
+            return name == "cuda" or any((a.keyword is None or a.keyword.value == "device") and _names_device(a.value)
+                                         for a in expr.args[:1])
+        q = ctx.qualname(expr.func)
+        if q is not None and q.startswith("torch."):
+            return any(a.keyword is not None and a.keyword.value == "device" for a in expr.args)
+        if name in _SAME_TENSOR and type(expr.func) is cst.Attribute:
+            return _on_device(ctx, expr.func.value, location, depth + 1)
+        return False
+    if type(expr) is cst.Name:
+        bindings = ctx.semantic.bindings(expr.value, location)
+        return bool(bindings) and all(
+            b.kind == "value" and b.value is not None and _on_device(ctx, b.value, b.location, depth + 1)
+            for b in bindings)
+    return False
+
+
+def _names_device(expr: cst.BaseExpression) -> bool:
+    """``device``, ``args.device``, ``self.dev``, ``"cuda"``, ``torch.device(...)``: not a dtype."""
+    if type(expr) is cst.SimpleString:
+        return expr.value.strip("\"'").startswith("cuda")
+    if type(expr) is cst.Call:
+        return last_name(expr.func) == "device"
+    word = (last_name(expr) or "").lower()
+    return "device" in word or "cuda" in word or "gpu" in word or word == "dev"
+
+
+# Methods that give a view or reshaped copy on the tensor's own device.
+_SAME_TENSOR = frozenset({"reshape", "view", "flatten", "long", "float", "int", "squeeze", "unsqueeze", "detach",
+                          "contiguous", "permute", "transpose"})
 
 
 def _reads_item(expr: cst.CSTNode) -> bool:
@@ -1297,6 +1391,18 @@ def _ends_loop(block: cst.CSTNode) -> bool:
     normally there (a ``raise`` or ``sys.exit`` is an error guard, such as a
     check for a NaN loss, which could be made less often)."""
     return isinstance(_last_small_statement(block), (cst.Break, cst.Return))
+
+
+def _returns_within(block: cst.CSTNode) -> bool:
+    """Whether a ``return`` lies anywhere in ``block`` (not in a function defined there)."""
+    todo: List[cst.CSTNode] = [block]
+    while todo:
+        node = todo.pop()
+        if type(node) is cst.Return:
+            return True
+        if type(node) not in _SCOPE_TYPES and not isinstance(node, cst.BaseExpression):
+            todo.extend(iter_children(node))
+    return False
 
 
 def _reads_value(test: cst.BaseExpression) -> bool:
