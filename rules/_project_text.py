@@ -576,3 +576,37 @@ def program_facts(path: str, graph: ImportGraph) -> List[Tuple[str, str]]:
                 continue  # compiled on import is a function (`torch.compile(flex_attention)`), not the model
             out.setdefault(trait_key(PROGRAM_SUBJECT, kind), module)
     return sorted(out.items())
+
+
+# -- what a class's methods answer to (``project.unreferenced``, ``_reach.never_run``)
+
+# Bases that say nothing about how a class is picked: a module, a dataset, an
+# autograd function, a plain object.
+GENERIC_BASES = frozenset({
+    "object", "Module", "Sequential", "ModuleList", "ModuleDict", "Dataset", "IterableDataset", "Function",
+    "Exception", "ABC", "Enum", "NamedTuple",
+})
+# ... of them, a model's: only a model's methods are judged (``project._ancestry``).
+MODEL_BASES = frozenset({"Module", "Sequential", "ModuleList", "ModuleDict"})
+
+# A method that these decorate still runs only when called by name.
+PLAIN_DECORATORS = frozenset({
+    "property", "setter", "getter", "deleter", "staticmethod", "classmethod", "abstractmethod", "cached_property",
+    "lru_cache", "cache", "no_grad", "inference_mode", "enable_grad", "autocast",
+})
+# What a generic base calls by name: `nn.Module`'s methods (a subclass's
+# `forward`, `extra_repr`, `train`, `_load_from_state_dict`, ...), an autograd
+# function's.
+PROTOCOL = frozenset({
+    "_apply", "_call_impl", "_get_name", "_load_from_state_dict", "_named_members", "_register_load_state_dict_pre_hook",
+    "_register_state_dict_hook", "_replicate_for_data_parallel", "_save_to_state_dict", "_slow_forward",
+    "add_module", "apply", "bfloat16", "buffers", "children", "compile", "cpu", "cuda", "double", "eval",
+    "extra_repr", "float", "forward", "get_buffer", "get_extra_state", "get_parameter", "get_submodule", "half",
+    "load_state_dict", "modules", "named_buffers", "named_children", "named_modules", "named_parameters",
+    "parameters", "register_buffer", "register_module", "register_parameter", "requires_grad_", "set_extra_state",
+    "share_memory", "state_dict", "to", "to_empty", "train", "type", "zero_grad",
+    "backward", "setup_context", "jvp", "vjp", "vmap",
+    # what training frameworks call on a model by name, with no base class of theirs
+    # (MMCV's runners: `model.train_step(data, optimizer)`)
+    "train_step", "val_step", "test_step",
+})

@@ -38,10 +38,32 @@ over.  Not when some file imports modules by computed names
 (``importlib.import_module(name)``, ``__import__``, ``pkgutil`` scans).
 Nor does a folder at least two levels below the run's common folder that no
 file outside it names (imports, strings, comments, configuration files) and
-that holds no script: nothing can import its modules (LAVIS's vendored
-``lavis/common/annotator/mlsd/``, whose own imports name a package LAVIS does
-not have).  A file that imports by computed names keeps every folder alive,
-unless it lies in such a folder itself (``project._orphans``).
+that holds no script (a module that its package's ``__init__.py`` imports is
+a library module whatever its top level does: mmcv's registries, mmseg's
+``collect_env.py`` with its demo block): nothing can import its modules
+(LAVIS's vendored ``lavis/common/annotator/mlsd/`` and ``uniformer/``, whose
+own imports name packages LAVIS does not have).  A file that imports by
+computed names keeps every folder alive, unless it lies in such a folder
+itself (``project._orphans``).
+
+Methods too (``Class.method`` in the fact): LAVIS's BLIP-2 models keep a
+``predict_class`` that no task calls, and the ``_predict_class`` behind it.
+The index names a method when no other file mentions its name but to define
+a method of that name (a configuration file's word counts), no file holds a
+piece of it that a computed name may complete (``f"predict_{kind}"``), its
+own text mentions it only in methods named so too, and its class is a model
+deriving only from classes of the run and generic bases, ``nn.Module`` among
+them (a framework's base, Lightning's or Hugging Face's, may call any method
+by name, and so may a library handed a plain object: BEIR calls an encoder's
+``encode_queries``).  A library's public method that nothing in the run calls
+counts as unused, as a module-level function does (``sample_using_dpmpp`` of
+denoising-diffusion-pytorch's ``ElucidatedDiffusion``).  A private method
+(``_name``) that another file calls is that file's when the file defines its
+own ``_name`` and no base of the class.  Here a method never runs when no
+code that runs mentions its name, unless a generic base calls it
+(``forward``, ``extra_repr``, ``_load_from_state_dict``, an autograd
+function's ``backward``: ``_project_text.PROTOCOL``), it is a dunder, or a
+decorator other than a descriptor's or a grad mode's may register it.
 
 Only files that the run found by walking a directory get the fact, and the
 index gives it only in a run of at least a few files that holds a program
@@ -58,6 +80,9 @@ import libcst as cst
 
 from torchlint.nodes import walk_nodes
 from torchlint.rules._helpers import last_name
+from torchlint.rules._project_text import GENERIC_BASES as _GENERIC_BASES
+from torchlint.rules._project_text import PLAIN_DECORATORS as _PLAIN_DECORATORS
+from torchlint.rules._project_text import PROTOCOL as _PROTOCOL
 
 _WORD = re.compile(r"[A-Za-z_]\w*")
 _DEFINITIONS = (cst.FunctionDef, cst.ClassDef)
@@ -94,13 +119,21 @@ def _exported(statement: cst.CSTNode) -> Set[str]:
 
 def never_run(module: cst.Module, unreferenced: Sequence[str]) -> List[cst.CSTNode]:
     """The module-level function and class definitions of ``module`` that
-    nothing runs, given the module-level names no other file of the run
-    mentions (``unreferenced``).  (A whole module that nothing runs is the
+    nothing runs, and the methods, given the module-level names no other file
+    of the run mentions and the methods (``Class.method``) that no other file
+    calls (``unreferenced``).  (A whole module that nothing runs is the
     engine's to drop: ``project.WHOLE_MODULE``.)"""
-    candidates = set(unreferenced)
-    if not candidates:
+    candidates = {name for name in unreferenced if "." not in name}
+    wanted: Dict[str, Set[str]] = {}  # class -> its methods that may never run
+    for name in unreferenced:
+        if "." in name:
+            owner, _, method = name.partition(".")
+            wanted.setdefault(owner, set()).add(method)
+    if not candidates and not wanted:
         return []
     definitions: Dict[str, List[cst.CSTNode]] = {}
+    methods: Dict[str, List[cst.CSTNode]] = {}  # a method that may never run, by name
+    words: Dict[int, Set[str]] = {}  # what a definition refers to, but its methods that may never run
     roots: Set[str] = set()
     for statement in module.body:
         if type(statement) in _DEFINITIONS:
@@ -108,6 +141,11 @@ def never_run(module: cst.Module, unreferenced: Sequence[str]) -> List[cst.CSTNo
             definitions.setdefault(name, []).append(statement)
             if statement.decorators or name not in candidates or name.startswith("__"):
                 roots.add(name)
+            judged = _judged_methods(statement, wanted.get(name, ()))
+            if judged:
+                for method in judged:
+                    methods.setdefault(method.name.value, []).append(method)
+                words[id(statement)] = _words_of_class(statement, judged)
             continue
         if type(statement) is cst.SimpleStatementLine and all(
                 type(small) in (cst.Import, cst.ImportFrom) for small in statement.body):
@@ -127,21 +165,58 @@ def never_run(module: cst.Module, unreferenced: Sequence[str]) -> List[cst.CSTNo
                 elif word is not None and word not in _GENERIC_BASES:
                     roots.add(name)
     alive: Set[str] = set()
-    todo = [name for name in roots if name in definitions]
+    said: Set[str] = set()  # the words of the code that runs
+    todo = list(roots)
     while todo:
         name = todo.pop()
-        if name in alive:
+        if name in said:
             continue
-        alive.add(name)
-        for definition in definitions[name]:
-            todo.extend(word for word in _words_of(definition) if word in definitions and word not in alive)
-        todo.extend(subclasses.get(name, ()))
-    return [node for name, nodes in definitions.items() if name not in alive for node in nodes]
+        said.add(name)
+        found: List[cst.CSTNode] = []
+        if name in definitions and name not in alive:
+            alive.add(name)
+            found.extend(definitions[name])
+            todo.extend(subclasses.get(name, ()))
+        found.extend(methods.pop(name, ()))
+        for definition in found:
+            todo.extend(word for word in words.get(id(definition)) or _words_of(definition) if word not in said)
+    dead: List[cst.CSTNode] = [node for name, nodes in definitions.items() if name not in alive for node in nodes]
+    return dead + [node for nodes in methods.values() for node in nodes]
 
 
-# Bases that say nothing about how a class is picked: a module, a dataset, an
-# autograd function, a plain object.
-_GENERIC_BASES = frozenset({
-    "object", "Module", "Sequential", "ModuleList", "ModuleDict", "Dataset", "IterableDataset", "Function",
-    "Exception", "ABC", "Enum", "NamedTuple",
-})
+def _judged_methods(node: cst.CSTNode, names) -> List[cst.FunctionDef]:
+    """The methods of class ``node`` named in ``names`` that run only when
+    called by name: not one that a generic base calls (``forward``,
+    ``extra_repr``, ``_load_from_state_dict``, a dunder), nor one with a
+    decorator other than a descriptor's or a grad mode's (a decorator may
+    register it)."""
+    if type(node) is not cst.ClassDef or not names or type(node.body) is not cst.IndentedBlock:
+        return []
+    found = []
+    for statement in node.body.body:
+        if type(statement) is not cst.FunctionDef or statement.name.value not in names:
+            continue
+        name = statement.name.value
+        if name in _PROTOCOL or name.startswith("_") and name.endswith("_"):
+            continue
+        if all(_decorator_name(d.decorator) in _PLAIN_DECORATORS for d in statement.decorators):
+            found.append(statement)
+    return found
+
+
+def _decorator_name(expr: cst.BaseExpression):
+    if type(expr) is cst.Call:
+        expr = expr.func
+    return last_name(expr)
+
+
+def _words_of_class(node: cst.ClassDef, judged: Sequence[cst.FunctionDef]) -> Set[str]:
+    """The words of a class but those of its methods being judged (their names included)."""
+    skip = set(map(id, judged))
+    found = _words_of(node.name)
+    for part in (*node.bases, *node.keywords, *node.decorators):
+        found |= _words_of(part)
+    for statement in node.body.body if type(node.body) is cst.IndentedBlock else ():
+        if id(statement) not in skip:
+            found |= _words_of(statement)
+    return found

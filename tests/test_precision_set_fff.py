@@ -169,7 +169,10 @@ from diffusion.timestep_sampler import UniformSampler
 def main(model, loader, diffusion):
     sampler = UniformSampler(diffusion)
     for x in loader:
-        model(x, sampler).backward()
+        loss = model(x, sampler)
+        loss.backward()
+        if hasattr(sampler, "update_with_local_losses"):
+            sampler.update_with_local_losses(x, loss.detach())
 
 
 if __name__ == "__main__":

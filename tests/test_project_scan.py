@@ -79,9 +79,9 @@ def test_a_scan_made_elsewhere_gives_the_same_facts(tmp_path):
     order = sorted(files)
     asked = []
 
-    def scan(paths, stems):
+    def scan(paths, stems, methods):
         asked.append(list(stems))
-        return [project.scan_file(p, files[p], stems) if p != "zoo.py" else None for p in paths]
+        return [project.scan_file(p, files[p], stems, methods) if p != "zoo.py" else None for p in paths]
 
     here = project.unreferenced(candidates, order, files.get)
     elsewhere = project.unreferenced(candidates, order, files.get, scan=scan)
@@ -128,7 +128,8 @@ def _folder_facts(extra=None, candidate="pkg/common/annotator/mlsd/models/large.
     order = sorted(files)
     here = project.unreferenced({candidate: [4]}, order, files.get, configs)
     elsewhere = project.unreferenced({candidate: [4]}, order, files.get, configs,
-                                     scan=lambda paths, stems: [project.scan_file(p, files[p], stems) for p in paths])
+                                     scan=lambda paths, stems, methods: [project.scan_file(p, files[p], stems, methods)
+                                                                         for p in paths])
     assert here == elsewhere
     return here.get(candidate, {}).get(project.UNREFERENCED)
 
@@ -138,6 +139,23 @@ def test_a_folder_that_no_file_outside_names_never_runs():
     # (a vendored library's own registry, which imports by computed names, does not keep it alive)
     assert _folder_facts({"pkg/common/annotator/mlsd/registry.py": "import importlib\nm = importlib.import_module(n)\n"}
                          ) == (0, project.WHOLE_MODULE)
+
+
+@pytest.mark.parametrize("extra", [
+    # a module of its package's interface with a demo block (mmseg's `utils/collect_env.py`)
+    {"pkg/common/annotator/mlsd/utils/__init__.py": "from .collect_env import collect_env\n",
+     "pkg/common/annotator/mlsd/utils/collect_env.py":
+         "def collect_env():\n    return {}\n\n\nif __name__ == '__main__':\n    print(collect_env())\n"},
+    # a registry filled at import time (mmcv's `cnn/bricks/norm.py`)
+    {"pkg/common/annotator/mlsd/bricks/__init__.py": "from .norm import build_norm\n",
+     "pkg/common/annotator/mlsd/bricks/norm.py":
+         "NORM.register_module('BN', module=BN)\nfor name in NAMES:\n    NORM.register_module(name)\n"},
+])
+def test_a_module_its_package_exports_is_no_script_of_the_folder(extra):
+    assert _folder_facts(extra) == (0, project.WHOLE_MODULE)
+    # (the same modules, not named by their package's `__init__.py`, are scripts)
+    alone = {path: ("" if path.endswith("__init__.py") else text) for path, text in extra.items()}
+    assert _folder_facts(alone) != (0, project.WHOLE_MODULE)
 
 
 @pytest.mark.parametrize("extra", [

@@ -720,9 +720,10 @@ def _pool_scanner(workers: Optional[Workers], everything: Dict[str, FileResult])
     if workers is None or workers.broken:
         return None
 
-    def scan(files: Sequence[str], stems: Sequence[str]):
+    def scan(files: Sequence[str], stems: Sequence[str], methods: Sequence[str]):
         chunks = [files[i::workers.jobs * 4] for i in range(workers.jobs * 4)]
-        done = workers.map(_scan_files, [([(d, everything[d].path) for d in chunk], stems) for chunk in chunks])
+        done = workers.map(_scan_files, [([(d, everything[d].path) for d in chunk], stems, methods)
+                                         for chunk in chunks])
         if done is None:  # the pool broke: scan here
             return [None] * len(files)
         by_display = {d: found for chunk, answers in zip(chunks, done) for d, found in zip(chunk, answers)}
@@ -731,13 +732,13 @@ def _pool_scanner(workers: Optional[Workers], everything: Dict[str, FileResult])
     return scan
 
 
-def _scan_files(files: Sequence[Tuple[str, Optional[str]]], stems: Sequence[str]):
+def _scan_files(files: Sequence[Tuple[str, Optional[str]]], stems: Sequence[str], methods: Sequence[str]):
     from torchlint.project import scan_file
 
     found = []
     for display, path in files:
         text = _text_or_none(display, path)
-        found.append(scan_file(display, text, stems) if text is not None else None)
+        found.append(scan_file(display, text, stems, methods) if text is not None else None)
     return found
 
 

@@ -64,8 +64,9 @@ MAX_HOPS = 3
 
 
 # A fact about a whole file: the module-level names it defines that no other
-# file of the run mentions (value: (0, the names, space-separated)); the
-# rules decide which of them never run (``rules/_reach.py``).
+# file of the run mentions, and the methods (``Class.method``) that no file
+# calls (value: (0, the names, space-separated)); the rules decide which of
+# them never run (``rules/_reach.py``).
 UNREFERENCED = "<unreferenced>"
 # The index says so only in runs of at least this many files (a directory of
 # two modules is not a project whose every user is in sight).
@@ -79,7 +80,7 @@ _IMPORT = re.compile(r"^[ \t]*(?:from[ \t]+[\w.]+[ \t]+import[ \t]*\([^)]*\)|(?:
 
 def unreferenced(candidates: Dict[str, Sequence[int]], files: Sequence[str],
                  read: Callable[[str], Optional[str]], configs: Sequence[str] = (),
-                 scan: Optional[Callable[[Sequence[str], Sequence[str]], Sequence[Optional[Scan]]]] = None,
+                 scan: Optional[Callable[[Sequence[str], Sequence[str], Sequence[str]], Sequence[Optional[Scan]]]] = None,
                  ) -> Dict[str, Facts]:
     """For each of ``candidates`` (files of the run), the module-level names it
     defines (``def``/``class`` at the start of a line) that no other of
@@ -103,7 +104,9 @@ def unreferenced(candidates: Dict[str, Sequence[int]], files: Sequence[str],
     so does every file of a folder at least two levels below the run's
     common folder (``lavis/common/annotator/mlsd/``: a vendored copy) that no
     file outside it names (imports, strings, comments, configuration files)
-    and that holds no script: nothing can import its modules (``_orphans``);
+    and that holds no script (a module its package's ``__init__.py`` names is
+    none, whatever its top level does: ``_exported_module``): nothing can
+    import its modules (``_orphans``);
     not when some file imports modules by computed names (``_DYNAMIC_IMPORT``).
 
     Nothing at all unless the run holds a program (a file with an ``if
@@ -123,6 +126,16 @@ def unreferenced(candidates: Dict[str, Sequence[int]], files: Sequence[str],
     # ... and the files of a folder deep in the project that no file outside it names
     folders = _inner_folders(wanted, files)
     stems = sorted(set(plain.values()) | {folder.rpartition("/")[2] for folder in folders})
+    texts: Dict[str, str] = {}
+    for path in sorted(wanted):
+        text = read(path)
+        if text is not None:
+            texts[path] = text
+    # the methods of the candidates' classes that the findings lie in, and those that call them
+    asked = {path: _methods_asked(text, candidates[path]) for path, text in texts.items()}
+    methods = sorted({name for spans, names in asked.values() for name in names})
+    callers: Counter = Counter()  # a method's name -> the files that call it (not only define it)
+    privately: Dict[str, List[str]] = {}  # a private method's name -> the files that call it and define their own
     stem_mentions: Counter = Counter()  # a candidate module's name -> files that mention it (imports count)
     dynamic = False  # some file imports modules by computed names
     yaml = any(config.endswith((".yaml", ".yml")) for config in configs)
@@ -135,6 +148,7 @@ def unreferenced(candidates: Dict[str, Sequence[int]], files: Sequence[str],
     program = by_string = False
     naming: Dict[str, List[str]] = {}  # a candidate folder's name -> the files (and configs) that name it
     scripts: List[str] = []  # files that run as scripts
+    packages: Dict[str, FrozenSet[str]] = {}  # a folder with an `__init__.py` -> that file's words
     importers: List[str] = []  # files that import modules by computed names
     for config in configs:  # a YAML file's words are mentions (`target: ...ddpm.LatentDiffusion`)
         try:
@@ -143,19 +157,27 @@ def unreferenced(candidates: Dict[str, Sequence[int]], files: Sequence[str],
         except OSError:
             continue
         occurs.update(said)
+        callers.update(said.intersection(methods))
         stem_mentions.update(said)
         for stem in said.intersection(stems):
             naming.setdefault(stem, []).append(config.replace("\\", "/"))
-    scans = scan(files, stems) if scan is not None else [None] * len(files)
+    scans = scan(files, stems, methods) if scan is not None else [None] * len(files)
+    defining: List[Tuple[str, FrozenSet[str]]] = []  # each file with the names it defines at module level
     for path, scanned in zip(files, scans):
         text = None
         if scanned is None or path in wanted:
-            text = read(path)
+            text = texts.get(path) if path in wanted else read(path)
             if text is None:
                 continue
             if scanned is None:
-                scanned = scan_file(path, text, stems)
-        (is_program, is_dynamic, configured, looks_up, mentioned, words, imports, stars, defined, script) = scanned
+                scanned = scan_file(path, text, stems, methods)
+        (is_program, is_dynamic, configured, looks_up, mentioned, words, imports, stars, defined, script,
+         calls, own_too) = scanned
+        callers.update(calls)
+        for name in own_too:
+            privately.setdefault(name, []).append(path)
+        if defined:
+            defining.append((path, defined))
         program = program or is_program
         dynamic = dynamic or is_dynamic
         if folders:
@@ -164,6 +186,8 @@ def unreferenced(candidates: Dict[str, Sequence[int]], files: Sequence[str],
                 naming.setdefault(stem, []).append(posix)
             if script:
                 scripts.append(posix)
+            if posix.endswith("/__init__.py"):
+                packages[posix[:-len("/__init__.py")]] = words
             if is_dynamic:
                 importers.append(posix)
         mentioned = set(mentioned)
@@ -184,7 +208,8 @@ def unreferenced(candidates: Dict[str, Sequence[int]], files: Sequence[str],
     if by_string:
         return {}  # objects built from dotted names in configuration files, and none in sight
     found: Dict[str, Facts] = {}
-    orphans = _orphans(folders, naming, scripts, importers)
+    orphans = _orphans(folders, naming, [script for script in scripts if not _exported_module(script, packages)],
+                       importers)
     for path, lines in candidates.items():
         if path not in own:
             continue
@@ -205,8 +230,9 @@ def unreferenced(candidates: Dict[str, Sequence[int]], files: Sequence[str],
         alone = {name for name in spans
                  if occurs[name] - defines[name] - sum(stem not in stems for stems in imported.get(name, ())) <= 0
                  and (path not in starred or name.startswith("_"))}
-        if any(start <= line <= end for name in alone for start, end in spans[name] for line in lines):
-            found[path] = {UNREFERENCED: (0, " ".join(sorted(alone)))}
+        idle = _idle_methods(path, text, words, lines, asked[path], callers, privately, occurs, defining, read)
+        if idle or any(start <= line <= end for name in alone for start, end in spans[name] for line in lines):
+            found[path] = {UNREFERENCED: (0, " ".join(sorted(alone | idle)))}
     return found
 
 
@@ -235,6 +261,17 @@ def _inner_folders(wanted: Sequence[str], files: Sequence[str]) -> List[str]:
     return sorted(found)
 
 
+def _exported_module(path: str, packages: Dict[str, FrozenSet[str]]) -> bool:
+    """Whether the ``__init__.py`` of a module's folder names it: a module
+    of its package's interface (``from .collect_env import collect_env``), so
+    what it does at its top level (a registry's ``NORM_LAYERS.register_module(
+    ...)``, a demo under ``if __name__ == "__main__":``) makes no entry point
+    of it."""
+    folder, _, name = path.rpartition("/")
+    stem = name.rpartition(".")[0]
+    return stem in packages.get(folder, ())
+
+
 def _orphans(folders: Sequence[str], naming: Dict[str, List[str]], scripts: Sequence[str],
              importers: Sequence[str]) -> set:
     """The ``folders`` that no file outside names (imports count, and so do
@@ -255,15 +292,19 @@ def _orphans(folders: Sequence[str], naming: Dict[str, List[str]], scripts: Sequ
 # superseded modules' names it mentions; its words outside import statements;
 # the names it imports and uses, each with the modules it imports them from;
 # an ``__init__.py``'s star imports; the names it defines at module level and
-# uses; whether it runs as a script (or is a notebook).
+# uses; whether it runs as a script (or is a notebook); which of the methods
+# asked about it calls (a mention other than a ``def`` of that name), and which
+# of those it also defines.
 Scan = Tuple[bool, bool, bool, FrozenSet[str], FrozenSet[str], FrozenSet[str],
-             Tuple[Tuple[str, FrozenSet[str]], ...], Tuple[Tuple[str, str], ...], FrozenSet[str], bool]
+             Tuple[Tuple[str, FrozenSet[str]], ...], Tuple[Tuple[str, str], ...], FrozenSet[str], bool,
+             FrozenSet[str], FrozenSet[str]]
 
 
-def scan_file(path: str, text: str, stems: Sequence[str] = ()) -> Scan:
+def scan_file(path: str, text: str, stems: Sequence[str] = (), methods: Sequence[str] = ()) -> Scan:
     """One file's part of ``unreferenced`` (in a worker process for large
     runs); ``stems``: the names of the candidate modules named as superseded
-    and of the candidate folders."""
+    and of the candidate folders; ``methods``: the names of the methods
+    asked about."""
     posix = path.replace("\\", "/")
     stems_set = frozenset(stems)
     package = posix.endswith("/__init__.py") or path == "__init__.py"
@@ -293,7 +334,246 @@ def scan_file(path: str, text: str, stems: Sequence[str] = ()) -> Scan:
         # (asked only of the files in a candidate folder: the test reads the whole text)
         path.endswith(".ipynb") or bool(stems) and not stems_set.isdisjoint(posix.split("/")[:-1]) and _runs_as_script(
             text),
+        *_method_uses(text, words, methods),
     )
+
+
+# -- methods that nothing calls ---------------------------------------------------------
+
+# A method (``Class.method`` in the UNREFERENCED fact) never runs when no file
+# of the run mentions its name but to define a method of that name (a
+# configuration file's word counts), its own module mentions it only in
+# methods that never run either, and the class derives only from classes of
+# the project and generic bases (``nn.Module``: a framework's base may call it
+# by name).  A private method (``_name``) called by another file that defines
+# its own ``_name`` is that file's (unless the file defines a base of the
+# class); a name that some file builds (``getattr(self, f"forward_{mode}")``:
+# the word ``forward_``) stays alive.  The module decides the rest
+# (``_reach.never_run``: decorators, the methods a generic base calls).
+
+
+def _method_spans(text: str) -> List[Tuple[str, str, int, int, Tuple[str, ...]]]:
+    """(class, method, first line, last line, decorators) of each method of a
+    module-level class, from the text: a method ends before the next line of
+    code that is no deeper than its ``def``."""
+    found: List[Tuple[str, str, int, int, Tuple[str, ...]]] = []
+    cls: Optional[str] = None
+    body: Optional[int] = None  # the indentation of the class's body
+    current: Optional[list] = None  # [class, name, first line, indentation, decorators]
+    decorators: List[str] = []
+    lines = text.splitlines()
+    for number, line in enumerate(lines, 1):
+        stripped = line.lstrip()
+        if not stripped or stripped[0] in "#)]}\"'":
+            continue
+        indent = len(line) - len(stripped)
+        if current is not None and indent <= current[3]:
+            found.append((current[0], current[1], current[2], number - 1, tuple(current[4])))
+            current = None
+        if indent == 0:
+            match = _CLASS_HEAD.match(line)
+            cls, body, decorators = (match.group(1) if match else None), None, []
+            continue
+        if cls is None:
+            continue
+        if body is None:
+            body = indent
+        if indent != body or current is not None:
+            continue
+        if stripped.startswith("@"):
+            decorators.append(_DECORATOR.match(stripped).group(1).rpartition(".")[2])
+            continue
+        match = _DEF_HEAD.match(stripped)
+        if match:
+            current = [cls, match.group(1), number, indent, decorators]
+        decorators = []
+    if current is not None:
+        found.append((current[0], current[1], current[2], len(lines), tuple(current[4])))
+    return found
+
+
+_CLASS_HEAD = re.compile(r"class[ \t]+(\w+)")
+_DEF_HEAD = re.compile(r"(?:async[ \t]+)?def[ \t]+(\w+)")
+_DECORATOR = re.compile(r"@[ \t]*([\w.]*)")
+_HEAD_BEFORE = re.compile(r"[ \t]*(?:async[ \t]+)?def[ \t]+")
+
+
+def _mention_lines(text: str, name: str) -> Tuple[int, List[int]]:
+    """How many ``def name`` heads ``text`` has, and the lines of its other
+    mentions of ``name`` as a word (code, strings and comments alike)."""
+    heads = 0
+    lines: List[int] = []
+    at = text.find(name)
+    size = len(name)
+    while at >= 0:
+        end = at + size
+        if (not at or not _WORD_CHAR.match(text, at - 1)) and (end == len(text) or not _WORD_CHAR.match(text, end)):
+            start = text.rfind("\n", 0, at) + 1
+            if _HEAD_BEFORE.fullmatch(text, start, at):
+                heads += 1
+            else:
+                lines.append(text.count("\n", 0, at) + 1)
+        at = text.find(name, end)
+    return heads, lines
+
+
+def _method_uses(text: str, words, methods: Sequence[str]) -> Tuple[FrozenSet[str], FrozenSet[str]]:
+    """Which of ``methods`` the file calls (mentions other than ``def``
+    heads), and which of those it also defines."""
+    calls, own = [], []
+    for name in methods:
+        if name in words:
+            heads, lines = _mention_lines(text, name)
+            if lines:
+                calls.append(name)
+                if heads:
+                    own.append(name)
+    return frozenset(calls), frozenset(own)
+
+
+def _judged(span: Tuple[str, str, int, int, Tuple[str, ...]], hooks) -> bool:
+    """Whether a method runs only when called by name: not a dunder, not one
+    that a generic base calls, no decorator that may register it."""
+    name = span[1]
+    return not (name.startswith("_") and name.endswith("_")) and name not in hooks.PROTOCOL and all(
+        decorator in hooks.PLAIN_DECORATORS for decorator in span[4])
+
+
+def _methods_asked(text: str, lines: Sequence[int]):
+    """The methods of ``text``'s classes that a finding (``lines``) lies in,
+    and the methods that mention those, in turn: (every method's span, their
+    names)."""
+    if "class" not in text:
+        return [], set()
+    from torchlint.registry import project_text_hooks
+
+    hooks = project_text_hooks()
+    spans = _method_spans(text)
+    judged = [span for span in spans if _judged(span, hooks)]
+    todo = [span[1] for span in judged if any(span[2] <= line <= span[3] for line in lines)]
+    names: set = set()
+    while todo:
+        name = todo.pop()
+        if name in names:
+            continue
+        names.add(name)
+        for line in _mention_lines(text, name)[1]:
+            for span in judged:
+                if span[2] <= line <= span[3] and span[1] not in names:
+                    todo.append(span[1])
+    return spans, names
+
+
+def _idle_methods(path: str, text: str, words, lines: Sequence[int], asked, callers: Counter,
+                  privately: Dict[str, List[str]], occurs: Counter, defining: List[Tuple[str, FrozenSet[str]]],
+                  read: Callable[[str], Optional[str]]) -> set:
+    """The methods (``Class.method``) of a candidate file that may never run
+    (see above), when a finding of it (``lines``) lies in one; ``words``: the
+    file's own (its scan's)."""
+    spans, names = asked
+    if not names:
+        return set()
+    from torchlint.registry import project_text_hooks
+
+    hooks = project_text_hooks()
+    mentions = {name: _mention_lines(text, name)[1] for name in names}
+    lineage: Dict[str, Optional[set]] = {}
+    entries = []
+    for span in spans:
+        if span[1] not in names or not _judged(span, hooks):
+            continue
+        if span[0] not in lineage:
+            lineage[span[0]] = _ancestry(span[0], path, text, defining, read, hooks.GENERIC_BASES, hooks.MODEL_BASES)
+        if lineage[span[0]] is not None:
+            entries.append(span)
+    idle = set()
+    for name in names:
+        outside = callers[name] - (1 if mentions[name] and name in words else 0)  # (as its scan counted it)
+        if name.startswith("_"):
+            bases = set().union(*(lineage[span[0]] or () for span in entries if span[1] == name))
+            outside -= sum(1 for other in privately.get(name, ()) if other != path and other not in bases)
+        if outside <= 0 and not _built(name, occurs):
+            idle.add(name)
+    entries = [span for span in entries if span[1] in idle]
+    while True:  # a method mentioned only in methods that never run never runs either
+        keep = [span for span in entries
+                if all(any(other[2] <= line <= other[3] for other in entries) for line in mentions[span[1]])]
+        if len(keep) == len(entries):
+            break
+        entries = keep
+    if not any(span[2] <= line <= span[3] for span in entries for line in lines):
+        return set()
+    return {f"{span[0]}.{span[1]}" for span in entries}
+
+
+def _built(name: str, occurs: Counter) -> bool:
+    """Whether some file holds a piece of ``name`` that a computed name may
+    complete (``forward_`` of ``getattr(self, f"forward_{mode}")``, ``_step``)."""
+    for at in range(1, len(name) - 1):
+        if name[at] == "_" and (occurs[name[:at + 1]] or occurs[name[at:]]):
+            return True
+    return False
+
+
+def _ancestry(cls: str, path: str, text: str, defining: List[Tuple[str, FrozenSet[str]]],
+              read: Callable[[str], Optional[str]], generic, models) -> Optional[set]:
+    """The files that define the classes ``cls`` derives from, when each of
+    them is a class of the run or a generic base and one is a model's
+    (``nn.Module``: a plain class may be handed to a library that calls its
+    methods by name, as BEIR calls ``encode_queries``); None when one is
+    another library's (a framework that may call methods by name) or cannot be
+    read, or none is a model's."""
+    model = False
+    files: set = set()
+    seen: set = set()
+    todo = [(cls, path, text)]
+    while todo:
+        name, where, source = todo.pop()
+        if (name, where) in seen:
+            continue
+        seen.add((name, where))
+        if len(seen) > 32:
+            return None
+        bases = _bases_of(source, name)
+        if bases is None:
+            return None
+        for base in bases:
+            if base is None:
+                return None
+            if base in generic:
+                model = model or base in models
+                continue
+            if _bases_of(source, base) is not None:
+                files.add(where)
+                todo.append((base, where, source))
+                continue
+            homes = [other for other, names in defining if base in names and other != where]
+            if not homes:
+                return None
+            for home in homes:
+                other_text = read(home)
+                if other_text is None:
+                    return None
+                files.add(home)
+                todo.append((base, home, other_text))
+    return files if model else None
+
+
+def _bases_of(text: str, cls: str) -> Optional[List[Optional[str]]]:
+    """The last names of the bases of module-level class ``cls`` in ``text``
+    (None for a base that is no dotted name, a keyword included); None when
+    the text defines no such class."""
+    found = None
+    for match in re.finditer(r"^class[ \t]+%s\b[ \t]*(?:\(([^)]*)\))?[ \t]*:" % re.escape(cls), text, re.M):
+        found = found or []
+        for part in (match.group(1) or "").split(","):
+            part = part.strip()
+            if part:
+                found.append(part.rpartition(".")[2] if _DOTTED.fullmatch(part) else None)
+    return found
+
+
+_DOTTED = re.compile(r"[A-Za-z_][\w.]*")
 
 
 def _plain_module(path: str) -> bool:
