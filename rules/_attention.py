@@ -61,6 +61,8 @@ class Scope:
         # name -> [(item index, value)], value None when the binding is opaque
         # (a tuple target, a loop variable); AugAssign nodes are kept as such.
         self.defs: Dict[str, List[Tuple[int, Optional[cst.CSTNode]]]] = {}
+        # name -> [(item index, the unpacked value)] for a tuple target (`q, k, v = qkv.unbind(0)`)
+        self.parts: Dict[str, List[Tuple[int, cst.CSTNode]]] = {}  # (a tuple's own element when it is one)
         self._block(body)
 
     # -- listing --------------------------------------------------------------
@@ -137,6 +139,13 @@ class Scope:
             for target in small.targets:
                 single = isinstance(target.target, cst.Name) and len(small.targets) == 1
                 self._bind_target(target.target, small.value if single else None)
+                if isinstance(target.target, (cst.Tuple, cst.List)):
+                    names = target.target.elements
+                    values = small.value.elements if isinstance(small.value, (cst.Tuple, cst.List)) else None
+                    for position, element in enumerate(names):
+                        if isinstance(element.value, cst.Name):
+                            part = values[position].value if values and len(values) == len(names) else small.value
+                            self.parts.setdefault(element.value.value, []).append((len(self.items) - 1, part))
         elif isinstance(small, cst.AugAssign):
             if isinstance(small.target, cst.Name):
                 self._bind(small.target.value, small)
@@ -240,12 +249,30 @@ class Scope:
         if depth > _MAX_DEPTH:
             return False
         if isinstance(query, cst.Name):
+            index, value = self.reaching(query.value, at)
+            if index is not None and value is None:  # a part of an unpacked value
+                whole = next((v for i, v in self.parts.get(query.value, ()) if i == index), None)
+                return whole is not None and self._transposed(whole, index, depth + 1)
             return self._through(query, at, depth, self._transposed)
         if isinstance(query, cst.Attribute):
             return query.attr.value == "mT"
+        if isinstance(query, cst.Subscript):  # `qkv[0]`
+            return self._transposed(query.value, at, depth + 1)
+        if isinstance(query, (cst.ListComp, cst.GeneratorExp)):
+            # `q, k, v = [t.transpose(-2, -1) for t in (qkv[0], qkv[1], qkv[2])]` (EdgeNeXt)
+            return self._transposed(query.elt, at, depth + 1)
         if not isinstance(query, cst.Call) or not query.args:
             return False
         name = last_name(query.func)
+        if name in ("unbind", "chunk") and isinstance(query.func, cst.Attribute):  # `q, k, v = qkv.unbind(0)`
+            return self._transposed(query.func.value, at, depth + 1)
+        if name == "permute" and isinstance(query.func, cst.Attribute):
+            # `.reshape(B, N, 3, heads, C // heads).permute(2, 0, 3, 4, 1)`: the
+            # positions (axis 1) last, the channels before them (XCiT's XCA)
+            values = [a.value for a in query.args]
+            if len(values) == 1 and isinstance(values[0], (cst.Tuple, cst.List)):
+                values = [e.value for e in values[0].elements]
+            return [literal_int(v) for v in values] == [2, 0, 3, 4, 1]
         if name == "transpose" and len(query.args) == 2 and isinstance(query.func, cst.Attribute):
             # (only `(-2, -1)`: `.transpose(1, 2)` is the usual split into heads)
             return {literal_int(query.args[0].value), literal_int(query.args[1].value)} == {-2, -1}

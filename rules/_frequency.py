@@ -75,7 +75,9 @@ visited run?" for the rules that need it, from the module alone:
   over time steps calls a model every iteration (``for step in range(order,
   steps + 1): ... self.model_fn(x, t)``; not a module picked by the counter)
   runs once per sampling run, however often the function is called
-  (:func:`_runs_a_sampling_loop`).
+  (:func:`_runs_a_sampling_loop`); so does an evaluation pass that re-ranks
+  with a model for each item (BLIP's ``for i in track_iter_progress(range(n)):
+  ... self.multimodal_backbone.bert(...)``: its score matrix is made once).
 * **Module top-level code** (``if __name__ == "__main__":`` blocks included)
   runs once, apart from its loops.
 * **Whole files** run once when their path says so: test files (``test_*.py``,
@@ -943,11 +945,18 @@ def _names_a_model_run(name: str) -> bool:
     """A callee named like a model (``model_fn``, ``self.net``, ``unet``); not a
     class (``Qwen2DecoderLayer(config, i)`` builds a module) nor a getter or
     builder (``get_module(model, name)`` finds one)."""
-    return not name[:1].isupper() and not _GETS.match(name) and any(word in name.lower() for word in MODEL_WORDS)
+    return not name[:1].isupper() and not _GETS.match(name) and any(
+        word in name.lower() for word in (*MODEL_WORDS, *_MORE_MODEL_WORDS))
+
+
+# ... also in an evaluation pass: BLIP's re-ranking runs `self.text_backbone(...)`,
+# `self.multimodal_backbone.bert(...)` and `self.multimodal_head(...)` for each image.
+_MORE_MODEL_WORDS = ("backbone", "bert", "head")
 
 
 # Calls that go over a count's values in some order (`reversed(range(n))`).
-_COUNT_WRAPPERS = frozenset({"enumerate", "reversed", "tqdm", "list"})
+_COUNT_WRAPPERS = frozenset({"enumerate", "reversed", "tqdm", "list", "track", "track_iter_progress",
+                             "track_on_main_process"})  # (rich's and MMEngine's progress bars)
 
 
 def _counts_steps(loop: cst.For) -> bool:

@@ -93,9 +93,12 @@ class ManualAttention(Rule):
       `torch.baddbmm`, and values kept in attributes (`self.scores`);
     - channel ("transposed") attention, whose query is itself transposed
       over its last two dimensions (`q = q.transpose(-2, -1)`) or laid out with
-      positions last (`rearrange(q, "b (head c) h w -> b head c (h w)")`)
-      before the product, through normalisation and casts: XCiT's
-      cross-covariance attention and Restormer's MDTA. Their score matrix is
+      positions last (`rearrange(q, "b (head c) h w -> b head c (h w)")`,
+      the qkv split `.reshape(B, N, 3, heads, C // heads).permute(2, 0, 3, 4,
+      1)`, each of `q, k, v` transposed in a list) before the product,
+      through normalisation, casts, `unbind` and tuple unpacking: XCiT's
+      cross-covariance attention, EdgeNeXt's SDTA and Restormer's MDTA
+      (mmpretrain's copies included). Their score matrix is
       channels by channels, small, and their "head dimension" is the number of
       positions, which SDPA's fused kernels do not take: it would save no
       memory;
