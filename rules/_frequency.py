@@ -936,20 +936,21 @@ def _calls_a_model(loop: cst.For) -> bool:
     """A call in the loop's body named like a model (``self.model_fn(x, t)``,
     ``self.unet(x, t)``, ``denoiser(x)``), not one that builds a module."""
     return any(
-        isinstance(node, cst.Call) and _names_a_model_run(last_name(node.func) or "")
+        isinstance(node, cst.Call) and _names_a_model_run(last_name(node.func) or "", _MORE_MODEL_WORDS)
         for node in _walk_shallow(loop.body)
     )
 
 
-def _names_a_model_run(name: str) -> bool:
-    """A callee named like a model (``model_fn``, ``self.net``, ``unet``); not a
-    class (``Qwen2DecoderLayer(config, i)`` builds a module) nor a getter or
-    builder (``get_module(model, name)`` finds one)."""
+def _names_a_model_run(name: str, more: Tuple[str, ...] = ()) -> bool:
+    """A callee named like a model (``model_fn``, ``self.net``, ``unet``; or
+    with one of the words ``more``); not a class (``Qwen2DecoderLayer(config,
+    i)`` builds a module) nor a getter or builder (``get_module(model, name)``
+    finds one)."""
     return not name[:1].isupper() and not _GETS.match(name) and any(
-        word in name.lower() for word in (*MODEL_WORDS, *_MORE_MODEL_WORDS))
+        word in name.lower() for word in (*MODEL_WORDS, *more))
 
 
-# ... also in an evaluation pass: BLIP's re-ranking runs `self.text_backbone(...)`,
+# ... also in an evaluation pass that re-ranks: BLIP's runs `self.text_backbone(...)`,
 # `self.multimodal_backbone.bert(...)` and `self.multimodal_head(...)` for each image.
 _MORE_MODEL_WORDS = ("backbone", "bert", "head")
 
