@@ -101,8 +101,14 @@ _CLASS_NAME = re.compile(r"^_*[A-Z][A-Za-z0-9]*[a-z][A-Za-z0-9]*$")
 
 
 def names_a_model(name: str) -> bool:
-    """A callee name that says it is a network, not a factory or helper of one."""
-    return bool(_MODEL_NAME.match(name)) and not _FACTORY.match(name)
+    """A callee name that says it is a network, not a factory or helper of one,
+    nor a pydantic model's method (``chunk.model_dump_json()``)."""
+    return bool(_MODEL_NAME.match(name)) and not _FACTORY.match(name) and not _PYDANTIC.match(name)
+
+
+# Pydantic's `BaseModel` API (v2): `response.model_dump()`, `Usage.model_validate(d)`.
+_PYDANTIC = re.compile(r"^model_(dump|dump_json|validate|validate_json|validate_strings|copy|construct|json_schema"
+                       r"|post_init|rebuild|parametrized_name)$")
 
 
 def module_like_base(expr: cst.BaseExpression, ctx: Context) -> bool:

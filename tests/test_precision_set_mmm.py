@@ -116,3 +116,34 @@ def test_a_loop_that_runs_no_model_is_no_evaluation_pass():
     text = RERANK.replace("self.multimodal_backbone.bert(", "self.lookup(").replace(
         "self.multimodal_head(output)", "output")
     assert ("TL201", 16) in [(d.code, d.line) for d in lint(text)]
+
+
+# -- a pydantic model's method is no network --------------------------------------------------
+
+STREAM = """\
+import torch
+
+
+@torch.inference_mode()
+def generate_stream(model, tokenizer, params):
+    for _ in range(params["max_new_tokens"]):
+        yield {"text": tokenizer.decode(model.generate(**params))}
+
+
+async def predict(model_id, params):
+    chunk = Response(model=model_id, choices=[])
+    yield chunk.model_dump_json(exclude_unset=True)
+    for response in generate_stream(model, tokenizer, params):
+        yield Response(model=model_id, text=response["text"]).model_dump_json()
+"""
+
+
+def test_a_pydantic_dump_runs_no_model():
+    # CogVLM's OpenAI-style server: the model runs in the `inference_mode` generator
+    assert "TL302" not in codes(lint(STREAM))
+
+
+def test_a_model_run_next_to_the_dump_is_reported():
+    text = STREAM.replace('yield chunk.model_dump_json(exclude_unset=True)',
+                         'yield chunk.model_dump_json(exclude_unset=True), model(params["x"])')
+    assert "TL302" in codes(lint(text))
