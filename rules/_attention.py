@@ -269,10 +269,7 @@ class Scope:
         if name == "permute" and isinstance(query.func, cst.Attribute):
             # `.reshape(B, N, 3, heads, C // heads).permute(2, 0, 3, 4, 1)`: the
             # positions (axis 1) last, the channels before them (XCiT's XCA)
-            values = [a.value for a in query.args]
-            if len(values) == 1 and isinstance(values[0], (cst.Tuple, cst.List)):
-                values = [e.value for e in values[0].elements]
-            return [literal_int(v) for v in values] == [2, 0, 3, 4, 1]
+            return _permute_dims(query) == [2, 0, 3, 4, 1]
         if name == "transpose" and len(query.args) == 2 and isinstance(query.func, cst.Attribute):
             # (only `(-2, -1)`: `.transpose(1, 2)` is the usual split into heads)
             return {literal_int(query.args[0].value), literal_int(query.args[1].value)} == {-2, -1}
@@ -317,10 +314,7 @@ class Scope:
         if name == "t" and not right.args:
             return 2
         if name == "permute" and right.args:
-            values = [a.value for a in right.args]
-            if len(values) == 1 and isinstance(values[0], (cst.Tuple, cst.List)):
-                values = [e.value for e in values[0].elements]
-            dims = [literal_int(v) for v in values]
+            dims = _permute_dims(right)
             n = len(dims)
             if n >= 2 and dims == list(range(n - 2)) + [n - 1, n - 2]:
                 return n
@@ -553,6 +547,16 @@ def mentions_fused_path(owner: cst.CSTNode, ctx: Context) -> bool:
             continue  # a docstring
         todo.extend(iter_children(n))
     return False
+
+
+def _permute_dims(call: cst.Call) -> List[Optional[int]]:
+    """The order ``x.permute(...)`` gives, written out (``permute(0, 2, 1, 3)``) or
+    as one tuple or list (``permute((0, 2, 1, 3))``); None for a dimension that is
+    no literal."""
+    values = [a.value for a in call.args]
+    if len(values) == 1 and isinstance(values[0], (cst.Tuple, cst.List)):
+        values = [e.value for e in values[0].elements]
+    return [literal_int(v) for v in values]
 
 
 def _swap_rank(a: cst.BaseExpression, b: cst.BaseExpression):

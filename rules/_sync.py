@@ -28,7 +28,7 @@ import libcst as cst
 from torchlint.rule import Context
 from torchlint.nodes import inner_children, iter_children, target_names, walk_nodes
 from torchlint.rules._helpers import (
-    equality_sides, last_name, literal_number, method_name, names_anywhere, receiver, source_mentions,
+    equality_sides, last_name, literal_number, method_name, moves_to_device, names_anywhere, receiver, source_mentions,
 )
 from torchlint.rules._models import MODULE_COLLECTIONS, names_a_module
 from torchlint.rules._training import is_backward, is_optimizer_step, with_grad_modes
@@ -1073,8 +1073,7 @@ def _on_device(ctx: Context, expr: cst.BaseExpression, location, depth: int) -> 
     if type(expr) is cst.Call:
         name = method_name(expr)
         if name in ("to", "cuda") and type(expr.func) is cst.Attribute:
-            return name == "cuda" or any((a.keyword is None or a.keyword.value == "device") and _names_device(a.value)
-                                         for a in expr.args[:1])
+            return moves_to_device(expr, ctx) is not None  # (not a cast: `.to(torch.float32)`)
         q = ctx.qualname(expr.func)
         if q is not None and q.startswith("torch."):
             return any(a.keyword is not None and a.keyword.value == "device" for a in expr.args)
@@ -1087,16 +1086,6 @@ def _on_device(ctx: Context, expr: cst.BaseExpression, location, depth: int) -> 
             b.kind == "value" and b.value is not None and _on_device(ctx, b.value, b.location, depth + 1)
             for b in bindings)
     return False
-
-
-def _names_device(expr: cst.BaseExpression) -> bool:
-    """``device``, ``args.device``, ``self.dev``, ``"cuda"``, ``torch.device(...)``: not a dtype."""
-    if type(expr) is cst.SimpleString:
-        return expr.value.strip("\"'").startswith("cuda")
-    if type(expr) is cst.Call:
-        return last_name(expr.func) == "device"
-    word = (last_name(expr) or "").lower()
-    return "device" in word or "cuda" in word or "gpu" in word or word == "dev"
 
 
 # Methods that give a view or reshaped copy on the tensor's own device.

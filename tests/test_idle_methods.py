@@ -137,7 +137,7 @@ def test_a_method_a_generic_base_calls_is_alive(runner, workdir):
     spans = project._method_spans(captioner)
     assert [(cls, name) for cls, name, *_ in spans] == [
         ("Captioner", "first"), ("Captioner", "score"), ("Captioner", "predict_class"), ("Captioner", "forward")]
-    assert project._methods_asked(captioner, [18])[1] == set()
+    assert project._methods_asked(captioner, [18]) == ([], {})
 
 
 def test_the_method_spans_and_mentions_of_a_text():

@@ -133,7 +133,7 @@ def unreferenced(candidates: Dict[str, Sequence[int]], files: Sequence[str],
             texts[path] = text
     # the methods of the candidates' classes that the findings lie in, and those that call them
     asked = {path: _methods_asked(text, candidates[path]) for path, text in texts.items()}
-    methods = sorted({name for spans, names in asked.values() for name in names})
+    methods = sorted({name for spans, mentions in asked.values() for name in mentions})
     callers: Counter = Counter()  # a method's name -> the files that call it (not only define it)
     privately: Dict[str, List[str]] = {}  # a private method's name -> the files that call it and define their own
     stem_mentions: Counter = Counter()  # a candidate module's name -> files that mention it (imports count)
@@ -403,17 +403,11 @@ def _mention_lines(text: str, name: str) -> Tuple[int, List[int]]:
     mentions of ``name`` as a word (code, strings and comments alike)."""
     heads = 0
     lines: List[int] = []
-    at = text.find(name)
-    size = len(name)
-    while at >= 0:
-        end = at + size
-        if (not at or not _WORD_CHAR.match(text, at - 1)) and (end == len(text) or not _WORD_CHAR.match(text, end)):
-            start = text.rfind("\n", 0, at) + 1
-            if _HEAD_BEFORE.fullmatch(text, start, at):
-                heads += 1
-            else:
-                lines.append(text.count("\n", 0, at) + 1)
-        at = text.find(name, end)
+    for at in _word_positions(text, name):
+        if _HEAD_BEFORE.fullmatch(text, text.rfind("\n", 0, at) + 1, at):
+            heads += 1
+        else:
+            lines.append(text.count("\n", 0, at) + 1)
     return heads, lines
 
 
@@ -441,27 +435,27 @@ def _judged(span: Tuple[str, str, int, int, Tuple[str, ...]], hooks) -> bool:
 
 def _methods_asked(text: str, lines: Sequence[int]):
     """The methods of ``text``'s classes that a finding (``lines``) lies in,
-    and the methods that mention those, in turn: (every method's span, their
-    names)."""
+    and the methods that mention those, in turn, of those that run only when
+    called by name (``_judged``): (their spans, each of their names -> the
+    lines of its mentions other than ``def`` heads)."""
     if "class" not in text:
-        return [], set()
+        return [], {}
     from torchlint.registry import project_text_hooks
 
     hooks = project_text_hooks()
-    spans = _method_spans(text)
-    judged = [span for span in spans if _judged(span, hooks)]
+    judged = [span for span in _method_spans(text) if _judged(span, hooks)]
     todo = [span[1] for span in judged if any(span[2] <= line <= span[3] for line in lines)]
-    names: set = set()
+    mentions: Dict[str, List[int]] = {}
     while todo:
         name = todo.pop()
-        if name in names:
+        if name in mentions:
             continue
-        names.add(name)
-        for line in _mention_lines(text, name)[1]:
+        mentions[name] = _mention_lines(text, name)[1]
+        for line in mentions[name]:
             for span in judged:
-                if span[2] <= line <= span[3] and span[1] not in names:
+                if span[2] <= line <= span[3] and span[1] not in mentions:
                     todo.append(span[1])
-    return spans, names
+    return [span for span in judged if span[1] in mentions], mentions
 
 
 def _idle_methods(path: str, text: str, words, lines: Sequence[int], asked, callers: Counter,
@@ -470,24 +464,21 @@ def _idle_methods(path: str, text: str, words, lines: Sequence[int], asked, call
     """The methods (``Class.method``) of a candidate file that may never run
     (see above), when a finding of it (``lines``) lies in one; ``words``: the
     file's own (its scan's)."""
-    spans, names = asked
-    if not names:
+    spans, mentions = asked
+    if not mentions:
         return set()
     from torchlint.registry import project_text_hooks
 
     hooks = project_text_hooks()
-    mentions = {name: _mention_lines(text, name)[1] for name in names}
     lineage: Dict[str, Optional[set]] = {}
     entries = []
     for span in spans:
-        if span[1] not in names or not _judged(span, hooks):
-            continue
         if span[0] not in lineage:
             lineage[span[0]] = _ancestry(span[0], path, text, defining, read, hooks.GENERIC_BASES, hooks.MODEL_BASES)
         if lineage[span[0]] is not None:
             entries.append(span)
     idle = set()
-    for name in names:
+    for name in mentions:
         outside = callers[name] - (1 if mentions[name] and name in words else 0)  # (as its scan counted it)
         if name.startswith("_"):
             bases = set().union(*(lineage[span[0]] or () for span in entries if span[1] == name))
@@ -628,13 +619,19 @@ def _mentions(text: str, word: str) -> bool:
     """Whether ``word`` occurs in ``text`` as a word (``\\bword\\b``)."""
     if not word.isidentifier():
         return re.search(r"\b%s\b" % re.escape(word), text) is not None
+    return next(_word_positions(text, word), None) is not None
+
+
+def _word_positions(text: str, word: str):
+    """Where the identifier ``word`` starts in ``text`` as a word (``\\bword\\b``),
+    found with ``str.find`` rather than a pattern compiled for it."""
     at = text.find(word)
+    size = len(word)
     while at >= 0:
-        end = at + len(word)
+        end = at + size
         if (not at or not _WORD_CHAR.match(text, at - 1)) and (end == len(text) or not _WORD_CHAR.match(text, end)):
-            return True
-        at = text.find(word, at + 1)
-    return False
+            yield at
+        at = text.find(word, end)
 
 
 def _imports_dynamically(text: str) -> bool:
