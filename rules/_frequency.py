@@ -75,7 +75,11 @@ visited run?" for the rules that need it, from the module alone:
   over time steps calls a model every iteration (``for step in range(order,
   steps + 1): ... self.model_fn(x, t)``; not a module picked by the counter)
   runs once per sampling run, however often the function is called
-  (:func:`_runs_a_sampling_loop`); so does an evaluation pass that re-ranks
+  (:func:`_runs_a_sampling_loop`); the model may be called through a helper
+  defined in the function (Fooocus's ``heun_step``) or a method of its class
+  that calls one (a solver's ``self.update(x, s, t)``), and code in the
+  function's other loops (a schedule built step by step before the sampling
+  loop, its outputs gathered after) runs once per pass too; so does an evaluation pass that re-ranks
   with a model for each item (BLIP's ``for i in track_iter_progress(range(n)):
   ... self.multimodal_backbone.bert(...)``: its score matrix is made once).
 * **Module top-level code** (``if __name__ == "__main__":`` blocks included)
@@ -248,6 +252,7 @@ class FrequencyModel:
         self._outer_loops: Dict[int, bool] = {}
         self._displays: Dict[Tuple[int, str], bool] = {}  # see _over_displays
         self._sampling: Dict[cst.FunctionDef, bool] = {}  # see _samples
+        self._helpers: Dict[cst.FunctionDef, frozenset] = {}  # see _model_helpers
         self._guards: Dict[int, Optional[object]] = {}  # `_guard_marker` of each `if`, by id
         self._callers: Optional[Dict[cst.FunctionDef, List[cst.FunctionDef]]] = None  # on demand
         # Periodic flags of each function, by id, computed on demand (shared with
@@ -409,8 +414,11 @@ class FrequencyModel:
     def _site_level(self, fn: Optional[cst.FunctionDef], loops: Sequence[object]) -> int:
         """How often code runs that sits in ``fn`` under ``loops`` (outermost first)."""
         level = ONCE if fn is None else self.functions[fn].level
-        if not loops and level == PER_STEP and fn is not None and self._samples(fn):
-            return PER_EPOCH  # the setup of a many-step pass (a sampler's time steps): once per pass
+        if (level == PER_STEP or loops and level != ONCE) and fn is not None and self._samples(fn) and not any(
+                type(loop) in (cst.For, cst.While) and self._runs_model(loop, fn) for loop in loops):
+            # the setup of a many-step pass (a sampler's time steps, built in a loop
+            # of their own before it) or its outputs after it: once per pass
+            return PER_EPOCH
         drawing = fn is not None and self.functions[fn].draws
         hook = fn is not None and self.functions[fn].epoch_hook
         for loop in loops:
@@ -443,8 +451,36 @@ class FrequencyModel:
         """:func:`_runs_a_sampling_loop`, once per function."""
         found = self._sampling.get(fn)
         if found is None:
-            found = self._sampling[fn] = _runs_a_sampling_loop(fn)
+            found = self._sampling[fn] = _runs_a_sampling_loop(fn, self._model_helpers(fn))
         return found
+
+    def _runs_model(self, loop: cst.CSTNode, fn: cst.FunctionDef) -> bool:
+        """Whether a loop of ``fn`` calls a model (or a helper of ``fn`` that does)."""
+        return _calls_a_model(loop, self._model_helpers(fn))
+
+    def _model_helpers(self, fn: cst.FunctionDef) -> frozenset:
+        """The callees, as written in ``fn``, that run a model: a function
+        defined in ``fn`` (``def heun_step(x, ...): denoised = model(x, ...)``)
+        or a method of its class (``self.dpm_solver_update(x, ...)``) whose
+        body calls one, directly or through another such method (two levels)."""
+        cached = self._helpers.get(fn)
+        if cached is not None:
+            return cached
+        info = self.functions.get(fn)
+        found = set()
+        nested = [f for f, i in self.functions.items() if i.outer is fn]
+        for helper in nested:
+            if _body_calls_a_model(helper):
+                found.add(helper.name.value)
+        cls = info.cls if info is not None else None
+        if cls is not None:
+            methods = {f.name.value: f for f, i in self.functions.items() if i.cls is cls and i.outer is None}
+            direct = {name for name, f in methods.items() if f is not fn and _body_calls_a_model(f)}
+            through = {name for name, f in methods.items() if f is not fn and name not in direct and any(
+                type(n) is cst.Call and _self_method(n.func) in direct for n in _walk_shallow(f.body))}
+            found.update("self." + name for name in direct | through)
+        result = self._helpers[fn] = frozenset(found)
+        return result
 
     def _guard(self, node: cst.If, fn: Optional[cst.FunctionDef], loops: Sequence[object]) -> Optional[object]:
         """:func:`_guard_marker`, once per ``if`` (the loops around it are the
@@ -902,10 +938,10 @@ _STEP_CALLS = frozenset({"backward", "step", "generate", "forward", "predict", "
 _DATA_WORDS = ("loader", "dataset", "batch", "step", "iter")
 
 
-_SAMPLING_WORDS = ("timestep", "sigmas")
+_SAMPLING_WORDS = ("timestep", "sigmas", "step_list")
 
 
-def _runs_a_sampling_loop(fn: cst.FunctionDef) -> bool:
+def _runs_a_sampling_loop(fn: cst.FunctionDef, helpers: frozenset = frozenset()) -> bool:
     """A function other than ``forward``/``__call__`` that never trains (no
     ``.backward()``, no optimizer step) and holds a loop over a count (``for step in range(order, steps + 1):``,
     also through ``reversed``/``enumerate``/``tqdm``, or over time steps) that
@@ -929,16 +965,36 @@ def _runs_a_sampling_loop(fn: cst.FunctionDef) -> bool:
         if kind is cst.For:
             loops.append(node)
         todo.extend(iter_children(node))
-    return any(_counts_steps(loop) and _calls_a_model(loop) and not _indexes_modules(loop) for loop in loops)
+    return any(_counts_steps(loop) and _calls_a_model(loop, helpers) and not _indexes_modules(loop) for loop in loops)
 
 
-def _calls_a_model(loop: cst.For) -> bool:
+def _calls_a_model(loop: cst.CSTNode, helpers: frozenset = frozenset()) -> bool:
     """A call in the loop's body named like a model (``self.model_fn(x, t)``,
-    ``self.unet(x, t)``, ``denoiser(x)``), not one that builds a module."""
-    return any(
-        isinstance(node, cst.Call) and _names_a_model_run(last_name(node.func) or "", _MORE_MODEL_WORDS)
-        for node in _walk_shallow(loop.body)
-    )
+    ``self.unet(x, t)``, ``denoiser(x)``), not one that builds a module; or
+    of one of ``helpers`` (``heun_step(x, ...)``, ``self.solver_update(...)``:
+    written as called, see ``FrequencyModel._model_helpers``)."""
+    return _body_calls_a_model(loop, helpers)
+
+
+def _body_calls_a_model(node: cst.CSTNode, helpers: frozenset = frozenset()) -> bool:
+    body = node.body
+    for n in _walk_shallow(body):
+        if type(n) is not cst.Call:
+            continue
+        func = n.func
+        if _names_a_model_run(last_name(func) or "", _MORE_MODEL_WORDS):
+            return True
+        if helpers and (type(func) is cst.Name and func.value in helpers
+                        or _self_method(func) is not None and "self." + _self_method(func) in helpers):
+            return True
+    return False
+
+
+def _self_method(func: cst.BaseExpression) -> Optional[str]:
+    """``m`` for ``self.m``, else None."""
+    if type(func) is cst.Attribute and type(func.value) is cst.Name and func.value.value == "self":
+        return func.attr.value
+    return None
 
 
 def _names_a_model_run(name: str, more: Tuple[str, ...] = ()) -> bool:
@@ -1291,8 +1347,10 @@ def under_option_off_by_default(ctx: Context) -> bool:
     """Whether the node being visited is in the body of an ``if`` on an option
     the code itself turns off unless asked (``block_trigrams =
     opt.get("block_trigrams", 0)`` ... ``if block_trigrams and t >= 3:``;
-    ``getattr(cfg, "use_ema", False)``, also written in the test): the steps
-    take that branch only in the runs that ask for it.  A default of ``None``
+    ``getattr(cfg, "use_ema", False)``, also written in the test; a parameter
+    whose default is ``False`` and that no call of the module passes as
+    ``True``: ``def eval_batch(..., visualize=False)`` ... ``if visualize:``):
+    the steps take that branch only in the runs that ask for it.  A default of ``None``
     does not count (an optional input: ``past = kwargs.get("past", None)``)."""
     return _in_body_of_if(ctx, lambda test: _option_off_by_default(ctx, test))
 
@@ -1300,8 +1358,29 @@ def under_option_off_by_default(ctx: Context) -> bool:
 def _option_off_by_default(ctx: Context, test: cst.BaseExpression) -> bool:
     if type(test) is cst.Name:
         bindings = ctx.semantic.bindings(test.value, ctx.location())
+        if len(bindings) == 1 and bindings[0].kind == "param":
+            return _parameter_off(ctx, test.value)
         return bool(bindings) and all(b.kind == "value" and _reads_option_off(b.value) for b in bindings)
     return _reads_option_off(test)
+
+
+def _parameter_off(ctx: Context, name: str) -> bool:
+    """A parameter of the enclosing function whose default is ``False`` and
+    that no call in the module sets to ``True`` by keyword (``def
+    eval_batch(..., visualize: bool = False)`` ... ``if visualize:``)."""
+    fn = next((n for n in reversed(ctx.stack) if type(n) is cst.FunctionDef), None)
+    if fn is None:
+        return False
+    params = fn.params
+    param = next((p for p in (*params.params, *params.kwonly_params) if p.name.value == name), None)
+    if param is None or type(param.default) is not cst.Name or param.default.value != "False":
+        return False
+    turned_on = ctx.shared.get("options-turned-on")
+    if turned_on is None:
+        turned_on = ctx.shared["options-turned-on"] = frozenset(
+            a.keyword.value for n in walk_nodes(ctx.module) if type(n) is cst.Call for a in n.args
+            if a.keyword is not None and type(a.value) is cst.Name and a.value.value == "True")
+    return name not in turned_on
 
 
 def _reads_option_off(expr) -> bool:
