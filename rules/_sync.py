@@ -1128,6 +1128,8 @@ class _BodyFacts:
             if type(func) is cst.Attribute and func.attr.value == "step":
                 if always and _is_env_step(func):
                     self.steps.append(node)
+            elif always and type(func) is cst.Attribute and func.attr.value == "imshow" and last_name(func.value) == "cv2":
+                self.steps.append(node)  # `cv2.imshow(win, frame)`: each iteration shows a host array
             elif last_name(func) in _TO_TENSOR and node.args:
                 first = node.args[0].value
                 if type(first) is cst.Name:
@@ -1186,12 +1188,11 @@ class _BodyFacts:
         into a tensor."""
         if not self.steps and not self.tensors:
             return False
-        copies = {n for a in self.assigns if type(a) is cst.Assign and _copies_to_host(a.value)
+        copies = {n for a in self.assigns if type(a) is cst.Assign and _holds_host_copy(a.value)
                   for t in a.targets for n in target_names(t.target)}
 
         def given_copy(call: cst.Call) -> bool:
-            return any(_copies_to_host(arg.value) or (type(arg.value) is cst.Name and arg.value.value in copies)
-                       for arg in call.args)
+            return any(_holds_host_copy(arg.value) or mentions_name(arg.value, copies) for arg in call.args)
 
         if any(given_copy(step) for step in self.steps):
             return True
@@ -1235,6 +1236,12 @@ def _copies_to_host(expr: cst.BaseExpression) -> bool:
             node = node.value
         else:
             return False
+
+
+def _holds_host_copy(expr: cst.BaseExpression) -> bool:
+    """An expression with a host copy in it: ``x.cpu().numpy()``,
+    ``(x.cpu().numpy() * 255).astype(np.uint8)``, ``frame[:, :, ::-1]`` of one."""
+    return any(type(n) is cst.Call and _copies_to_host(n) for n in walk_nodes(expr))
 
 
 def waits_every_iteration(ctx: Context, loop: cst.CSTNode, cache: Dict[int, LoopFacts]) -> bool:

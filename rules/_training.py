@@ -301,6 +301,31 @@ def is_lightning_eval_hook(name: str) -> bool:
     return bool(_LIGHTNING_EVAL_HOOK.search(name))
 
 
+# OpenMMLab's runners (MMEngine's `ValLoop`/`TestLoop.run_iter`, its
+# `BaseInferencer.forward`; mmcv's `single_gpu_test` for the 2.x codebases) call
+# a model's `predict` (`simple_test`, `aug_test`) under `torch.no_grad()`.
+_OPENMMLAB_EVAL_METHODS = frozenset({"predict", "simple_test", "aug_test"})
+_OPENMMLAB_IMPORT = re.compile(
+    r"^[ \t]*(?:from|import)[ \t]+(?:mmengine|mmcv|mmdet|mmdet3d|mmocr|mmseg|mmsegmentation|mmpretrain|mmcls"
+    r"|mmaction|mmpose|mmrotate|mmtrack|mmagic|mmedit|mmflow|mmfewshot|mmselfsup|mmrazor|mmyolo|mmgen"
+    r"|mmhuman3d)\b",
+    re.M,
+)
+
+
+def is_openmmlab_eval_method(name: str, ctx: Context) -> bool:
+    """A model's ``predict`` (``simple_test``, ``aug_test``) in a module of an
+    OpenMMLab codebase (it imports ``mmengine``, ``mmcv`` or one of the
+    ``mm*`` packages, its own included): the framework's evaluation loops and
+    inferencers run it without gradients, as Lightning runs its hooks."""
+    if name not in _OPENMMLAB_EVAL_METHODS:
+        return False
+    found = ctx.shared.get("openmmlab")
+    if found is None:
+        found = ctx.shared["openmmlab"] = _OPENMMLAB_IMPORT.search(ctx.source) is not None
+    return found
+
+
 def in_grad_off_block(ctx: Context) -> bool:
     """Whether the node being visited is in a ``with`` block of its function
     that turns gradients off (``with torch.no_grad():``)."""

@@ -132,7 +132,8 @@ class ItemInLoop(Rule):
       environment step on the policy's actions (`envs.step(a.cpu().numpy())`,
       or `actions = ....cpu().numpy()` stepped later in the body), a
       scikit-learn function given a host copy (`f1_score(y.cpu().numpy(),
-      pred)` on every batch), or a call
+      pred)` on every batch), a window that shows every frame
+      (`cv2.imshow(name, (img.cpu().numpy() * 255).astype(np.uint8))`), or a call
       given a host copy whose result the body turns back into a tensor (a
       host model: `out = m.forecast(x.cpu().numpy())` ... `torch.Tensor(out)`);
       this holds in the loops inside it too (an update loop inside the

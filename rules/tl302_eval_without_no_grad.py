@@ -27,6 +27,7 @@ from torchlint.rules._training import (
     grad_mode_statement,
     is_gradient_attribute,
     is_lightning_eval_hook,
+    is_openmmlab_eval_method,
     needs_gradients,
     with_grad_modes,
 )
@@ -150,7 +151,11 @@ class EvalWithoutNoGrad(Rule):
       print(net(x).shape)`, a smoke test);
     - Lightning hooks (`validation_step`, `test_step`, `predict_step`,
       `on_validation_*`, `*_epoch_end`..., in classes), which Lightning
-      already runs without gradients; functions that only call `.eval()` and
+      already runs without gradients, and the `predict` (`simple_test`,
+      `aug_test`) methods of an OpenMMLab codebase's models (a module that
+      imports `mmengine`, `mmcv` or an `mm*` package, its own included),
+      which MMEngine's `ValLoop`/`TestLoop` and inferencers (mmcv's
+      `single_gpu_test`) run under `torch.no_grad()`; functions that only call `.eval()` and
       return (setup); module-level code (not a function);
     - a function whose loop over the data already calls the model without
       gradients, where the only calls with gradients on are outside any loop
@@ -400,8 +405,8 @@ class EvalWithoutNoGrad(Rule):
         name = frame.name
         if name in ("eval", "train") and frame.method:
             frame.skip = True  # an override of nn.Module.eval/train: sets a mode
-        if frame.method and is_lightning_eval_hook(name):
-            frame.skip = frame.grad_off = True  # Lightning runs these without gradients
+        if frame.method and (is_lightning_eval_hook(name) or is_openmmlab_eval_method(name, ctx)):
+            frame.skip = frame.grad_off = True  # Lightning (OpenMMLab's loops) run these without gradients
         if ctx.is_test_file and name.lower().lstrip("_").startswith("test"):
             frame.skip = True  # a pytest test
         if not frame.skip:

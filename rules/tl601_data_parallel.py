@@ -112,6 +112,13 @@ class DataParallel(Rule):
     `DataParallelPlugin`: Lightning's `Trainer(strategy="dp")`): it carries
     out the choice the user made, which is where to change it.
 
+    Nor is `DataParallel` in a notebook: a notebook is one process, and DDP
+    needs one process per GPU, launched with `torchrun` or spawned from
+    functions a child process can import, which a notebook's cells are not
+    (a Colab notebook that drives a library's trainer over two GPUs);
+    `DataParallel` is how a notebook uses several GPUs, and moving to DDP
+    means moving the code out of the notebook.
+
     Test files (`test_*.py`, `*_test.py`, `conftest.py`, `tests/`) are not
     checked: a test wraps a model in `DataParallel` to check that the code
     under test handles such a model (unwrapping `.module`, `state_dict` keys
@@ -311,7 +318,10 @@ class DataParallel(Rule):
         super().__init__(context)
         # (an export, conversion or benchmark script wraps a model once, often only to
         # load a checkpoint saved from a wrapped one: `module.` prefixes)
-        self._off = context.is_test_file or runs_once_by_path(context.path)
+        # a notebook runs in one process: DDP needs one per GPU, launched with
+        # `torchrun` or spawned from importable functions, which a notebook's
+        # cells are not; `DataParallel` is how a notebook uses several GPUs
+        self._off = context.is_test_file or runs_once_by_path(context.path) or context.path.endswith(".ipynb")
         self._found: List[Tuple[cst.Call, str, Optional[cst.FunctionDef]]] = []
         # Per function: whether it puts a model in eval mode, and whether it trains.
         self._functions: Dict[int, List[bool]] = {}

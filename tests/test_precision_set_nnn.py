@@ -1,0 +1,190 @@
+"""Precision on projects never seen before (sets LLL and NNN; docs/precision.md).
+Synthetic examples written for these tests, each with the near-miss that
+must still be reported."""
+
+from __future__ import annotations
+
+import pytest
+
+from tests.helpers import codes, lint
+from tests.test_cli import run
+
+# -- a sampler's schedule, built in a loop before its denoising loop -----------------------
+
+RESTART = """\
+import torch
+
+
+def sample_restart(model, x, sigmas, restart_list):
+    def heun_step(x, old_sigma, new_sigma):
+        denoised = model(x, old_sigma)
+        return x + (new_sigma - old_sigma) * denoised
+
+    step_list = []
+    for i in range(len(sigmas) - 1):
+        step_list.append((sigmas[i], sigmas[i + 1]))
+        if i + 1 in restart_list:
+            lo, hi = sigmas[i + 1].item(), sigmas[-1].item()
+            step_list.append((lo, hi))
+    for old_sigma, new_sigma in step_list:
+        x = heun_step(x, old_sigma, new_sigma)
+    return x
+"""
+
+
+def test_a_samplers_schedule_loop_runs_once_per_pass():
+    # the `.item()`s build the step list before any model work is queued: once
+    # per sampling run, not per step (Fooocus's restart sampler)
+    assert "TL101" not in codes(lint(RESTART))
+
+
+@pytest.mark.parametrize("change", [
+    # the read inside the loop that runs the model: every sampling step waits
+    ("        x = heun_step(x, old_sigma, new_sigma)\n",
+     "        x = heun_step(x, old_sigma, new_sigma)\n        print(x.norm().item())\n"),
+    # the helper runs no model: no sampling loop, the loops are the steps
+    ("        denoised = model(x, old_sigma)\n", "        denoised = x * old_sigma\n"),
+])
+def test_a_read_in_a_samplers_model_loop_is_reported(change):
+    assert "TL101" in codes(lint(RESTART.replace(*change)))
+
+
+SOLVER = """\
+import torch
+
+
+class Solver:
+    def __init__(self, model_fn):
+        self.model_fn = model_fn
+
+    def data_prediction(self, x, t):
+        return self.model_fn(x, t)
+
+    def update(self, x, s, t):
+        return x + (t - s) * self.data_prediction(x, s)
+
+    def solve(self, x, timesteps):
+        bounds = []
+        for t in timesteps:
+            bounds.append(t.item())
+        for step in range(len(timesteps) - 1):
+            x = self.update(x, timesteps[step], timesteps[step + 1])
+        return x, bounds
+"""
+
+
+def test_a_solvers_setup_loop_runs_once_per_pass_through_its_methods():
+    # the loop runs the model through two methods of the class: a solver, whose
+    # setup loop before it runs once per sampling run
+    assert "TL101" not in codes(lint(SOLVER))
+    # the methods run no model: no sampler, the setup loop's reads are the finding
+    assert "TL101" in codes(lint(SOLVER.replace("return self.model_fn(x, t)", "return x * t")))
+
+
+# -- DataParallel in a notebook: DDP would need processes a notebook cannot launch -------------
+
+DP_TRAINING = """\
+import torch
+import torch.nn as nn
+
+model = nn.DataParallel(nn.Linear(8, 2)).cuda()
+optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+for x, y in loader:
+    loss = nn.functional.cross_entropy(model(x.cuda()), y.cuda())
+    optimizer.zero_grad()
+    loss.backward()
+    optimizer.step()
+"""
+
+
+def _notebook(*sources: str) -> str:
+    import json
+
+    cells = [{"cell_type": "code", "execution_count": None, "id": f"c{i}", "metadata": {}, "outputs": [],
+              "source": source.splitlines(keepends=True)} for i, source in enumerate(sources)]
+    return json.dumps({"cells": cells, "metadata": {"kernelspec": {"language": "python", "name": "python3"}},
+                       "nbformat": 4, "nbformat_minor": 5})
+
+
+def test_data_parallel_in_a_notebook_is_not_reported(runner, workdir):
+    (workdir / "train.ipynb").write_text(_notebook("import torch\nloader = []", DP_TRAINING))
+    (workdir / "train.py").write_text(DP_TRAINING)
+    output = run(runner, "check", "--select", "TL601", "--no-cache", "--output-format", "concise", ".").output
+    # the same training as a script: torchrun can launch it with DDP
+    assert "train.py:4:" in output and "TL601" in output
+    assert "train.ipynb" not in output
+
+
+# -- an OpenMMLab model's `predict`: the framework's loops run it without gradients --------
+
+MM_RECOGNIZER = """\
+import torch
+from mmocr.registry import MODELS
+from .base import BaseRecognizer
+
+
+@MODELS.register_module()
+class EncoderDecoderRecognizer(BaseRecognizer):
+    def loss(self, inputs, data_samples):
+        feat = self.extract_feat(inputs)
+        return self.decoder.loss(feat, data_samples)
+
+    def predict(self, inputs, data_samples):
+        self.model.eval()
+        feat = self.model(inputs)
+        return self.decoder.predict(feat, data_samples)
+"""
+
+
+def test_an_openmmlab_models_predict_runs_without_gradients():
+    # MMEngine's ValLoop/TestLoop and inferencers call `predict` under `torch.no_grad()`
+    assert "TL302" not in codes(lint(MM_RECOGNIZER))
+
+
+@pytest.mark.parametrize("change", [
+    # no OpenMMLab import: who calls `predict` is not known to run without gradients
+    ("from mmocr.registry import MODELS\n", "from registry import MODELS\n"),
+    # another method name: not one the framework's evaluation loops call
+    ("def predict(self, inputs, data_samples):", "def evaluate(self, inputs, data_samples):"),
+])
+def test_a_predict_outside_openmmlab_is_reported(change):
+    assert "TL302" in codes(lint(MM_RECOGNIZER.replace(*change)))
+
+
+# -- a loop that shows each frame: its host copy waits every iteration ----------------------
+
+SHOW = """\
+import cv2
+import numpy as np
+import torch
+
+
+def optimize(model, renderer, ref, optimizer, steps):
+    for i in range(steps):
+        optimizer.zero_grad()
+        result = renderer(model())
+        result_im = (result.cpu().detach().numpy() * 255).astype(np.uint8)
+        cv2.imshow("opt", result_im[:, :, ::-1])
+        cv2.waitKey(1)
+        loss = ((result - ref) ** 2).sum()
+        print("loss %d: %f" % (i, loss.item()))
+        loss.backward()
+        optimizer.step()
+"""
+
+
+def test_a_loop_that_shows_a_host_copy_of_each_frame_waits_every_iteration():
+    # pytorch3d's pulsar examples: the frame is copied to the host and shown every
+    # iteration, so one more read of the loss adds no wait
+    assert "TL101" not in codes(lint(SHOW))
+
+
+@pytest.mark.parametrize("change", [
+    # shown only now and then: most iterations do not wait
+    ('        cv2.imshow("opt", result_im[:, :, ::-1])\n',
+     '        if i % 10 == 0:\n            cv2.imshow("opt", result_im[:, :, ::-1])\n'),
+    # a frame that was never on the device: showing it waits for nothing
+    ('        cv2.imshow("opt", result_im[:, :, ::-1])\n', '        cv2.imshow("opt", np.zeros((8, 8)))\n'),
+])
+def test_a_loop_without_a_shown_copy_is_reported(change):
+    assert "TL101" in codes(lint(SHOW.replace(*change)))
