@@ -64,7 +64,9 @@ visited run?" for the rules that need it, from the module alone:
   ``from_pretrained``/``from_config``, and names that build, set up, load,
   save, export or convert, log, plot, visualise, print or report.  A
   framework's epoch hook (``validation_epoch_end(self, outputs)``,
-  ``on_train_epoch_end``) runs once per epoch, and its loops over the
+  ``on_train_epoch_end``) runs once per epoch, and so does a metric's summary
+  (``compute``, ``compute_metrics``, ``compute_key_value`` of a class named for
+  a metric or derived from one: ``_is_metric_class``), and its loops over the
   epoch's outputs (not over a loader or dataset) add nothing to that.
 * **Benchmarks**: code in a loop, not over data, that synchronizes the
   device and reads a clock in its own body and trains nothing
@@ -143,6 +145,20 @@ _ONCE_ROLES = re.compile(
 # Lightning's (and similar frameworks') hooks that run once per epoch: a loop in
 # them over the epoch's outputs runs once per item, once per epoch.
 _EPOCH_ROLES = re.compile(r"^(?:on_)?(?:train|training|validation|val|test|predict)_epoch_(?:end|start)$|^on_epoch_(?:end|start)$")
+# A metric's summary over the evaluation (torchmetrics' and catalyst's `compute`,
+# MMEngine's `compute_metrics(results)`, catalyst's `compute_key_value`): the
+# framework calls it once per evaluation, after `update`/`process` saw each batch.
+_METRIC_SUMMARY = frozenset({"compute", "compute_metrics", "compute_key_value"})
+
+
+def _is_metric_class(cls: cst.ClassDef) -> bool:
+    """A class named for a metric, or derived from one (``BaseMetric``,
+    ``torchmetrics.Metric``, ``ICallbackLoaderMetric``)."""
+    if "Metric" in cls.name.value:
+        return True
+    return any("Metric" in (last_name(base.value) or "") for base in cls.bases)
+
+
 # A class whose instances do a one-off job when called (`Exporter.__call__`).
 _ONCE_CLASS = re.compile(r"Export|Convert", re.IGNORECASE)
 _OUTER_LOOP_VARIABLE = re.compile(r"epoch", re.IGNORECASE)
@@ -288,8 +304,9 @@ class FrequencyModel:
                         info.role = ONCE  # a notebook's module run once on a toy input
                 elif _ONCE_ROLES.match(name):
                     info.role = ONCE
-                elif _EPOCH_ROLES.match(name) and cls is not None:
-                    info.role = PER_EPOCH  # `validation_epoch_end(self, outputs)`
+                elif _EPOCH_ROLES.match(name) and cls is not None or (
+                        name in _METRIC_SUMMARY and cls is not None and _is_metric_class(cls)):
+                    info.role = PER_EPOCH  # `validation_epoch_end(self, outputs)`, `Metric.compute(self)`
                     info.epoch_hook = True
                 self.functions[node] = info
                 self.by_name.setdefault(name, []).append(node)

@@ -188,3 +188,40 @@ def test_a_loop_that_shows_a_host_copy_of_each_frame_waits_every_iteration():
 ])
 def test_a_loop_without_a_shown_copy_is_reported(change):
     assert "TL101" in codes(lint(SHOW.replace(*change)))
+
+
+# -- a metric's summary runs once per evaluation ----------------------------------------
+
+METRIC = """\
+import torch
+
+
+class AUCMetric(ICallbackLoaderMetric):
+    def update(self, scores, targets):
+        self.scores.append(scores.cpu().detach())
+        self.targets.append(targets.cpu().detach())
+
+    def compute(self):
+        scores = torch.cat(self.scores)
+        targets = torch.cat(self.targets)
+        return [auc(scores[:, i], targets[:, i]) for i in range(scores.shape[1])]
+
+    def compute_key_value(self):
+        per_class = self.compute()
+        return {f"auc/class_{i:02d}": value.item() for i, value in enumerate(per_class)}
+
+    def forward(self, x):
+        return {f"auc/class_{i:02d}": value.item() for i, value in enumerate(x)}
+"""
+
+
+def test_a_metrics_summary_runs_once_per_evaluation():
+    # catalyst's, torchmetrics' and MMEngine's loops call `compute`/`compute_metrics`/
+    # `compute_key_value` once per evaluation, after `update` saw every batch
+    found = [d for d in lint(METRIC) if d.code == "TL101"]
+    assert [d.line for d in found] == [19]  # the per-step `forward` stays reported
+
+
+def test_a_compute_method_of_another_class_is_per_step_if_called_so():
+    plain = METRIC.replace("class AUCMetric(ICallbackLoaderMetric):", "class AUCHead(nn.Module):")
+    assert len([d for d in lint(plain) if d.code == "TL101"]) == 2
