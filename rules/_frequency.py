@@ -269,6 +269,7 @@ class FrequencyModel:
         self._displays: Dict[Tuple[int, str], bool] = {}  # see _over_displays
         self._sampling: Dict[cst.FunctionDef, bool] = {}  # see _samples
         self._helpers: Dict[cst.FunctionDef, frozenset] = {}  # see _model_helpers
+        self._denoising: Dict[cst.FunctionDef, bool] = {}  # see _denoises
         self._guards: Dict[int, Optional[object]] = {}  # `_guard_marker` of each `if`, by id
         self._callers: Optional[Dict[cst.FunctionDef, List[cst.FunctionDef]]] = None  # on demand
         # Periodic flags of each function, by id, computed on demand (shared with
@@ -431,8 +432,9 @@ class FrequencyModel:
     def _site_level(self, fn: Optional[cst.FunctionDef], loops: Sequence[object]) -> int:
         """How often code runs that sits in ``fn`` under ``loops`` (outermost first)."""
         level = ONCE if fn is None else self.functions[fn].level
-        if (level == PER_STEP or loops and level != ONCE) and fn is not None and self._samples(fn) and not any(
-                type(loop) in (cst.For, cst.While) and self._runs_model(loop, fn) for loop in loops):
+        if fn is not None and (level == PER_STEP and not loops or loops and level != ONCE) and self._samples(fn) and (
+                not loops or self._denoises(fn) and not any(
+                    type(loop) in (cst.For, cst.While) and self._runs_model(loop, fn) for loop in loops)):
             # the setup of a many-step pass (a sampler's time steps, built in a loop
             # of their own before it) or its outputs after it: once per pass
             return PER_EPOCH
@@ -470,6 +472,34 @@ class FrequencyModel:
         if found is None:
             found = self._sampling[fn] = _runs_a_sampling_loop(fn, self._model_helpers(fn))
         return found
+
+    def _denoises(self, fn: cst.FunctionDef) -> bool:
+        """Whether a loop of ``fn`` over a count or time steps feeds the model's
+        output back into it (``x = heun_step(x, sigma, next_sigma)``, ``img =
+        self.p_sample(img, t)``): a sampler's steps, each on the last one's
+        result, not a pass over the frames of a video (``emb =
+        self.visual_encoder(frame)`` for each frame), whose other loops are part
+        of the same work."""
+        found = self._denoising.get(fn)
+        if found is None:
+            found = self._denoising[fn] = self._feeds_model_back(fn)
+        return found
+
+    def _feeds_model_back(self, fn: cst.FunctionDef) -> bool:
+        helpers = self._model_helpers(fn)
+        for node in _walk_shallow(fn.body):
+            if type(node) is not cst.For or not _counts_steps(node):
+                continue
+            for inner in _walk_shallow(node.body):
+                if type(inner) is not cst.Assign or type(inner.value) is not cst.Call:
+                    continue
+                call = inner.value
+                if not _body_calls_a_model(_Body(call), helpers):
+                    continue
+                names = {n for t in inner.targets for n in target_names(t.target)}
+                if any(mentions_name_in(a.value, names) for a in call.args):
+                    return True
+        return False
 
     def _runs_model(self, loop: cst.CSTNode, fn: cst.FunctionDef) -> bool:
         """Whether a loop of ``fn`` calls a model (or a helper of ``fn`` that does)."""
@@ -1007,6 +1037,17 @@ def _body_calls_a_model(node: cst.CSTNode, helpers: frozenset = frozenset()) -> 
     return False
 
 
+class _Body:
+    """A call seen as a body of one statement, for :func:`_body_calls_a_model`."""
+
+    def __init__(self, call: cst.Call) -> None:
+        self.body = call
+
+
+def mentions_name_in(expr: cst.CSTNode, names) -> bool:
+    return any(type(n) is cst.Name and n.value in names for n in walk_nodes(expr))
+
+
 def _self_method(func: cst.BaseExpression) -> Optional[str]:
     """``m`` for ``self.m``, else None."""
     if type(func) is cst.Attribute and type(func.value) is cst.Name and func.value.value == "self":
@@ -1365,8 +1406,9 @@ def under_option_off_by_default(ctx: Context) -> bool:
     the code itself turns off unless asked (``block_trigrams =
     opt.get("block_trigrams", 0)`` ... ``if block_trigrams and t >= 3:``;
     ``getattr(cfg, "use_ema", False)``, also written in the test; a parameter
-    whose default is ``False`` and that no call of the module passes as
-    ``True``: ``def eval_batch(..., visualize=False)`` ... ``if visualize:``):
+    named for a diagnostic view whose default is ``False`` and that no call of
+    the module passes as ``True``: ``def eval_batch(..., visualize=False)`` ...
+    ``if visualize:``):
     the steps take that branch only in the runs that ask for it.  A default of ``None``
     does not count (an optional input: ``past = kwargs.get("past", None)``)."""
     return _in_body_of_if(ctx, lambda test: _option_off_by_default(ctx, test))
@@ -1381,10 +1423,20 @@ def _option_off_by_default(ctx: Context, test: cst.BaseExpression) -> bool:
     return _reads_option_off(test)
 
 
+# A parameter that asks for pictures of the work (`visualize=False`, `vis`,
+# `plot`, `show`): a diagnostic view, like a debug switch.
+_VIEW_PARAMETER = re.compile(r"(?:^|_)(?:vis|visuali[sz]e|visuali[sz]ation|plot|show)(?:$|_)", re.IGNORECASE)
+
+
 def _parameter_off(ctx: Context, name: str) -> bool:
-    """A parameter of the enclosing function whose default is ``False`` and
-    that no call in the module sets to ``True`` by keyword (``def
-    eval_batch(..., visualize: bool = False)`` ... ``if visualize:``)."""
+    """A parameter of the enclosing function named for a diagnostic view
+    (``_VIEW_PARAMETER``) whose default is ``False`` and that no call in the
+    module sets to ``True`` by keyword (``def eval_batch(..., visualize: bool
+    = False)`` ... ``if visualize:``).  Not any parameter off by default: a
+    feature switch (``include_miscellaneous_atoms=False``) is wired to the
+    configuration by callers in other modules, and its runs are steps too."""
+    if not _VIEW_PARAMETER.search(name):
+        return False
     fn = next((n for n in reversed(ctx.stack) if type(n) is cst.FunctionDef), None)
     if fn is None:
         return False

@@ -225,3 +225,69 @@ def test_a_metrics_summary_runs_once_per_evaluation():
 def test_a_compute_method_of_another_class_is_per_step_if_called_so():
     plain = METRIC.replace("class AUCMetric(ICallbackLoaderMetric):", "class AUCHead(nn.Module):")
     assert len([d for d in lint(plain) if d.code == "TL101"]) == 2
+
+
+# -- a diagnostic view behind a parameter off by default ----------------------------------
+
+VIEW = """\
+import torch
+
+
+def eval_batch(model, batch, visualize: bool = False):
+    results = {}
+    for name, target in batch.items():
+        err = (model(target) - target).abs().mean()
+        results[name] = err
+        if visualize:
+            print(name, err.item())
+    return results
+
+
+def evaluate(model, loader):
+    model.eval()
+    with torch.no_grad():
+        return [eval_batch(model, batch) for batch in loader]
+"""
+
+
+def test_a_diagnostic_view_off_by_default_is_not_a_step():
+    assert "TL101" not in codes(lint(VIEW))
+
+
+@pytest.mark.parametrize("change", [
+    # a call of the module turns the view on
+    ("[eval_batch(model, batch) for", "[eval_batch(model, batch, visualize=True) for"),
+    # a feature switch, not a view: callers elsewhere may wire it to the configuration
+    ("visualize", "include_extra"),
+])
+def test_a_view_turned_on_or_a_feature_switch_is_reported(change):
+    assert "TL101" in codes(lint(VIEW.replace(*change)))
+
+
+# -- a pass over a video's frames is no sampler ---------------------------------------------
+
+FRAMES = """\
+import torch
+
+
+class Captioner:
+    def encode(self, frames):
+        return self.visual_encoder(frames)
+
+    def generate(self, data, modalities):
+        embeds = []
+        for j in range(data.size(2)):
+            embeds.append(self.encode(data[:, :, j]))
+        atts = {}
+        for modality in modalities:
+            atts[modality] = torch.ones(embeds[0].size()[:-1], dtype=torch.long).to(self.device)
+        return self.llm(embeds, atts)
+"""
+
+
+def test_a_pass_over_frames_is_not_a_samplers_setup():
+    # each frame is encoded once, nothing fed back: the masks are made with the
+    # same pass's work, per call, not once per many model steps
+    train = ("\n\ndef train(model, loader, opt):\n    c = Captioner()\n    for data in loader:\n"
+             "        c.generate(data, ['video']).sum().backward()\n        opt.step()\n")
+    assert "TL201" in codes(lint(FRAMES + train))
