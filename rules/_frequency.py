@@ -66,7 +66,7 @@ visited run?" for the rules that need it, from the module alone:
   framework's epoch hook (``validation_epoch_end(self, outputs)``,
   ``on_train_epoch_end``) runs once per epoch, and so does a metric's summary
   (``compute``, ``compute_metrics``, ``compute_key_value`` of a class named for
-  a metric or derived from one: ``_is_metric_class``), and its loops over the
+  a metric or derived from one: ``_training.is_metric_class``), and its loops over the
   epoch's outputs (not over a loader or dataset) add nothing to that.
 * **Benchmarks**: code in a loop, not over data, that synchronizes the
   device and reads a clock in its own body and trains nothing
@@ -118,7 +118,7 @@ from torchlint.rule import Context, contains_modulo, is_test_path, tests_periodi
 from torchlint.rules._helpers import last_name, literal_number, string_value
 from torchlint.rules._models import MODEL_WORDS
 from torchlint.rules._program import demonstrated_once, in_synthetic_self_test
-from torchlint.rules._training import is_optimizer_step
+from torchlint.rules._training import is_metric_class, is_optimizer_step
 from torchlint.rules._sync import (
     breaks_after_few, capped_by_loop, draws, few_range, loop_clauses, loop_counters, loop_facts, mentions_name,
     runs_one_iteration,
@@ -151,12 +151,27 @@ _EPOCH_ROLES = re.compile(r"^(?:on_)?(?:train|training|validation|val|test|predi
 _METRIC_SUMMARY = frozenset({"compute", "compute_metrics", "compute_key_value"})
 
 
-def _is_metric_class(cls: cst.ClassDef) -> bool:
-    """A class named for a metric, or derived from one (``BaseMetric``,
-    ``torchmetrics.Metric``, ``ICallbackLoaderMetric``)."""
-    if "Metric" in cls.name.value:
-        return True
-    return any("Metric" in (last_name(base.value) or "") for base in cls.bases)
+_CACHING_DECORATORS = frozenset({"cache", "lru_cache"})
+
+
+def _cached(fn: cst.FunctionDef) -> bool:
+    """``@cached_property``, or ``@functools.cache``/``@lru_cache`` on a
+    function that takes nothing (but ``self``/``cls``): the body runs once
+    (per instance) and its result is kept; a probe of the model's minimum
+    input length made there is setup.  Not a cache keyed by arguments
+    (``@lru_cache`` on ``predict(self, model, x)``): it runs for each new input."""
+    params = fn.params
+    takes_nothing = not (isinstance(params.star_arg, cst.Param) or params.kwonly_params or params.star_kwarg
+                         or params.posonly_params) and all(
+        p.name.value in ("self", "cls") for p in params.params)
+    for decorator in fn.decorators:
+        expr = decorator.decorator
+        if type(expr) is cst.Call:
+            expr = expr.func
+        name = last_name(expr) or ""
+        if name == "cached_property" or name in _CACHING_DECORATORS and takes_nothing:
+            return True
+    return False
 
 
 # A class whose instances do a one-off job when called (`Exporter.__call__`).
@@ -239,6 +254,10 @@ class _Function:
     # A framework's epoch hook (`validation_epoch_end(self, outputs)`): its loops
     # go over the epoch's outputs, unless over a loader or dataset.
     epoch_hook: bool = False
+    # Its result is cached (`@cached_property`, `@functools.cache`): its body,
+    # loops included, runs once (a binary search probing the model's minimum
+    # input length), unless a loop goes over data.
+    cached: bool = False
 
 
 @dataclass
@@ -303,10 +322,11 @@ class FrequencyModel:
                         info.role = ONCE  # `Exporter()(model)`: one export per run
                     if cls is not None and self._demonstrated is not None and self._demonstrated(cls):
                         info.role = ONCE  # a notebook's module run once on a toy input
-                elif _ONCE_ROLES.match(name):
-                    info.role = ONCE
+                elif _ONCE_ROLES.match(name) or _cached(node):
+                    info.role = ONCE  # (a `@cached_property`, `@functools.cache`: computed once, then kept)
+                    info.cached = _cached(node)
                 elif _EPOCH_ROLES.match(name) and cls is not None or (
-                        name in _METRIC_SUMMARY and cls is not None and _is_metric_class(cls)):
+                        name in _METRIC_SUMMARY and cls is not None and is_metric_class(cls)):
                     info.role = PER_EPOCH  # `validation_epoch_end(self, outputs)`, `Metric.compute(self)`
                     info.epoch_hook = True
                 self.functions[node] = info
@@ -456,7 +476,8 @@ class FrequencyModel:
                 continue  # `for sample in range(5):` a handful of times (an epoch loop is outer, above)
             elif hook and level == PER_EPOCH and not _over_loader(loop):
                 continue  # the epoch's outputs, gathered: once per item, once per epoch
-            elif level in (ONCE, PER_EPOCH) and (drawing or not _steps(loop)):
+            elif level in (ONCE, PER_EPOCH) and (drawing or not _steps(loop) or (
+                    fn is not None and self.functions[fn].cached and not _over_data(loop))):
                 # a loop in code known to run rarely, over something else than the
                 # data, or in a function that draws (a few batches for a picture)
                 continue

@@ -313,17 +313,43 @@ _OPENMMLAB_IMPORT = re.compile(
 )
 
 
-def is_openmmlab_eval_method(name: str, ctx: Context) -> bool:
-    """A model's ``predict`` (``simple_test``, ``aug_test``) in a module of an
-    OpenMMLab codebase (it imports ``mmengine``, ``mmcv`` or one of the
-    ``mm*`` packages, its own included): the framework's evaluation loops and
-    inferencers run it without gradients, as Lightning runs its hooks."""
-    if name not in _OPENMMLAB_EVAL_METHODS:
-        return False
+def is_metric_class(cls: cst.ClassDef) -> bool:
+    """A class named for a metric, or derived from one (``BaseMetric``,
+    ``torchmetrics.Metric``, ``ICallbackLoaderMetric``)."""
+    if "Metric" in cls.name.value:
+        return True
+    return any("Metric" in (last_name(base.value) or "") for base in cls.bases)
+
+
+def imports_openmmlab(ctx: Context) -> bool:
+    """Whether the module imports ``mmengine``, ``mmcv`` or an ``mm*`` package
+    of OpenMMLab (its own included): a module of an OpenMMLab codebase."""
     found = ctx.shared.get("openmmlab")
     if found is None:
         found = ctx.shared["openmmlab"] = _OPENMMLAB_IMPORT.search(ctx.source) is not None
     return found
+
+
+def collects_metric_results(ctx: Context) -> bool:
+    """Whether the node being visited is in the ``process`` method of an
+    OpenMMLab metric (``class AccMetric(BaseMetric)``): MMEngine collects its
+    ``self.results`` on the host, across processes by pickling, so the
+    per-sample conversions there are the point."""
+    function = ctx.enclosing_function()
+    if function is None or function.name.value != "process" or not imports_openmmlab(ctx):
+        return False
+    cls = next((n for n in reversed(ctx.stack) if type(n) is cst.ClassDef), None)
+    return cls is not None and is_metric_class(cls)
+
+
+def framework_runs_without_grad(name: str, ctx: Context) -> bool:
+    """A method that a framework runs without gradients: a Lightning hook
+    (``is_lightning_eval_hook``), or a model's ``predict`` (``simple_test``,
+    ``aug_test``) in a module of an OpenMMLab codebase (it imports
+    ``mmengine``, ``mmcv`` or one of the ``mm*`` packages, its own included),
+    which the framework's evaluation loops and inferencers run under
+    ``torch.no_grad()``."""
+    return is_lightning_eval_hook(name) or name in _OPENMMLAB_EVAL_METHODS and imports_openmmlab(ctx)
 
 
 def in_grad_off_block(ctx: Context) -> bool:

@@ -12,6 +12,7 @@ from torchlint.rules._helpers import method_name, receiver
 from torchlint.rules._device import computes_with_torch, host_values
 from torchlint.rules._frequency import model_for, per_step_here
 from torchlint.rules._program import runs_on_host_only
+from torchlint.rules._training import collects_metric_results
 from torchlint.rules._project import HOST_ARGS, caller_trait
 from torchlint.rules._sync import (
     LoopFacts,
@@ -563,8 +564,8 @@ class ItemInLoop(Rule):
             return  # an assert's message, the test of a check that raises or of whether the step runs
         if (name == "tolist" or self._copied_out(loop)) and not in_training_code(ctx, self._facts):
             return  # a batch's results handed to host code (decoding, n-grams, scoring, printing): by design
-        if named_for_host_work(ctx) or feeds_host_evaluator(ctx, self._facts):
-            return  # the host implementation (`fill_indices_cpu`), or results handed to a COCO evaluator
+        if named_for_host_work(ctx) or feeds_host_evaluator(ctx, self._facts) or collects_metric_results(ctx):
+            return  # the host implementation (`fill_indices_cpu`), results handed to a COCO evaluator or kept by a metric
         if exchanges_pickled_objects(ctx) or exchanges_sizes(ctx, recv):
             return  # `all_gather` of pickled objects or of sizes: the host needs the sizes
         if host_values(ctx).is_host(recv, ctx.location()) or not computes_with_torch(ctx):

@@ -11,6 +11,7 @@ from torchlint.rules._device import host_values
 from torchlint.rules._frequency import per_step_here
 from torchlint.rules._models import module_method_follows, names_a_module
 from torchlint.rules._program import runs_on_host_only
+from torchlint.rules._training import collects_metric_results
 from torchlint.rules._sync import (
     LoopFacts,
     appended_to_offloaded_state,
@@ -415,8 +416,8 @@ class HostCopyInLoop(Rule):
             return
         if appended_to_offloaded_state(ctx, index, loop, self._offloads):
             return  # a sampler that keeps its trajectory on the host to bound device memory
-        if feeds_host_sink(ctx, index, loop, gathered=True) or feeds_host_api(ctx):
-            return  # copied to be written, drawn or decoded on the host: the copy is the point
+        if feeds_host_sink(ctx, index, loop, gathered=True) or feeds_host_api(ctx) or collects_metric_results(ctx):
+            return  # copied to be written, drawn or decoded on the host, or kept by a metric: the copy is the point
         if offloaded_and_restored(ctx, index):
             return  # parked in host memory and moved back piece by piece: it spares device memory
         if stored_in_host_buffer(ctx, index, loop, host_values(ctx).is_host):

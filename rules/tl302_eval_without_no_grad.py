@@ -23,11 +23,10 @@ from torchlint.rules._training import (
     TRAINING_NAME,
     called_without_gradients,
     decorator_grad_mode,
+    framework_runs_without_grad,
     grad_mode,
     grad_mode_statement,
     is_gradient_attribute,
-    is_lightning_eval_hook,
-    is_openmmlab_eval_method,
     needs_gradients,
     with_grad_modes,
 )
@@ -405,7 +404,7 @@ class EvalWithoutNoGrad(Rule):
         name = frame.name
         if name in ("eval", "train") and frame.method:
             frame.skip = True  # an override of nn.Module.eval/train: sets a mode
-        if frame.method and (is_lightning_eval_hook(name) or is_openmmlab_eval_method(name, ctx)):
+        if frame.method and framework_runs_without_grad(name, ctx):
             frame.skip = frame.grad_off = True  # Lightning (OpenMMLab's loops) run these without gradients
         if ctx.is_test_file and name.lower().lstrip("_").startswith("test"):
             frame.skip = True  # a pytest test

@@ -291,3 +291,113 @@ def test_a_pass_over_frames_is_not_a_samplers_setup():
     train = ("\n\ndef train(model, loader, opt):\n    c = Captioner()\n    for data in loader:\n"
              "        c.generate(data, ['video']).sum().backward()\n        opt.step()\n")
     assert "TL201" in codes(lint(FRAMES + train))
+
+
+# -- set OOO: a threshold test on a tensor, then its read -----------------------------------
+
+THRESHOLD = """\
+import torch
+
+
+def detect(model, frames, proposals, thr):
+    predictions = []
+    for frame in frames:
+        with torch.no_grad():
+            scores = model(frame.cuda())
+        prediction = [[] for _ in range(proposals.shape[0])]
+        for i in range(scores.shape[1]):
+            for j in range(proposals.shape[0]):
+                if scores[j][i] > thr:
+                    prediction[j].append((i, scores[j][i].item()))
+        predictions.append(prediction)
+    return predictions
+"""
+
+
+def test_a_threshold_test_on_a_tensor_waits_before_its_read():
+    # mmaction2's demos: `if scores[j][i] > thr:` reads the comparison's truth value
+    # on the host every iteration; the `.item()` under it adds no wait
+    assert "TL101" not in codes(lint(THRESHOLD))
+
+
+def test_a_read_without_a_threshold_test_on_it_is_reported():
+    # the test compares another value, a host one: nothing waits before the read
+    changed = THRESHOLD.replace("if scores[j][i] > thr:", "if j < thr:")
+    assert "TL101" in codes(lint(changed))
+
+
+# -- set OOO: an OpenMMLab metric's `process` keeps its results on the host ------------------
+
+MM_METRIC = """\
+import copy
+
+import torch
+from mmengine.evaluator import BaseMetric
+
+
+class AccMetric(BaseMetric):
+    def process(self, data_batch, data_samples):
+        data_samples = copy.deepcopy(data_samples)
+        for data_sample in data_samples:
+            result = dict()
+            pred = data_sample['pred_score']
+            label = data_sample['gt_label']
+            if isinstance(pred, dict):
+                for name, score in pred.items():
+                    pred[name] = score.cpu().numpy()
+            else:
+                pred = pred.cpu().numpy()
+            result['pred'] = pred
+            if label.size(0) == 1:
+                result['label'] = label.item()
+            else:
+                result['label'] = label.cpu().numpy()
+            self.results.append(result)
+"""
+
+
+def test_an_openmmlab_metrics_process_collects_on_the_host():
+    assert not {"TL101", "TL102"} & set(codes(lint(MM_METRIC)))
+
+
+@pytest.mark.parametrize("change", [
+    ("from mmengine.evaluator import BaseMetric", "from metrics import BaseMetric"),
+    ("def process(self", "def update(self"),
+])
+def test_a_read_outside_an_openmmlab_metrics_process_is_reported(change):
+    assert "TL101" in codes(lint(MM_METRIC.replace(*change)))
+
+
+# -- set OOO: a cached property runs once ---------------------------------------------------
+
+CACHED = """\
+from functools import cached_property
+
+import torch
+
+
+class Embedder:
+    @cached_property
+    def min_num_samples(self):
+        lower, upper = 2, 8000
+        while lower + 1 < upper:
+            middle = (lower + upper) // 2
+            try:
+                self.model(torch.rand(1, middle).to(self.device))
+                upper = middle
+            except RuntimeError:
+                lower = middle
+        return upper
+
+    def __call__(self, waveforms):
+        return self.model(waveforms)
+"""
+
+
+def test_a_cached_propertys_probe_runs_once():
+    # pyannote: a binary search for the model's minimum input length, computed
+    # once and kept
+    assert "TL201" not in codes(lint(CACHED))
+    # the same probe in a method run at every call: it runs each time
+    plain = CACHED.replace("    @cached_property\n", "").replace("def min_num_samples(self)", "def forward(self)")
+    assert "TL201" in codes(lint(plain))
