@@ -555,8 +555,17 @@ class FrequencyModel:
         same whichever question asks)."""
         key = id(node)
         if key not in self._guards:
-            self._guards[key] = self._option_marker(node) or _guard_marker(node, fn, loops)
+            self._guards[key] = self._option_marker(node) or _guard_marker(node, fn, loops, lambda: self._sibling_methods(fn))
         return self._guards[key]
+
+    def _sibling_methods(self, fn: Optional[cst.FunctionDef]) -> Dict[str, cst.FunctionDef]:
+        """The methods of ``fn``'s class by name (none for a function)."""
+        info = self.functions.get(fn) if fn is not None else None
+        if info is None or info.cls is None:
+            return {}
+        body = info.cls.body
+        statements = body.body if isinstance(body, cst.IndentedBlock) else ()
+        return {f.name.value: f for f in statements if type(f) is cst.FunctionDef}
 
     def _option_marker(self, node: cst.If) -> Optional[object]:
         """``_OPTION_OFF`` for an ``if`` on a command-line option of the module
@@ -658,7 +667,7 @@ class FrequencyModel:
             for marker in loops:
                 if type(marker) is cst.If:
                     marker = self._guard(marker, fn, resolved) if not skip else (
-                        self._option_marker(marker) or _guard_marker(marker, fn, resolved))
+                        self._option_marker(marker) or _guard_marker(marker, fn, resolved, lambda: self._sibling_methods(fn)))
                 if marker is not None:
                     resolved.append(marker)
             loops = resolved
@@ -854,12 +863,13 @@ def _names_counter(side: cst.BaseExpression) -> bool:
     return type(side) is cst.Name and bool(_STEP_COUNTER.match(side.value))
 
 
-def _guard_marker(node: cst.If, fn: Optional[cst.FunctionDef], loops: Sequence[object]) -> Optional[object]:
+def _guard_marker(node: cst.If, fn: Optional[cst.FunctionDef], loops: Sequence[object],
+                  methods: Optional[Callable[[], Dict[str, cst.FunctionDef]]] = None) -> Optional[object]:
     """The marker for the body of an ``if`` that lets it run rarely: a lazy
     initialisation (:func:`_lazy_init`), or a cap on a counter the loop around
     it increments every iteration (``num_total += 1`` ... ``if num_total < 10:``,
     a debug print of the first examples): ``_PERIODIC``."""
-    lazy = _lazy_init(node, fn, loops)
+    lazy = _lazy_init(node, fn, loops, methods)
     if lazy is not None:
         return lazy
     if _at_one_index(node.test, loops):
@@ -886,7 +896,8 @@ def _at_one_index(test: cst.BaseExpression, loops: Sequence[object]) -> bool:
     return False
 
 
-def _lazy_init(node: cst.If, fn: Optional[cst.FunctionDef], loops: Sequence[object]) -> Optional[object]:
+def _lazy_init(node: cst.If, fn: Optional[cst.FunctionDef], loops: Sequence[object],
+               methods: Optional[Callable[[], Dict[str, cst.FunctionDef]]] = None) -> Optional[object]:
     """The marker for the body of a lazy initialisation, or None: ``if buf is
     None: buf = ...``, ``if not cache: cache[k] = ...``, ``if len(state) == 0:
     state["step"] = ...``, ``if "exp_avg" not in state: state["exp_avg"] = ...``
@@ -897,10 +908,19 @@ def _lazy_init(node: cst.If, fn: Optional[cst.FunctionDef], loops: Sequence[obje
     not in them) is made once per run of the function: ``_FIRST_PASS``.  A
     parameter (``if mask is None: mask = torch.ones(...)``) or a local
     assigned again every iteration is not a lazy initialisation: its body
-    runs whenever the value is missing."""
+    runs whenever the value is missing.  State on the object may be filled
+    by a method of the class that the body calls (``if self.means == {}:
+    self.init_missing_classes(...)``, avalanche's NCM classifier)."""
     subject = _lazy_subject(node.test)
-    if subject is None or not _assigns(node.body, subject):
+    if subject is None:
         return None
+    if not _assigns(node.body, subject):
+        if methods is None or type(subject) is cst.Name or not _rooted_at_self(subject):
+            return None
+        called = [_self_method(n.func) for n in _walk_shallow(node.body) if type(n) is cst.Call]
+        siblings = methods() if any(called) else {}
+        if not any(name in siblings and _assigns(siblings[name].body, subject) for name in called):
+            return None
     if type(subject) is not cst.Name and _rooted_at_self(subject):
         return _PERIODIC
     if type(subject) is not cst.Name:
@@ -941,6 +961,8 @@ def _lazy_subject(test: cst.BaseExpression) -> Optional[cst.BaseExpression]:
     operator, right = type(part.operator), part.comparator
     if operator is cst.Is and type(right) is cst.Name and right.value == "None":
         return test.left
+    if operator is cst.Equal and type(right) in (cst.Dict, cst.List, cst.Tuple) and not right.elements:
+        return test.left  # `if self.class_means == {}:`
     if operator is cst.NotIn and type(test.left) is cst.SimpleString:
         return right
     left = test.left

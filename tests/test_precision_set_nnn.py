@@ -401,3 +401,41 @@ def test_a_cached_propertys_probe_runs_once():
     # the same probe in a method run at every call: it runs each time
     plain = CACHED.replace("    @cached_property\n", "").replace("def min_num_samples(self)", "def forward(self)")
     assert "TL201" in codes(lint(plain))
+
+
+# -- set OOO: state on the object filled lazily by a method of the class --------------------
+
+NCM = """\
+import torch
+from torch import nn
+
+
+class NCMClassifier(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.class_means_dict = {}
+        self.max_class = -1
+
+    def init_missing_classes(self, classes, class_size, device):
+        for k in classes:
+            if k not in self.class_means_dict:
+                self.class_means_dict[k] = torch.zeros(class_size).to(device)
+
+    def forward(self, x):
+        if self.class_means_dict == {}:
+            self.init_missing_classes(range(self.max_class + 1), x.shape[1], x.device)
+        means = torch.stack(list(self.class_means_dict.values()))
+        return x @ means.T
+"""
+
+
+def test_state_filled_lazily_by_a_method_is_made_once():
+    # avalanche's NCM and FeCAM classifiers: the first forward fills the class
+    # means, later ones find them
+    assert "TL201" not in codes(lint(NCM))
+
+
+def test_a_method_called_whatever_the_state_is_per_step():
+    always = NCM.replace("        if self.class_means_dict == {}:\n            self.init",
+                         "        if x.shape[0] > 0:\n            self.init")
+    assert "TL201" in codes(lint(always))
