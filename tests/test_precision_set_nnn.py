@@ -1,4 +1,4 @@
-"""Precision on projects never seen before (sets LLL and NNN; docs/precision.md).
+"""Precision on projects never seen before (sets LLL, NNN and OOO; docs/precision.md).
 Synthetic examples written for these tests, each with the near-miss that
 must still be reported."""
 
@@ -7,6 +7,7 @@ from __future__ import annotations
 import pytest
 
 from tests.helpers import codes, lint
+from tests.test_add_noqa import _notebook
 from tests.test_cli import run
 
 # -- a sampler's schedule, built in a loop before its denoising loop -----------------------
@@ -95,15 +96,6 @@ for x, y in loader:
     loss.backward()
     optimizer.step()
 """
-
-
-def _notebook(*sources: str) -> str:
-    import json
-
-    cells = [{"cell_type": "code", "execution_count": None, "id": f"c{i}", "metadata": {}, "outputs": [],
-              "source": source.splitlines(keepends=True)} for i, source in enumerate(sources)]
-    return json.dumps({"cells": cells, "metadata": {"kernelspec": {"language": "python", "name": "python3"}},
-                       "nbformat": 4, "nbformat_minor": 5})
 
 
 def test_data_parallel_in_a_notebook_is_not_reported(runner, workdir):
