@@ -996,8 +996,6 @@ def _scan(ctx: Context, roots: List[cst.CSTNode]) -> LoopFacts:
         for child in inner_children(node):  # nothing above is done at a leaf
             todo.append((child, inner, plain))
     facts.round_trips = body.round_trips()
-    if body.tests_read_values():
-        facts.waits_on_data = True  # `if scores[j, i] > thr:` before `scores[j, i].item()`: a truth value read
     facts.guards_finite = body.guards_finite()
     facts.stops_on_read = body.exits_on_read()
     facts.exits_on_read = facts.stops_on_read or body.feeds_back()
@@ -1120,8 +1118,6 @@ class _BodyFacts:
         self.exits: List[cst.If] = []  # `if ...: break` whose test reads no device value itself
         self.read_lists: set = set()  # lists appended a value read from the device: `out.append(y.item())`
         self.rebuilt: set = set()  # names a tensor is built from: `torch.tensor([out[-1]])`, `.fill_(tok)`
-        self.compared: set = set()  # names compared in an `if` test not under a condition: `if s[j, i] > thr:`
-        self.read_roots: set = set()  # names read from the device: `s[j, i].item()`, `s.tolist()`
 
     def see(self, node: cst.CSTNode, always: bool) -> None:
         kind = type(node)
@@ -1139,10 +1135,6 @@ class _BodyFacts:
                 if type(first) is cst.Name:
                     self.tensors.add(first.value)
                 self.rebuilt.update(n.value for n in walk_nodes(first) if type(n) is cst.Name)
-            elif type(func) is cst.Attribute and not node.args and func.attr.value in ("item", "tolist"):
-                root = _subscripted_name(func.value)
-                if root is not None:
-                    self.read_roots.add(root)
             elif type(func) is cst.Attribute and node.args:
                 attr = func.attr.value
                 if attr == "append" and _reads_item(node.args[0].value) and type(func.value) is cst.Name:
@@ -1151,18 +1143,6 @@ class _BodyFacts:
                     self.rebuilt.add(node.args[0].value.value)
         elif always and (kind is cst.If or kind is cst.Assert):
             self.guards.append(node)
-            if kind is cst.If and type(node.test) is cst.Comparison:
-                for side in (node.test.left, *(c.comparator for c in node.test.comparisons)):
-                    root = _subscripted_name(side)
-                    if root is not None:
-                        self.compared.add(root)
-
-    def tests_read_values(self) -> bool:
-        """An ``if`` test, in every iteration, that compares a value the body
-        also reads from the device (``if scores[j, i] > thr:`` ...
-        ``scores[j, i].item()``): ``scores`` is a tensor, and the comparison's
-        truth value is read on the host every iteration."""
-        return bool(self.compared & self.read_roots)
 
     def exits_on_read(self) -> bool:
         """An exit whose test names a value the body read from the device
@@ -1256,13 +1236,6 @@ def _copies_to_host(expr: cst.BaseExpression) -> bool:
             node = node.value
         else:
             return False
-
-
-def _subscripted_name(expr: cst.BaseExpression) -> Optional[str]:
-    """``scores`` for ``scores`` or ``scores[j, i]``; else None."""
-    while type(expr) is cst.Subscript:
-        expr = expr.value
-    return expr.value if type(expr) is cst.Name else None
 
 
 def _holds_host_copy(expr: cst.BaseExpression) -> bool:
