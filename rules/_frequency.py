@@ -288,6 +288,7 @@ class FrequencyModel:
         self._displays: Dict[Tuple[int, str], bool] = {}  # see _over_displays
         self._sampling: Dict[cst.FunctionDef, bool] = {}  # see _samples
         self._helpers: Dict[cst.FunctionDef, frozenset] = {}  # see _model_helpers
+        self._class_helpers: Dict[cst.ClassDef, frozenset] = {}  # see _model_methods
         self._denoising: Dict[cst.FunctionDef, bool] = {}  # see _denoises
         self._guards: Dict[int, Optional[object]] = {}  # `_guard_marker` of each `if`, by id
         self._callers: Optional[Dict[cst.FunctionDef, List[cst.FunctionDef]]] = None  # on demand
@@ -491,7 +492,7 @@ class FrequencyModel:
         """:func:`_runs_a_sampling_loop`, once per function."""
         found = self._sampling.get(fn)
         if found is None:
-            found = self._sampling[fn] = _runs_a_sampling_loop(fn, self._model_helpers(fn))
+            found = self._sampling[fn] = _runs_a_sampling_loop(fn, lambda: self._model_helpers(fn))
         return found
 
     def _denoises(self, fn: cst.FunctionDef) -> bool:
@@ -535,20 +536,25 @@ class FrequencyModel:
         if cached is not None:
             return cached
         info = self.functions.get(fn)
-        found = set()
-        nested = [f for f, i in self.functions.items() if i.outer is fn]
-        for helper in nested:
-            if _body_calls_a_model(helper):
-                found.add(helper.name.value)
+        found = {n.name.value for n in _nested_functions(fn) if _body_calls_a_model(n)}
         cls = info.cls if info is not None else None
         if cls is not None:
-            methods = {f.name.value: f for f, i in self.functions.items() if i.cls is cls and i.outer is None}
-            direct = {name for name, f in methods.items() if f is not fn and _body_calls_a_model(f)}
-            through = {name for name, f in methods.items() if f is not fn and name not in direct and any(
-                type(n) is cst.Call and _self_method(n.func) in direct for n in _walk_shallow(f.body))}
-            found.update("self." + name for name in direct | through)
+            found.update("self." + name for name in self._model_methods(cls) if name != fn.name.value)
         result = self._helpers[fn] = frozenset(found)
         return result
+
+    def _model_methods(self, cls: cst.ClassDef) -> frozenset:
+        """The methods of ``cls`` whose body calls a model, directly or through
+        another such method (two levels), once per class."""
+        found = self._class_helpers.get(cls)
+        if found is None:
+            body = cls.body
+            methods = [f for f in (body.body if isinstance(body, cst.IndentedBlock) else ()) if type(f) is cst.FunctionDef]
+            direct = {f.name.value for f in methods if _body_calls_a_model(f)}
+            through = {f.name.value for f in methods if f.name.value not in direct and any(
+                type(n) is cst.Call and _self_method(n.func) in direct for n in _walk_shallow(f.body))}
+            found = self._class_helpers[cls] = frozenset(direct | through)
+        return found
 
     def _guard(self, node: cst.If, fn: Optional[cst.FunctionDef], loops: Sequence[object]) -> Optional[object]:
         """:func:`_guard_marker`, once per ``if`` (the loops around it are the
@@ -1031,7 +1037,23 @@ _DATA_WORDS = ("loader", "dataset", "batch", "step", "iter")
 _SAMPLING_WORDS = ("timestep", "sigmas", "step_list")
 
 
-def _runs_a_sampling_loop(fn: cst.FunctionDef, helpers: frozenset = frozenset()) -> bool:
+def _nested_functions(fn: cst.FunctionDef) -> List[cst.FunctionDef]:
+    """The functions defined directly in ``fn``'s body (not in nested ones)."""
+    found: List[cst.FunctionDef] = []
+    todo: List[cst.CSTNode] = [fn.body]
+    while todo:
+        node = todo.pop()
+        kind = type(node)
+        if kind is cst.FunctionDef:
+            found.append(node)
+            continue
+        if kind is cst.ClassDef or kind is cst.Lambda or not isinstance(node, (cst.BaseSuite, cst.BaseCompoundStatement)):
+            continue
+        todo.extend(iter_children(node))
+    return found
+
+
+def _runs_a_sampling_loop(fn: cst.FunctionDef, helpers: Optional[Callable[[], frozenset]] = None) -> bool:
     """A function other than ``forward``/``__call__`` that never trains (no
     ``.backward()``, no optimizer step) and holds a loop over a count (``for step in range(order, steps + 1):``,
     also through ``reversed``/``enumerate``/``tqdm``, or over time steps) that
@@ -1055,7 +1077,13 @@ def _runs_a_sampling_loop(fn: cst.FunctionDef, helpers: frozenset = frozenset())
         if kind is cst.For:
             loops.append(node)
         todo.extend(iter_children(node))
-    return any(_counts_steps(loop) and _calls_a_model(loop, helpers) and not _indexes_modules(loop) for loop in loops)
+    counted = [loop for loop in loops if _counts_steps(loop) and not _indexes_modules(loop)]
+    if not counted:
+        return False
+    if any(_calls_a_model(loop) for loop in counted):
+        return True
+    named = helpers() if helpers is not None else frozenset()
+    return bool(named) and any(_calls_a_model(loop, named) for loop in counted)
 
 
 def _calls_a_model(loop: cst.CSTNode, helpers: frozenset = frozenset()) -> bool:
