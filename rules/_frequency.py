@@ -110,7 +110,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass, field
 from pathlib import PurePath
-from typing import Callable, Dict, List, Optional, Sequence, Tuple
+from typing import Callable, Collection, Dict, List, Optional, Sequence, Tuple
 
 import libcst as cst
 
@@ -258,6 +258,8 @@ class _Function:
     # loops included, runs once (a binary search probing the model's minimum
     # input length), unless a loop goes over data.
     cached: bool = False
+    for_loops: List[cst.For] = field(default_factory=list)  # its own `for` statements (not nested functions')
+    trains: bool = False  # calls `.backward()` or steps an optimizer in its own body
 
 
 @dataclass
@@ -287,8 +289,8 @@ class FrequencyModel:
         self._outer_loops: Dict[int, bool] = {}
         self._displays: Dict[Tuple[int, str], bool] = {}  # see _over_displays
         self._sampling: Dict[cst.FunctionDef, bool] = {}  # see _samples
-        self._helpers: Dict[cst.FunctionDef, frozenset] = {}  # see _model_helpers
-        self._class_helpers: Dict[cst.ClassDef, frozenset] = {}  # see _model_methods
+        self._helpers: Dict[cst.FunctionDef, "_Helpers"] = {}  # see _model_helpers
+        self._class_helpers: Dict[Tuple[cst.ClassDef, str, int], bool] = {}  # see _runs_model_method
         self._denoising: Dict[cst.FunctionDef, bool] = {}  # see _denoises
         self._guards: Dict[int, Optional[object]] = {}  # `_guard_marker` of each `if`, by id
         self._callers: Optional[Dict[cst.FunctionDef, List[cst.FunctionDef]]] = None  # on demand
@@ -342,8 +344,13 @@ class FrequencyModel:
                 continue  # runs whenever it is called: unknown
             if kind is cst.Call:
                 self.sites.append(_Site(node, fn, cls if fn is None else self.functions[fn].cls, loops))
+                if fn is not None and type(node.func) is cst.Attribute and (
+                        node.func.attr.value == "backward" or is_optimizer_step(node)):
+                    self.functions[fn].trains = True
             if kind in _LOOPS and fn is not None:
                 self.functions[fn].has_loop = True
+                if kind is cst.For:
+                    self.functions[fn].for_loops.append(node)
             if kind is cst.IndentedBlock:
                 # `_loop_marker`'s periodic `continue`, in one pass over the block
                 # (not one pass over the statements before each statement)
@@ -492,7 +499,9 @@ class FrequencyModel:
         """:func:`_runs_a_sampling_loop`, once per function."""
         found = self._sampling.get(fn)
         if found is None:
-            found = self._sampling[fn] = _runs_a_sampling_loop(fn, lambda: self._model_helpers(fn))
+            info = self.functions.get(fn)
+            found = self._sampling[fn] = info is not None and _runs_a_sampling_loop(
+                fn, lambda: self._model_helpers(fn), info.for_loops, info.trains)
         return found
 
     def _denoises(self, fn: cst.FunctionDef) -> bool:
@@ -509,8 +518,9 @@ class FrequencyModel:
 
     def _feeds_model_back(self, fn: cst.FunctionDef) -> bool:
         helpers = self._model_helpers(fn)
-        for node in _walk_shallow(fn.body):
-            if type(node) is not cst.For or not _counts_steps(node):
+        info = self.functions.get(fn)
+        for node in (info.for_loops if info is not None else ()):
+            if not _counts_steps(node):
                 continue
             for inner in _walk_shallow(node.body):
                 if type(inner) is not cst.Assign or type(inner.value) is not cst.Call:
@@ -527,33 +537,31 @@ class FrequencyModel:
         """Whether a loop of ``fn`` calls a model (or a helper of ``fn`` that does)."""
         return _calls_a_model(loop, self._model_helpers(fn))
 
-    def _model_helpers(self, fn: cst.FunctionDef) -> frozenset:
+    def _model_helpers(self, fn: cst.FunctionDef) -> "_Helpers":
         """The callees, as written in ``fn``, that run a model: a function
         defined in ``fn`` (``def heun_step(x, ...): denoised = model(x, ...)``)
         or a method of its class (``self.dpm_solver_update(x, ...)``) whose
-        body calls one, directly or through another such method (two levels)."""
-        cached = self._helpers.get(fn)
-        if cached is not None:
-            return cached
-        info = self.functions.get(fn)
-        found = {n.name.value for n in _nested_functions(fn) if _body_calls_a_model(n)}
-        cls = info.cls if info is not None else None
-        if cls is not None:
-            found.update("self." + name for name in self._model_methods(cls) if name != fn.name.value)
-        result = self._helpers[fn] = frozenset(found)
-        return result
+        body calls one, directly or through another such method (two levels);
+        each name is judged when a loop calls it (:class:`_Helpers`)."""
+        found = self._helpers.get(fn)
+        if found is None:
+            info = self.functions.get(fn)
+            found = self._helpers[fn] = _Helpers(self, fn, info.cls if info is not None else None)
+        return found
 
-    def _model_methods(self, cls: cst.ClassDef) -> frozenset:
-        """The methods of ``cls`` whose body calls a model, directly or through
-        another such method (two levels), once per class."""
-        found = self._class_helpers.get(cls)
+    def _runs_model_method(self, cls: cst.ClassDef, name: str, depth: int = 0) -> bool:
+        """Whether the method ``name`` of ``cls`` calls a model, directly or
+        through another method of the class (two levels), once per method."""
+        key = (cls, name, depth)
+        found = self._class_helpers.get(key)
         if found is None:
             body = cls.body
-            methods = [f for f in (body.body if isinstance(body, cst.IndentedBlock) else ()) if type(f) is cst.FunctionDef]
-            direct = {f.name.value for f in methods if _body_calls_a_model(f)}
-            through = {f.name.value for f in methods if f.name.value not in direct and any(
-                type(n) is cst.Call and _self_method(n.func) in direct for n in _walk_shallow(f.body))}
-            found = self._class_helpers[cls] = frozenset(direct | through)
+            method = next((f for f in (body.body if isinstance(body, cst.IndentedBlock) else ())
+                           if type(f) is cst.FunctionDef and f.name.value == name), None)
+            found = method is not None and (_body_calls_a_model(method) or depth == 0 and any(
+                type(n) is cst.Call and _self_method(n.func) not in (None, name)
+                and self._runs_model_method(cls, _self_method(n.func), 1) for n in _walk_shallow(method.body)))
+            self._class_helpers[key] = found
         return found
 
     def _guard(self, node: cst.If, fn: Optional[cst.FunctionDef], loops: Sequence[object]) -> Optional[object]:
@@ -1053,7 +1061,8 @@ def _nested_functions(fn: cst.FunctionDef) -> List[cst.FunctionDef]:
     return found
 
 
-def _runs_a_sampling_loop(fn: cst.FunctionDef, helpers: Optional[Callable[[], frozenset]] = None) -> bool:
+def _runs_a_sampling_loop(fn: cst.FunctionDef, helpers: Optional[Callable[[], "_Helpers"]] = None,
+                          loops: Optional[List[cst.For]] = None, trains: bool = False) -> bool:
     """A function other than ``forward``/``__call__`` that never trains (no
     ``.backward()``, no optimizer step) and holds a loop over a count (``for step in range(order, steps + 1):``,
     also through ``reversed``/``enumerate``/``tqdm``, or over time steps) that
@@ -1061,9 +1070,11 @@ def _runs_a_sampling_loop(fn: cst.FunctionDef, helpers: Optional[Callable[[], fr
     (``self.blocks[i](x)``, a forward over its layers): a sampler or solver,
     many model evaluations per call.  Its code outside that loop runs once per
     pass, however often the function is called."""
-    if fn.name.value in ("forward", "__call__"):
+    if fn.name.value in ("forward", "__call__") or trains:
         return False  # a module's decoding loop is part of its training step (teacher forcing)
-    loops: List[cst.For] = []
+    if loops is not None:  # the frequency model's walk found its loops and training calls
+        return _samples_in(loops, helpers)
+    loops = []
     todo: List[cst.CSTNode] = [fn.body]
     while todo:
         node = todo.pop()
@@ -1077,16 +1088,18 @@ def _runs_a_sampling_loop(fn: cst.FunctionDef, helpers: Optional[Callable[[], fr
         if kind is cst.For:
             loops.append(node)
         todo.extend(iter_children(node))
+    return _samples_in(loops, helpers)
+
+
+def _samples_in(loops: List[cst.For], helpers: Optional[Callable[[], "_Helpers"]]) -> bool:
     counted = [loop for loop in loops if _counts_steps(loop) and not _indexes_modules(loop)]
     if not counted:
         return False
-    if any(_calls_a_model(loop) for loop in counted):
-        return True
     named = helpers() if helpers is not None else frozenset()
-    return bool(named) and any(_calls_a_model(loop, named) for loop in counted)
+    return any(_calls_a_model(loop, named) for loop in counted)
 
 
-def _calls_a_model(loop: cst.CSTNode, helpers: frozenset = frozenset()) -> bool:
+def _calls_a_model(loop: cst.CSTNode, helpers: Collection[str] = frozenset()) -> bool:
     """A call in the loop's body named like a model (``self.model_fn(x, t)``,
     ``self.unet(x, t)``, ``denoiser(x)``), not one that builds a module; or
     of one of ``helpers`` (``heun_step(x, ...)``, ``self.solver_update(...)``:
@@ -1094,7 +1107,7 @@ def _calls_a_model(loop: cst.CSTNode, helpers: frozenset = frozenset()) -> bool:
     return _body_calls_a_model(loop, helpers)
 
 
-def _body_calls_a_model(node: cst.CSTNode, helpers: frozenset = frozenset()) -> bool:
+def _body_calls_a_model(node: cst.CSTNode, helpers: Collection[str] = frozenset()) -> bool:
     body = node.body
     for n in _walk_shallow(body):
         if type(n) is not cst.Call:
@@ -1106,6 +1119,36 @@ def _body_calls_a_model(node: cst.CSTNode, helpers: frozenset = frozenset()) -> 
                         or _self_method(func) is not None and "self." + _self_method(func) in helpers):
             return True
     return False
+
+
+class _Helpers:
+    """The callees of a function that run a model (``FrequencyModel._model_helpers``),
+    asked name by name as written (``heun_step``, ``self.update``) and judged
+    on first asking: a search of the whole class for every function would
+    cost more than the few names its loops call."""
+
+    def __init__(self, model: "FrequencyModel", fn: cst.FunctionDef, cls: Optional[cst.ClassDef]) -> None:
+        self._model, self._fn, self._cls = model, fn, cls
+        self._known: Dict[str, bool] = {}
+        self._nested: Optional[Dict[str, cst.FunctionDef]] = None
+
+    def __bool__(self) -> bool:
+        return True
+
+    def __contains__(self, written: str) -> bool:
+        found = self._known.get(written)
+        if found is None:
+            if written.startswith("self."):
+                name = written[5:]
+                found = self._cls is not None and name != self._fn.name.value and self._model._runs_model_method(
+                    self._cls, name)
+            else:
+                if self._nested is None:
+                    self._nested = {f.name.value: f for f in _nested_functions(self._fn)}
+                nested = self._nested.get(written)
+                found = nested is not None and _body_calls_a_model(nested)
+            self._known[written] = found
+        return found
 
 
 class _Body:
