@@ -460,11 +460,7 @@ class FrequencyModel:
     def _site_level(self, fn: Optional[cst.FunctionDef], loops: Sequence[object]) -> int:
         """How often code runs that sits in ``fn`` under ``loops`` (outermost first)."""
         level = ONCE if fn is None else self.functions[fn].level
-        if fn is not None and (level == PER_STEP and not loops or loops and level != ONCE) and self._samples(fn) and (
-                not loops or self._denoises(fn) and not any(
-                    type(loop) in (cst.For, cst.While) and self._runs_model(loop, fn) for loop in loops)):
-            # the setup of a many-step pass (a sampler's time steps, built in a loop
-            # of their own before it) or its outputs after it: once per pass
+        if fn is not None and self._once_per_pass(fn, level, loops):
             return PER_EPOCH
         drawing = fn is not None and self.functions[fn].draws
         hook = fn is not None and self.functions[fn].epoch_hook
@@ -495,13 +491,23 @@ class FrequencyModel:
                 level = PER_STEP
         return level
 
+    def _once_per_pass(self, fn: cst.FunctionDef, level: int, loops: Sequence[object]) -> bool:
+        """Whether code of a sampler ``fn`` under ``loops`` runs once per pass: its
+        setup outside the loops (when ``fn`` runs per step), or code in its loops
+        that run no model (a schedule built before the sampling loop, the outputs
+        gathered after it) when the sampling loop feeds the model's output back."""
+        if not loops:
+            return level == PER_STEP and self._samples(fn)
+        return level != ONCE and self._samples(fn) and self._denoises(fn) and not any(
+            type(loop) in (cst.For, cst.While) and self._runs_model(loop, fn) for loop in loops)
+
     def _samples(self, fn: cst.FunctionDef) -> bool:
         """:func:`_runs_a_sampling_loop`, once per function."""
         found = self._sampling.get(fn)
         if found is None:
             info = self.functions.get(fn)
             found = self._sampling[fn] = info is not None and _runs_a_sampling_loop(
-                fn, lambda: self._model_helpers(fn), info.for_loops, info.trains)
+                fn, info.for_loops, info.trains, lambda: self._model_helpers(fn))
         return found
 
     def _denoises(self, fn: cst.FunctionDef) -> bool:
@@ -526,10 +532,10 @@ class FrequencyModel:
                 if type(inner) is not cst.Assign or type(inner.value) is not cst.Call:
                     continue
                 call = inner.value
-                if not _body_calls_a_model(_Body(call), helpers):
+                if not _calls_model_in(call, helpers):
                     continue
                 names = {n for t in inner.targets for n in target_names(t.target)}
-                if any(mentions_name_in(a.value, names) for a in call.args):
+                if any(mentions_name(a.value, names) for a in call.args):
                     return True
         return False
 
@@ -555,10 +561,8 @@ class FrequencyModel:
         key = (cls, name, depth)
         found = self._class_helpers.get(key)
         if found is None:
-            body = cls.body
-            method = next((f for f in (body.body if isinstance(body, cst.IndentedBlock) else ())
-                           if type(f) is cst.FunctionDef and f.name.value == name), None)
-            found = method is not None and (_body_calls_a_model(method) or depth == 0 and any(
+            method = next((f for f in _class_methods(cls) if f.name.value == name), None)
+            found = method is not None and (_calls_model_in(method.body) or depth == 0 and any(
                 type(n) is cst.Call and _self_method(n.func) not in (None, name)
                 and self._runs_model_method(cls, _self_method(n.func), 1) for n in _walk_shallow(method.body)))
             self._class_helpers[key] = found
@@ -573,13 +577,13 @@ class FrequencyModel:
         return self._guards[key]
 
     def _sibling_methods(self, fn: Optional[cst.FunctionDef]) -> Dict[str, cst.FunctionDef]:
-        """The methods of ``fn``'s class by name (none for a function)."""
+        """The methods of ``fn``'s class by name (none for a function); read from
+        the class's body, since ``_guard`` asks while the walk has not yet met
+        every method (``self._methods`` answers only after it)."""
         info = self.functions.get(fn) if fn is not None else None
         if info is None or info.cls is None:
             return {}
-        body = info.cls.body
-        statements = body.body if isinstance(body, cst.IndentedBlock) else ()
-        return {f.name.value: f for f in statements if type(f) is cst.FunctionDef}
+        return {f.name.value: f for f in _class_methods(info.cls)}
 
     def _option_marker(self, node: cst.If) -> Optional[object]:
         """``_OPTION_OFF`` for an ``if`` on a command-line option of the module
@@ -1045,6 +1049,12 @@ _DATA_WORDS = ("loader", "dataset", "batch", "step", "iter")
 _SAMPLING_WORDS = ("timestep", "sigmas", "step_list")
 
 
+def _class_methods(cls: cst.ClassDef) -> List[cst.FunctionDef]:
+    """The functions defined in ``cls``'s body, in order."""
+    body = cls.body
+    return [f for f in (body.body if isinstance(body, cst.IndentedBlock) else ()) if type(f) is cst.FunctionDef]
+
+
 def _nested_functions(fn: cst.FunctionDef) -> List[cst.FunctionDef]:
     """The functions defined directly in ``fn``'s body (not in nested ones)."""
     found: List[cst.FunctionDef] = []
@@ -1061,41 +1071,24 @@ def _nested_functions(fn: cst.FunctionDef) -> List[cst.FunctionDef]:
     return found
 
 
-def _runs_a_sampling_loop(fn: cst.FunctionDef, helpers: Optional[Callable[[], "_Helpers"]] = None,
-                          loops: Optional[List[cst.For]] = None, trains: bool = False) -> bool:
+def _runs_a_sampling_loop(fn: cst.FunctionDef, loops: List[cst.For], trains: bool,
+                          helpers: Callable[[], "_Helpers"]) -> bool:
     """A function other than ``forward``/``__call__`` that never trains (no
     ``.backward()``, no optimizer step) and holds a loop over a count (``for step in range(order, steps + 1):``,
     also through ``reversed``/``enumerate``/``tqdm``, or over time steps) that
     calls a model every iteration (a call named like one), not a module picked by the counter
     (``self.blocks[i](x)``, a forward over its layers): a sampler or solver,
     many model evaluations per call.  Its code outside that loop runs once per
-    pass, however often the function is called."""
+    pass, however often the function is called.
+
+    ``loops`` and ``trains``: its own ``for`` statements and whether it calls
+    ``.backward()`` or steps an optimizer, from the frequency model's walk."""
     if fn.name.value in ("forward", "__call__") or trains:
         return False  # a module's decoding loop is part of its training step (teacher forcing)
-    if loops is not None:  # the frequency model's walk found its loops and training calls
-        return _samples_in(loops, helpers)
-    loops = []
-    todo: List[cst.CSTNode] = [fn.body]
-    while todo:
-        node = todo.pop()
-        kind = type(node)
-        if kind in (cst.FunctionDef, cst.ClassDef, cst.Lambda):
-            continue
-        if kind is cst.Call and type(node.func) is cst.Attribute and (
-            node.func.attr.value == "backward" or is_optimizer_step(node)
-        ):
-            return False
-        if kind is cst.For:
-            loops.append(node)
-        todo.extend(iter_children(node))
-    return _samples_in(loops, helpers)
-
-
-def _samples_in(loops: List[cst.For], helpers: Optional[Callable[[], "_Helpers"]]) -> bool:
     counted = [loop for loop in loops if _counts_steps(loop) and not _indexes_modules(loop)]
     if not counted:
         return False
-    named = helpers() if helpers is not None else frozenset()
+    named = helpers()
     return any(_calls_a_model(loop, named) for loop in counted)
 
 
@@ -1104,12 +1097,12 @@ def _calls_a_model(loop: cst.CSTNode, helpers: Collection[str] = frozenset()) ->
     ``self.unet(x, t)``, ``denoiser(x)``), not one that builds a module; or
     of one of ``helpers`` (``heun_step(x, ...)``, ``self.solver_update(...)``:
     written as called, see ``FrequencyModel._model_helpers``)."""
-    return _body_calls_a_model(loop, helpers)
+    return _calls_model_in(loop.body, helpers)
 
 
-def _body_calls_a_model(node: cst.CSTNode, helpers: Collection[str] = frozenset()) -> bool:
-    body = node.body
-    for n in _walk_shallow(body):
+def _calls_model_in(root: cst.CSTNode, helpers: Collection[str] = frozenset()) -> bool:
+    """:func:`_calls_a_model` for the calls under ``root`` (a function's body, one call)."""
+    for n in _walk_shallow(root):
         if type(n) is not cst.Call:
             continue
         func = n.func
@@ -1146,20 +1139,9 @@ class _Helpers:
                 if self._nested is None:
                     self._nested = {f.name.value: f for f in _nested_functions(self._fn)}
                 nested = self._nested.get(written)
-                found = nested is not None and _body_calls_a_model(nested)
+                found = nested is not None and _calls_model_in(nested.body)
             self._known[written] = found
         return found
-
-
-class _Body:
-    """A call seen as a body of one statement, for :func:`_body_calls_a_model`."""
-
-    def __init__(self, call: cst.Call) -> None:
-        self.body = call
-
-
-def mentions_name_in(expr: cst.CSTNode, names) -> bool:
-    return any(type(n) is cst.Name and n.value in names for n in walk_nodes(expr))
 
 
 def _self_method(func: cst.BaseExpression) -> Optional[str]:

@@ -338,7 +338,7 @@ def collects_metric_results(ctx: Context) -> bool:
     function = ctx.enclosing_function()
     if function is None or function.name.value != "process" or not imports_openmmlab(ctx):
         return False
-    cls = next((n for n in reversed(ctx.stack) if type(n) is cst.ClassDef), None)
+    cls = ctx.enclosing_class()
     return cls is not None and is_metric_class(cls)
 
 
