@@ -44,7 +44,15 @@ import libcst as cst
 from torchlint.names import dotted_name
 from torchlint.nodes import iter_children, walk_nodes
 from torchlint.rule import Context, Rule
-from torchlint.rules._helpers import argument, is_main_guard, literal_bool, literal_number, method_name, names_anywhere
+from torchlint.rules._helpers import (
+    argument,
+    is_main_guard,
+    literal_bool,
+    literal_int,
+    literal_number,
+    method_name,
+    names_anywhere,
+)
 from torchlint.rules._loaders import DATALOADERS
 from torchlint.rules._project_text import (
     BENCHMARK,
@@ -208,7 +216,7 @@ _DOUBLE_BACKWARD = re.compile(r"^[^#\n]*" + DOUBLE_BACKWARD_CODE, re.M)
 
 
 class _Scope:
-    __slots__ = ("backward", "order", "framework", "in_loop", "steps", "nested")
+    __slots__ = ("backward", "order", "framework", "in_loop", "steps", "nested", "short")
 
     def __init__(self, nested: bool) -> None:
         # The first backward call, or the first one in a loop once there is one.
@@ -218,17 +226,19 @@ class _Scope:
         self.in_loop = False
         self.steps = False
         self.nested = nested  # a function inside a function: its backward counts outside
+        self.short = False  # the backward's loops make a short run (:func:`short_run`)
 
 
 class Step:
     """A training step: where it reports, and whether a framework drives it."""
 
-    __slots__ = ("backward", "order", "framework")
+    __slots__ = ("backward", "order", "framework", "short")
 
-    def __init__(self, backward: cst.Call, order: int, framework: bool) -> None:
+    def __init__(self, backward: cst.Call, order: int, framework: bool, short: bool = False) -> None:
         self.backward = backward
         self.order = order
         self.framework = framework
+        self.short = short
 
 
 class ProgramFacts:
@@ -314,7 +324,7 @@ class ProgramFacts:
             # An LBFGS closure, a helper defined in the step: its backward
             # belongs to the enclosing function.
             outer.backward, outer.order, outer.framework = scope.backward, scope.order, scope.framework
-            outer.in_loop = False
+            outer.in_loop, outer.short = False, False
 
     def visit_call(self, node: cst.Call) -> None:
         ctx = self.context
@@ -335,6 +345,7 @@ class ProgramFacts:
                     # optimization): mixed precision, compilation and cuDNN
                     # settings are then its options, often set elsewhere.
                     scope.framework = is_framework_backward(node)
+                    scope.short = in_loop and short_run(ctx)
                 return
             if is_optimizer_step(node):
                 scope.steps = True
@@ -507,7 +518,14 @@ class ProgramFacts:
 
     def _add_step(self, scope: _Scope) -> None:
         assert scope.backward is not None
-        self.steps.append(Step(scope.backward, scope.order, scope.framework))
+        self.steps.append(Step(scope.backward, scope.order, scope.framework, scope.short))
+
+    def short_runs_only(self) -> bool:
+        """Whether every training step no framework drives is a short run
+        (:func:`short_run`): a demonstration's few hundred steps."""
+        self.finish()
+        own = [step for step in self.steps if not step.framework]
+        return bool(own) and all(step.short for step in own)
 
     def first_step(self) -> Optional[Step]:
         """The first training step (by its backward call) that no framework drives."""
@@ -516,6 +534,67 @@ class ProgramFacts:
             if not step.framework:
                 return step
         return None
+
+
+# A run of at most this many steps, counted from literals, is short; so is one
+# of at most _SHORT_PASSES passes over a loader (see short_run).
+_SHORT_STEPS = 5000
+_SHORT_PASSES = 10
+_COUNTED = frozenset({"range", "trange", "tqdm", "enumerate"})
+
+
+def _literal_count(expr: cst.BaseExpression, ctx: Context, depth: int = 0) -> Optional[int]:
+    """How many times a ``for`` over ``expr`` runs, when literals say it:
+    ``range(300)``, ``range(1, 11)``, ``trange(N)``, ``tqdm(range(N))``,
+    ``enumerate(range(N))``, with ``N`` an integer literal or a name bound only
+    to one (``Niter = 2000``, ``loop = tqdm(range(Niter))``)."""
+    if isinstance(expr, cst.Integer):
+        return literal_int(expr)
+    if isinstance(expr, cst.Name):
+        if depth > 2:
+            return None
+        bindings = ctx.semantic.reaching(expr.value, ctx.location())
+        if len(bindings) != 1 or bindings[0].kind != "value" or bindings[0].value is None:
+            return None
+        value = bindings[0].value
+        return _literal_count(value, ctx, depth + 1) if isinstance(value, cst.BaseExpression) else None
+    if not isinstance(expr, cst.Call) or not expr.args or any(arg.keyword or arg.star for arg in expr.args[:2]):
+        return None
+    func = expr.func
+    tail = func.attr.value if isinstance(func, cst.Attribute) else func.value if isinstance(func, cst.Name) else None
+    if tail not in _COUNTED:
+        return None
+    if tail in ("tqdm", "enumerate"):
+        return _literal_count(expr.args[0].value, ctx, depth)
+    if len(expr.args) > 2:
+        return None  # a range with a step
+    stop = _literal_count(expr.args[-1].value, ctx, depth)
+    start = _literal_count(expr.args[0].value, ctx, depth) if len(expr.args) == 2 else 0
+    return None if stop is None or start is None else max(stop - start, 0)
+
+
+def short_run(ctx: Context) -> bool:
+    """Whether the loops around the node being visited (a ``backward()``) run a
+    short, fixed number of steps, as a demonstration or tutorial does: every
+    loop a ``for`` whose count literals give (``for i in range(300):``,
+    ``Niter = 2000; for i in range(Niter):``), at most ``_SHORT_STEPS`` steps in
+    all; or at most ``_SHORT_PASSES`` such passes around one loop over data
+    (``for epoch in range(10): for batch in loader:``).  A count read from the
+    command line or a configuration is no short run, nor a ``while`` loop."""
+    steps, data_loops, counted = 1, 0, 0
+    for loop in ctx.enclosing_loops(periodic_guard=False):
+        if not isinstance(loop, cst.For):
+            return False
+        count = _literal_count(loop.iter, ctx)
+        if count is None:
+            data_loops += 1
+            if data_loops > 1:
+                return False
+        else:
+            steps, counted = steps * count, counted + 1
+    if not counted:
+        return False  # the count is the data's (or the caller's): no fixed run
+    return steps <= (_SHORT_PASSES if data_loops else _SHORT_STEPS)
 
 
 _COMMENTED_COMPILE = re.compile(r"^[ \t]*#[^\n]*\btorch\.compile\(", re.M)

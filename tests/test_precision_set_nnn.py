@@ -433,3 +433,43 @@ def test_a_method_called_whatever_the_state_is_per_step():
     always = NCM.replace("        if self.class_means_dict == {}:\n            self.init",
                          "        if x.shape[0] > 0:\n            self.init")
     assert "TL201" in codes(lint(always))
+
+
+# -- TL505: a demonstration's short, fixed run ----------------------------------------------
+
+PULSAR = """\
+import torch
+from tqdm import tqdm
+
+
+def cli():
+    renderer = Renderer(1024, 1024, 100).cuda()
+    optimizer = torch.optim.SGD(renderer.parameters(), lr=0.1)
+    n_iter = 300
+    for i in tqdm(range(n_iter)):
+        image = renderer(positions, colors)
+        loss = ((image - target) ** 2).mean()
+        optimizer.zero_grad()
+        loss.backward()
+        optimizer.step()
+
+
+if __name__ == "__main__":
+    cli()
+"""
+
+
+def test_tl505_a_demos_few_hundred_steps_do_not_repay_compilation():
+    # pytorch3d's pulsar examples and tutorials fit a scene in 300 to 2000 steps
+    assert "TL505" not in codes(lint(PULSAR))
+
+
+@pytest.mark.parametrize("count", ["args.iters", "300000", "n_iter * 1000"])
+def test_tl505_a_run_whose_length_is_not_a_small_literal_is_reported(count):
+    code = PULSAR.replace("def cli():", "def cli(args):").replace("n_iter = 300", f"n_iter = {count}")
+    assert "TL505" in codes(lint(code))
+
+
+def test_tl505_a_while_loop_is_no_short_run():
+    code = PULSAR.replace("for i in tqdm(range(n_iter)):", "while True:")
+    assert "TL505" in codes(lint(code))

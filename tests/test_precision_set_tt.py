@@ -447,7 +447,7 @@ import torch
 model = Net().cuda()
 # model = torch.compile(model, mode="reduce-overhead", dynamic=True)  # pytorch 2.0
 optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
-for epoch in range(10):
+for epoch in range(120):
     for x, y in loader:
         loss = criterion(model(x.cuda()), y.cuda())
         optimizer.zero_grad()
