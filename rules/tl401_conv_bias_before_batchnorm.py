@@ -9,7 +9,7 @@ from torchlint.model import Applicability, Fix, FixAvailability
 from torchlint.rule import Benchmark, Invalid, Rule, Valid
 from torchlint.rules._helpers import argument, literal_bool
 from torchlint.rules._layer_flow import LayerFlow
-from torchlint.rules._project_text import FROZEN_BN, PROGRAM_NOTE, PROGRAM_SUBJECT, trait_key
+from torchlint.rules._project_text import FROZEN_BN, PROGRAM_NOTE, PROGRAM_SUBJECT, PUBLISHED_WEIGHTS, trait_key
 from torchlint.rules._layers import BIAS_SENSITIVE_ATTRIBUTES, LAYER_CALLS, Layer, loads_published_weights, normalizes
 
 
@@ -49,7 +49,10 @@ class ConvBiasBeforeBatchNorm(Rule):
     Torch7's ResNets) or an inference wrapper around pretrained heads, whose
     convolutions must keep the biases the checkpoint holds; dropping one
     breaks that load, and loading around it changes the eval-mode outputs
-    (see Fix safety).
+    (see Fix safety). Nor is a module that another module of the run imports
+    and fills with downloaded weights (`load_state_dict_from_url(url)` or
+    `hf_hub_download(...)` there, and a `load_state_dict(...)` without
+    `strict=False`: kornia's SOLD2 around its backbone module).
 
     ## Why is this bad?
     BatchNorm subtracts the per-channel mean of its input, so a constant added
@@ -240,8 +243,11 @@ class ConvBiasBeforeBatchNorm(Rule):
             return
         if loads_published_weights(self.context.source):
             return  # a port of published weights: dropping a bias breaks loading them, and changes eval outputs
-        if trait_key(PROGRAM_SUBJECT, FROZEN_BN) in self.context.project.get("frequency", {}):
+        known = self.context.project.get("frequency", {})
+        if trait_key(PROGRAM_SUBJECT, FROZEN_BN) in known:
             return  # the model that imports these layers freezes its BatchNorms: the bias does not cancel
+        if trait_key(PROGRAM_SUBJECT, PUBLISHED_WEIGHTS) in known:
+            return  # a module that imports these layers loads downloaded weights into them
         flow = LayerFlow(self._layers, node, BIAS_SENSITIVE_ATTRIBUTES, self.context.semantic)
         for call in self._convs:
             self._check(flow, call)

@@ -7,6 +7,8 @@ functions it calls from them, and the modules that import it
 
 from __future__ import annotations
 
+import pytest
+
 from tests.test_cli import run
 
 TRAIN = """\
@@ -200,6 +202,42 @@ def test_tl401_is_silent_where_the_importing_model_freezes_batchnorm(runner, wor
 def test_tl401_a_freeze_helper_that_may_never_run_leaves_the_finding(runner, workdir):
     (workdir / "backbone.py").write_text(BACKBONE)
     (workdir / "models.py").write_text(PARTIAL_BN.replace("def train(self, mode=True):", "def freeze_bn(self, mode=True):"))
+    assert _codes(run(runner, "check", "--select", "TL401", "--output-format", "concise", ".")) == ["TL401"]
+
+
+DETECTOR = """\
+import torch
+from torch.hub import load_state_dict_from_url
+from backbone import Backbone
+
+URL = "https://example.org/detector.pth"
+
+
+class Detector(torch.nn.Module):
+    def __init__(self, pretrained=True):
+        super().__init__()
+        self.model = Backbone()
+        if pretrained:
+            state = load_state_dict_from_url(URL, map_location="cpu")
+            self.model.load_state_dict(state["model"])
+        self.eval()
+"""
+
+
+def test_tl401_is_silent_where_an_importer_loads_downloaded_weights(runner, workdir):
+    # kornia's SOLD2: the backbone's layers are fixed by the published checkpoint
+    (workdir / "backbone.py").write_text(BACKBONE)
+    (workdir / "detector.py").write_text(DETECTOR)
+    assert _codes(run(runner, "check", "--select", "TL401", "--output-format", "concise", ".")) == []
+
+
+@pytest.mark.parametrize("change", [
+    ('self.model.load_state_dict(state["model"])', 'self.model.load_state_dict(state["model"], strict=False)'),
+    ("state = load_state_dict_from_url(URL, map_location=\"cpu\")", "state = torch.load(URL)"),
+])
+def test_tl401_an_importer_that_loads_loosely_or_its_own_file_leaves_the_finding(runner, workdir, change):
+    (workdir / "backbone.py").write_text(BACKBONE)
+    (workdir / "detector.py").write_text(DETECTOR.replace(*change))
     assert _codes(run(runner, "check", "--select", "TL401", "--output-format", "concise", ".")) == ["TL401"]
 
 
