@@ -19,7 +19,6 @@ What flows into what (which layer follows which) is ``rules/_layer_flow.py``.
 
 from __future__ import annotations
 
-
 from typing import Dict, NamedTuple, Optional
 
 from torchlint.rules._helpers import CallTable

@@ -203,6 +203,10 @@ def test_a_loader_read_in_the_comprehensions_body_is_reported():
         ("pkg/latest/model.py", False),
         ("tools/test.py", False),
         ("pkg/contests/model.py", False),
+        ("torchrec/distributed/test_utils/infer_utils.py", True),
+        ("allennlp/common/testing/model_test_case.py", True),
+        ("pkg/testing_data/model.py", False),
+        ("pkg/attesting/model.py", False),
     ],
 )
 def test_test_paths(path, test):

@@ -121,13 +121,20 @@ def tests_periodic_flag(test: cst.BaseExpression, scope: cst.CSTNode, cache: Dic
 _TEST_FILE = re.compile(r"^(test_.*\.pyi?|.*_test\.pyi?|.*_test_utils\.py|conftest\.py)$")
 
 
+# Directories of tests and of the helpers that only tests use (torchrec's
+# `distributed/test_utils/`, AllenNLP's `common/testing/`).
+_TEST_DIRS = frozenset({"tests", "test", "test_utils", "testing", "testutils", "test_helpers"})
+
+
 def is_test_path(path: str) -> bool:
     """``test_*.py``, ``*_test.py``, ``*_test_utils.py``, ``conftest.py``, or
-    under ``tests/``/``test/`` or a ``*_tests/`` directory (``gpu_tests/``)."""
+    under ``tests/``/``test/``, a ``*_tests/`` directory (``gpu_tests/``), or a
+    directory of test helpers (``test_utils/``, ``testing/``, ``testutils/``,
+    ``test_helpers/``)."""
     p = PurePath(path.replace("\\", "/"))
     if _TEST_FILE.match(p.name):
         return True
-    return any(part in ("tests", "test") or part.endswith("_tests") for part in p.parts[:-1])
+    return any(part in _TEST_DIRS or part.endswith("_tests") for part in p.parts[:-1])
 
 
 class Context:
