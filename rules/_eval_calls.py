@@ -15,7 +15,7 @@ from torchlint.nodes import walk_nodes
 from torchlint.rules._frequency import ONCE, PER_EPOCH, model_for
 from torchlint.rules._helpers import has_parameters, last_name
 from torchlint.rules._models import names_a_model
-from torchlint.rules._training import with_grad_modes
+from torchlint.rules._training import GRAD_OFF, decorator_grad_mode, with_grad_modes
 from torchlint.semantic import Location
 
 
@@ -178,3 +178,29 @@ def closure_under_no_grad(ctx, function: Optional[cst.FunctionDef]) -> bool:
                 and any(stmt is function for stmt in outer.body.body)):
             return any(isinstance(n, cst.With) and with_grad_modes(n, ctx)[1] for n in walk_nodes(outer.body))
     return False
+
+
+def helper_without_gradients(ctx, func: cst.BaseExpression) -> bool:
+    """Whether ``func`` names a function of this module (its only definition)
+    that disables gradients itself: decorated with ``@torch.no_grad()`` (or
+    ``inference_mode``), or whose body is one ``with torch.no_grad():`` block
+    after its docstring (stanza's ``model_predict(model, indices, sentences)``,
+    called from ``evaluate_model``): the model runs inside it without a graph."""
+    if type(func) is not cst.Name:
+        return False
+    found = ctx.semantic.definitions(func.value)
+    if len(found) != 1 or type(found[0].node) is not cst.FunctionDef:
+        return False
+    function = found[0].node
+    if decorator_grad_mode(function, ctx) == GRAD_OFF:
+        return True
+    body = function.body
+    if not isinstance(body, cst.IndentedBlock):
+        return False
+    statements = [stmt for stmt in body.body if not _is_docstring(stmt)]
+    return bool(statements) and type(statements[0]) is cst.With and with_grad_modes(statements[0], ctx) == (False, True)
+
+
+def _is_docstring(stmt: cst.CSTNode) -> bool:
+    return (type(stmt) is cst.SimpleStatementLine and len(stmt.body) == 1 and type(stmt.body[0]) is cst.Expr
+            and isinstance(stmt.body[0].value, (cst.SimpleString, cst.ConcatenatedString)))

@@ -10,7 +10,8 @@ from torchlint.model import Applicability, Fix, FixAvailability
 from torchlint.names import dotted_name
 from torchlint.nodes import target_names
 from torchlint.rule import Benchmark, Invalid, Rule, Valid
-from torchlint.rules._eval_calls import CallSites, Frame, closure_under_no_grad, runs_evaluated, runs_rarely
+from torchlint.rules._eval_calls import (CallSites, Frame, closure_under_no_grad, helper_without_gradients,
+                                         runs_evaluated, runs_rarely)
 from torchlint.rules._frequency import runs_once_by_path
 from torchlint.rules._helpers import chain_root, last_name, literal_bool, method_name
 from torchlint.rules._models import FORWARD_METHODS, is_model_call, module_like_base, runs_on_dummy_inputs
@@ -116,7 +117,10 @@ class EvalWithoutNoGrad(Rule):
       never called in the module (a callback handed to an evaluator), nor one
       defined in a function that disables gradients in a `with` block
       (airbench's test-time-augmentation helpers, picked from a list and
-      called under the enclosing `infer`'s `torch.no_grad()`);
+      called under the enclosing `infer`'s `torch.no_grad()`); a call of a
+      helper function of the module that disables gradients itself (decorated
+      with `@torch.no_grad()`, or its body one `with torch.no_grad():` block:
+      stanza's `model_predict(model, ...)`) counts as a call without them;
     - a function that switches the model to training mode and then runs it
       (`if train: model.train() ... else: model.eval()`, then `model(x)`): it
       serves training too (`model.train()` at the end, restoring the mode
@@ -481,10 +485,8 @@ class EvalWithoutNoGrad(Rule):
 
     # -- grad mode blocks ---------------------------------------------------------
     def visit_With(self, node: cst.With) -> None:
-        enables, disables = with_grad_modes(node, self.context)
-        frame = self._frames[-1]
-        frame.needs_grad = frame.needs_grad or enables
-        frame.depth += disables
+        (enables, disables), frame = with_grad_modes(node, self.context), self._frames[-1]
+        frame.needs_grad, frame.depth = frame.needs_grad or enables, frame.depth + disables
 
     def leave_With(self, node: cst.With) -> None:
         self._frames[-1].depth -= with_grad_modes(node, self.context)[1]
@@ -538,6 +540,7 @@ class EvalWithoutNoGrad(Rule):
             return  # module-level code, or an imported callable
         looped = ctx.enclosing_loop() is not None
         key = dotted_name(func.value if name in FORWARD_METHODS else func)  # type: ignore[union-attr]
+        covered = covered or helper_without_gradients(ctx, func)  # `model_predict(model, x)` disables them itself
         if key is not None:
             # Outside a loop, where it is kept to ask, once the function is known
             # to be a candidate, whether its inputs are dummies made up on the spot.
