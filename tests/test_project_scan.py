@@ -141,6 +141,17 @@ def test_a_folder_that_no_file_outside_names_never_runs():
                          ) == (0, project.WHOLE_MODULE)
 
 
+def test_a_registry_in_another_folder_that_no_file_names_does_not_keep_it_alive():
+    # LAVIS: the vendored uniformer's registry imports by computed names; the
+    # answer for mlsd must not depend on whether the uniformer files have
+    # findings (which rules are selected)
+    registry = {"pkg/common/annotator/uniformer/registry.py": "import importlib\nm = importlib.import_module(n)\n"}
+    assert _folder_facts(registry) == (0, project.WHOLE_MODULE)
+    # (named from outside, the registry's folder may run, and its computed imports may reach mlsd)
+    named = {**registry, "pkg/app.py": "from pkg.common.annotator.uniformer import registry\n"}
+    assert _folder_facts(named) != (0, project.WHOLE_MODULE)
+
+
 @pytest.mark.parametrize("extra", [
     # a module of its package's interface with a demo block (mmseg's `utils/collect_env.py`)
     {"pkg/common/annotator/mlsd/utils/__init__.py": "from .collect_env import collect_env\n",

@@ -208,6 +208,15 @@ def unreferenced(candidates: Dict[str, Sequence[int]], files: Sequence[str],
     if by_string:
         return {}  # objects built from dotted names in configuration files, and none in sight
     found: Dict[str, Facts] = {}
+    if folders and importers:
+        # A file that imports modules by computed names turns the test off unless
+        # it lies in a folder that no file outside names: its folders are asked
+        # about too, whichever files have findings (the answer must not depend
+        # on the rules selected).
+        extra = sorted({folder for folder in _inner_folders(importers, files) if folder not in folders})
+        if extra:
+            _name_folders(extra, files, read, naming, scripts, packages)
+            folders = sorted(set(folders) | set(extra))
     orphans = _orphans(folders, naming, [script for script in scripts if not _exported_module(script, packages)],
                        importers)
     for path, lines in candidates.items():
@@ -259,6 +268,31 @@ def _inner_folders(wanted: Sequence[str], files: Sequence[str]) -> List[str]:
             if folder.rpartition("/")[2].isidentifier():
                 found.add(folder)
     return sorted(found)
+
+
+def _name_folders(folders: Sequence[str], files: Sequence[str], read: Callable[[str], Optional[str]],
+                  naming: Dict[str, List[str]], scripts: List[str], packages: Dict[str, FrozenSet[str]]) -> None:
+    """What ``scan_file`` tells ``unreferenced`` about candidate folders, for
+    ``folders`` found after the scan (the folders of the files that import
+    modules by computed names): which files name each (``naming``), which of
+    the files inside them run as scripts (``scripts``), and the words of their
+    ``__init__.py`` files (``packages``).  Reads the files again, so it runs
+    only when such a file lies outside every folder asked about before."""
+    stems = sorted({folder.rpartition("/")[2] for folder in folders})
+    inside = tuple(folder + "/" for folder in folders)
+    for path in files:
+        text = read(path)
+        if text is None:
+            continue
+        posix = path.replace("\\", "/")
+        for stem in stems:
+            if stem in text and _mentions(text, stem):
+                naming.setdefault(stem, []).append(posix)
+        if posix.startswith(inside):
+            if (path.endswith(".ipynb") or _runs_as_script(text)) and posix not in scripts:
+                scripts.append(posix)
+            if posix.endswith("/__init__.py"):
+                packages.setdefault(posix[:-len("/__init__.py")], frozenset(_words(text)))
 
 
 def _exported_module(path: str, packages: Dict[str, FrozenSet[str]]) -> bool:
