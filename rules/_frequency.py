@@ -146,9 +146,10 @@ _ONCE_ROLES = re.compile(
 # them over the epoch's outputs runs once per item, once per epoch.
 _EPOCH_ROLES = re.compile(r"^(?:on_)?(?:train|training|validation|val|test|predict)_epoch_(?:end|start)$|^on_epoch_(?:end|start)$")
 # A metric's summary over the evaluation (torchmetrics' and catalyst's `compute`,
-# MMEngine's `compute_metrics(results)`, catalyst's `compute_key_value`): the
-# framework calls it once per evaluation, after `update`/`process` saw each batch.
-_METRIC_SUMMARY = frozenset({"compute", "compute_metrics", "compute_key_value"})
+# MMEngine's `compute_metrics(results)`, catalyst's `compute_key_value`, MONAI's
+# `aggregate`): the framework calls it once per evaluation, after
+# `update`/`process` (MONAI: `__call__`) saw each batch.
+_METRIC_SUMMARY = frozenset({"compute", "compute_metrics", "compute_key_value", "aggregate"})
 
 
 _CACHING_DECORATORS = frozenset({"cache", "lru_cache"})
@@ -931,7 +932,7 @@ def _lazy_init(node: cst.If, fn: Optional[cst.FunctionDef], loops: Sequence[obje
     self.init_missing_classes(...)``, avalanche's NCM classifier)."""
     subject = _lazy_subject(node.test)
     if subject is None:
-        return None
+        return _PERIODIC if _clears_own_flag(node) else None
     if not _assigns(node.body, subject):
         if methods is None or type(subject) is cst.Name or not _rooted_at_self(subject):
             return None
@@ -959,6 +960,20 @@ def _lazy_init(node: cst.If, fn: Optional[cst.FunctionDef], loops: Sequence[obje
             return None  # assigned again in the loop: missing again every iteration
         bound_outside = True
     return _FIRST_PASS if bound_outside else None
+
+
+def _clears_own_flag(node: cst.If) -> bool:
+    """``if self._has_uninitialized_output_dist:`` whose body sets that flag to
+    ``False`` (torchrec's lazy output set-up): state on the object, so the body
+    runs once per run."""
+    test = node.test
+    if type(test) is not cst.Attribute or not _rooted_at_self(test):
+        return False
+    for found in _walk_shallow(node.body):
+        if type(found) is cst.Assign and type(found.value) is cst.Name and found.value.value == "False" \
+                and any(t.target.deep_equals(test) for t in found.targets):
+            return True
+    return False
 
 
 def _lazy_subject(test: cst.BaseExpression) -> Optional[cst.BaseExpression]:

@@ -42,3 +42,70 @@ def test_tl302_a_helper_that_disables_gradients_itself_covers_the_call():
 ])
 def test_tl302_a_helper_that_keeps_gradients_leaves_the_finding(change):
     assert "TL302" in codes(lint(EVALUATE.replace(*change)))
+
+
+# -- a lazy set-up behind a flag that its body clears ---------------------------------------
+
+LAZY_DIST = """\
+import torch
+from torch import nn
+
+
+class ShardedTower(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self._has_uninitialized_output_dist = True
+
+    def _create_output_dist(self, dims):
+        splits = []
+        for i in range(dims.shape[0]):
+            splits.append(dims[i].item())
+        self._output_dist = AllToAll(splits)
+
+    def forward(self, features):
+        dims = torch.tensor([f.shape[1] for f in features], device=features[0].device)
+        if self._has_uninitialized_output_dist:
+            self._create_output_dist(dims)
+            self._has_uninitialized_output_dist = False
+        return self._output_dist(features)
+"""
+
+
+def test_a_setup_behind_a_flag_its_body_clears_runs_once():
+    # torchrec's embedding tower sharding: the output dist is built on the first forward
+    assert "TL101" not in codes(lint(LAZY_DIST))
+
+
+@pytest.mark.parametrize("change", [
+    ("            self._has_uninitialized_output_dist = False\n", ""),
+    ("self._has_uninitialized_output_dist = False\n        return", "self._has_uninitialized_output_dist = True\n        return"),
+    ("        if self._has_uninitialized_output_dist:\n", "        if self.training:\n"),
+])
+def test_a_flag_the_body_does_not_clear_is_a_step(change):
+    assert "TL101" in codes(lint(LAZY_DIST.replace(*change)))
+
+
+# -- a metric's aggregate over the evaluation ------------------------------------------------
+
+DICE = """\
+import torch
+
+
+class DiceMetric(CumulativeIterationMetric):
+    def aggregate(self):
+        data = self.get_buffer()
+        f, not_nans = do_metric_reduction(data, self.reduction)
+        per_label = {}
+        for i in range(f.shape[0]):
+            per_label[self.labels[i]] = round(f[i].item(), 4)
+        return per_label
+"""
+
+
+def test_a_metrics_aggregate_runs_once_per_evaluation():
+    # MONAI's DiceMetric: the evaluator calls aggregate() after the last batch
+    assert "TL101" not in codes(lint(DICE))
+
+
+def test_an_aggregate_of_a_class_that_is_no_metric_is_a_step():
+    assert "TL101" in codes(lint(DICE.replace("class DiceMetric(CumulativeIterationMetric)", "class Dice(nn.Module)")))
