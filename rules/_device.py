@@ -171,6 +171,8 @@ class HostValues:
             q = ctx.qualname(expr)
             if q is not None:
                 return _is_host_module(q)
+            if expr.attr.value == "batch_sizes":
+                return True  # a `PackedSequence`'s `batch_sizes` is always a CPU tensor (stanza's packed LSTM)
             if expr.attr.value == "values":
                 # pandas' `.values`; but `t.max(dim=1).values` is a tensor.
                 inner = expr.value

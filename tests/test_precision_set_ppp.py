@@ -109,3 +109,28 @@ def test_a_metrics_aggregate_runs_once_per_evaluation():
 
 def test_an_aggregate_of_a_class_that_is_no_metric_is_a_step():
     assert "TL101" in codes(lint(DICE.replace("class DiceMetric(CumulativeIterationMetric)", "class Dice(nn.Module)")))
+
+
+# -- a PackedSequence's batch sizes ----------------------------------------------------------
+
+PACKED = """\
+import torch
+from torch import nn
+
+
+class PackedLSTM(nn.Module):
+    def forward(self, input, states):
+        for layer in self.layers:
+            max_batch_size = input.batch_sizes[0].item()
+            input, states = layer(input, states, max_batch_size)
+        return input
+"""
+
+
+def test_a_packed_sequences_batch_sizes_are_on_the_host():
+    # stanza's PackedLSTM: batch_sizes stays on the CPU whatever the data's device
+    assert "TL101" not in codes(lint(PACKED))
+
+
+def test_a_packed_sequences_data_is_not():
+    assert "TL101" in codes(lint(PACKED.replace("input.batch_sizes[0]", "input.data[0]")))
