@@ -139,6 +139,7 @@ _STEP_ROLES = re.compile(
 )
 _ONCE_ROLES = re.compile(
     r"^(__init__|__post_init__|main|from_pretrained|from_config|from_checkpoint|"
+    r"__str__|__repr__|__format__|extra_repr|to_string|\w+_(?:string|str|repr)|"
     r"_?(build|setup|set_up|init|initialize|create|load|save|export|"
     r"convert|prepare|configure|make|get_args|parse|log|plot|visuali[sz]e|show|dump|summar|print|report)\w*)$"
 )

@@ -134,3 +134,32 @@ def test_a_packed_sequences_batch_sizes_are_on_the_host():
 
 def test_a_packed_sequences_data_is_not():
     assert "TL101" in codes(lint(PACKED.replace("input.batch_sizes[0]", "input.data[0]")))
+
+
+# -- text for printing -------------------------------------------------------------------------
+
+VALUES_STRING = """\
+import torch
+
+
+def _values_string(values, start, end):
+    return "[" + ", ".join([str(value.item()) for value in values[start:end]]) + "]"
+
+
+class Jagged:
+    def __str__(self):
+        return "".join(_values_string(self._values, a, b) for a, b in self._ranges)
+
+    def forward_lengths(self):
+        return [self._values[a:b].sum().item() for a, b in self._ranges]
+"""
+
+
+def test_text_built_for_printing_is_no_step():
+    # torchrec's JaggedTensor.__str__: reading each value is the point, and it runs when printed
+    assert "TL101" not in codes(lint(VALUES_STRING.split("    def forward_lengths")[0]))
+
+
+def test_a_method_that_reads_values_for_a_computation_is_still_judged():
+    found = lint(VALUES_STRING, select=["TL101"])
+    assert [d.line for d in found] == [13]
