@@ -216,7 +216,7 @@ _DOUBLE_BACKWARD = re.compile(r"^[^#\n]*" + DOUBLE_BACKWARD_CODE, re.M)
 
 
 class _Scope:
-    __slots__ = ("backward", "order", "framework", "in_loop", "steps", "nested", "short")
+    __slots__ = ("backward", "order", "framework", "in_loop", "steps", "nested", "shape", "name")
 
     def __init__(self, nested: bool) -> None:
         # The first backward call, or the first one in a loop once there is one.
@@ -226,19 +226,22 @@ class _Scope:
         self.in_loop = False
         self.steps = False
         self.nested = nested  # a function inside a function: its backward counts outside
-        self.short = False  # the backward's loops make a short run (:func:`short_run`)
+        self.shape: Optional[Shape] = None  # the run the backward's loops make (:func:`run_shape`)
+        self.name: Optional[str] = None  # the function's name
 
 
 class Step:
     """A training step: where it reports, and whether a framework drives it."""
 
-    __slots__ = ("backward", "order", "framework", "short")
+    __slots__ = ("backward", "order", "framework", "shape", "name")
 
-    def __init__(self, backward: cst.Call, order: int, framework: bool, short: bool = False) -> None:
+    def __init__(self, backward: cst.Call, order: int, framework: bool, shape: Optional["Shape"] = None,
+                 name: Optional[str] = None) -> None:
         self.backward = backward
         self.order = order
         self.framework = framework
-        self.short = short
+        self.shape = shape  # the run its loops make (:func:`run_shape`)
+        self.name = name  # the step function's name (None: top-level code)
 
 
 class ProgramFacts:
@@ -290,7 +293,20 @@ class ProgramFacts:
         self._counter = 0
         self._finished = False
         self._tiny: Optional[bool] = None
+        # The runs that the loops around each call of a function of the module
+        # make (``run_shape``), by the function's name; for a step's callers.
+        self._call_shapes: Dict[str, List[Optional[Shape]]] = {}
+        self._defined_steps: Optional[frozenset] = None
         self._feeder: Optional[int] = None
+
+    def _step_names(self) -> frozenset:
+        """The names of the module's functions that call a backward (from the
+        text: a ``def`` whose body mentions ``.backward(``), for their callers."""
+        if self._defined_steps is None:
+            source = self.context.source
+            self._defined_steps = frozenset(
+                match.group(1) for match in _DEF.finditer(source)) if ".backward(" in source else frozenset()
+        return self._defined_steps
 
     def claim(self, rule: Rule) -> bool:
         """Whether ``rule`` is the one that feeds these facts (the first to ask)."""
@@ -311,7 +327,10 @@ class ProgramFacts:
         inside_function = isinstance(node, (cst.FunctionDef, cst.Lambda)) and len(self._scopes) > 1 and (
             self._scopes[-1] is not None
         )
-        self._scopes.append(_Scope(nested=inside_function) if not isinstance(node, cst.ClassDef) else None)
+        scope = _Scope(nested=inside_function) if not isinstance(node, cst.ClassDef) else None
+        if scope is not None and isinstance(node, cst.FunctionDef):
+            scope.name = node.name.value
+        self._scopes.append(scope)
 
     def leave_scope(self, node: cst.CSTNode) -> None:
         scope = self._scopes.pop()
@@ -324,7 +343,7 @@ class ProgramFacts:
             # An LBFGS closure, a helper defined in the step: its backward
             # belongs to the enclosing function.
             outer.backward, outer.order, outer.framework = scope.backward, scope.order, scope.framework
-            outer.in_loop, outer.short = False, False
+            outer.in_loop, outer.shape = False, None
 
     def visit_call(self, node: cst.Call) -> None:
         ctx = self.context
@@ -345,11 +364,15 @@ class ProgramFacts:
                     # optimization): mixed precision, compilation and cuDNN
                     # settings are then its options, often set elsewhere.
                     scope.framework = is_framework_backward(node)
-                    scope.short = in_loop and short_run(ctx)
+                    scope.shape = run_shape(ctx)
                 return
             if is_optimizer_step(node):
                 scope.steps = True
                 return
+        func = node.func
+        if type(func) is cst.Name and ctx.qualname(func) is None and func.value in self._step_names():
+            # a call of a step function of the module (`loss = train()`): the run its loops make
+            self._call_shapes.setdefault(func.value, []).append(run_shape(ctx))
         if name == "cuda":
             self.uses_cuda = True
             return
@@ -518,14 +541,24 @@ class ProgramFacts:
 
     def _add_step(self, scope: _Scope) -> None:
         assert scope.backward is not None
-        self.steps.append(Step(scope.backward, scope.order, scope.framework, scope.short))
+        self.steps.append(Step(scope.backward, scope.order, scope.framework, scope.shape, scope.name))
 
     def short_runs_only(self) -> bool:
         """Whether every training step no framework drives is a short run
-        (:func:`short_run`): a demonstration's few hundred steps."""
+        (:func:`is_short`): a demonstration's few hundred steps, in the step's
+        own loops, or in the loops around every call of its function in the
+        module (`for epoch in range(1, 201): loss = train()`)."""
         self.finish()
         own = [step for step in self.steps if not step.framework]
-        return bool(own) and all(step.short for step in own)
+        return bool(own) and all(self._short(step) for step in own)
+
+    def _short(self, step: Step) -> bool:
+        if is_short(step.shape):
+            return True
+        calls = self._call_shapes.get(step.name or "")
+        if step.shape is None or not calls:
+            return False
+        return all(outer is not None and is_short(combined(step.shape, outer)) for outer in calls)
 
     def first_step(self) -> Optional[Step]:
         """The first training step (by its backward call) that no framework drives."""
@@ -537,10 +570,11 @@ class ProgramFacts:
 
 
 # A run of at most this many steps, counted from literals, is short; so is one
-# of at most _SHORT_PASSES passes over a loader (see short_run).
+# of at most _SHORT_PASSES passes over a loader (see is_short).
 _SHORT_STEPS = 5000
 _SHORT_PASSES = 10
 _COUNTED = frozenset({"range", "trange", "tqdm", "enumerate"})
+_DEF = re.compile(r"^[ \t]*def[ \t]+(\w+)", re.M)
 
 
 def _literal_count(expr: cst.BaseExpression, ctx: Context, depth: int = 0) -> Optional[int]:
@@ -573,26 +607,44 @@ def _literal_count(expr: cst.BaseExpression, ctx: Context, depth: int = 0) -> Op
     return None if stop is None or start is None else max(stop - start, 0)
 
 
-def short_run(ctx: Context) -> bool:
-    """Whether the loops around the node being visited (a ``backward()``) run a
-    short, fixed number of steps, as a demonstration or tutorial does: every
-    loop a ``for`` whose count literals give (``for i in range(300):``,
-    ``Niter = 2000; for i in range(Niter):``), at most ``_SHORT_STEPS`` steps in
-    all; or at most ``_SHORT_PASSES`` such passes around one loop over data
-    (``for epoch in range(10): for batch in loader:``).  A count read from the
-    command line or a configuration is no short run, nor a ``while`` loop."""
+# A run: (steps that literals count, loops over data, loops counted by literals).
+Shape = Tuple[int, int, int]
+
+
+def run_shape(ctx: Context) -> Optional[Shape]:
+    """The run that the loops around the node being visited make, within its
+    function: the product of the counts that literals give (``for i in
+    range(300):``, ``Niter = 2000; for i in range(Niter):``), the number of
+    other loops (over data, or counted by the command line or a
+    configuration), and the number of counted loops; None with a ``while``
+    loop (no fixed count)."""
     steps, data_loops, counted = 1, 0, 0
     for loop in ctx.enclosing_loops(periodic_guard=False):
         if not isinstance(loop, cst.For):
-            return False
+            return None
         count = _literal_count(loop.iter, ctx)
         if count is None:
             data_loops += 1
-            if data_loops > 1:
-                return False
         else:
             steps, counted = steps * count, counted + 1
-    if not counted:
+    return steps, data_loops, counted
+
+
+def combined(inner: Shape, outer: Shape) -> Shape:
+    """The run of a step whose function makes ``inner`` and is called in loops that make ``outer``."""
+    return inner[0] * outer[0], inner[1] + outer[1], inner[2] + outer[2]
+
+
+def is_short(shape: Optional[Shape]) -> bool:
+    """Whether a run is short, as a demonstration's or tutorial's is: counted
+    by literals, at most ``_SHORT_STEPS`` steps in all, or at most
+    ``_SHORT_PASSES`` passes around one loop over data (``for epoch in
+    range(10): for batch in loader:``).  A count read from the command line
+    or a configuration is no short run, nor a ``while`` loop."""
+    if shape is None:
+        return False
+    steps, data_loops, counted = shape
+    if not counted or data_loops > 1:
         return False  # the count is the data's (or the caller's): no fixed run
     return steps <= (_SHORT_PASSES if data_loops else _SHORT_STEPS)
 

@@ -68,7 +68,10 @@ class NoCompile(ProgramRule):
     5,000 steps (`for i in range(300):`, `Niter = 2000; for i in
     trange(Niter):`, a tutorial's or demo's fit) or at most 10 passes over a
     loader (`for epoch in range(10): for batch in dataloader:`, an example
-    script's few epochs). Compilation takes tens of seconds to minutes before
+    script's few epochs), counting the loops around the step in its function
+    and, for a step function, around every call of it in the module (`for
+    epoch in range(1, 201): loss = train()`, a full-batch fit: 200 steps).
+    Compilation takes tens of seconds to minutes before
     the first step and a 1.3x speed-up saves about a quarter of each step, so
     a run of a few thousand steps of tens of milliseconds ends before it is
     repaid; a count read from the command line or a configuration

@@ -473,3 +473,44 @@ def test_tl505_a_run_whose_length_is_not_a_small_literal_is_reported(count):
 def test_tl505_a_while_loop_is_no_short_run():
     code = PULSAR.replace("for i in tqdm(range(n_iter)):", "while True:")
     assert "TL505" in codes(lint(code))
+
+
+FULL_BATCH = """\
+import torch
+
+model = Net().cuda()
+optimizer = torch.optim.Adam(model.parameters(), lr=0.01)
+
+
+def train():
+    model.train()
+    optimizer.zero_grad()
+    out = model(data.x, data.edge_index)
+    loss = loss_fn(out[data.train_mask], data.y[data.train_mask])
+    loss.backward()
+    optimizer.step()
+    return float(loss)
+
+
+for epoch in range(1, 201):
+    loss = train()
+"""
+
+
+def test_tl505_a_step_function_called_a_few_hundred_times_is_a_short_run():
+    # a full-batch fit: 200 steps, counted around the call of the step function
+    assert "TL505" not in codes(lint(FULL_BATCH, select=["TL505"]))
+
+
+@pytest.mark.parametrize("change", [
+    ("for epoch in range(1, 201):", "for epoch in range(1, args.epochs + 1):"),
+    ("for epoch in range(1, 201):", "for epoch in range(1, 200_001):"),
+    ("    optimizer.zero_grad()\n", "    for data in loader:\n        optimizer.zero_grad()\n"),
+    ("    loss = train()\n", "    loss = train()\nwhile True:\n    train()\n"),
+])
+def test_tl505_a_step_function_with_a_long_or_unknown_run_is_reported(change):
+    code = FULL_BATCH.replace(*change)
+    if "for data in loader" in code:  # (the step's body moves into the loop over the loader)
+        code = code.replace("\n    out = model", "\n        out = model").replace("\n    loss = loss_fn", "\n        loss = loss_fn")
+        code = code.replace("\n    loss.backward()", "\n        loss.backward()").replace("\n    optimizer.step()", "\n        optimizer.step()")
+    assert "TL505" in codes(lint(code, select=["TL505"]))

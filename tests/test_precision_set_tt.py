@@ -18,7 +18,7 @@ WHOLE_PROGRAM = "TL503,TL504,TL505"
 TRAIN = """
 model = Model().to("cuda")
 optimizer = torch.optim.Adam(model.parameters(), lr=1e-3)
-for epoch in range(10):
+for epoch in range(100):
     for x, y in loader:
         loss = loss_fn(model(x.to("cuda")), y.to("cuda"))
         optimizer.zero_grad()
