@@ -1,4 +1,4 @@
-"""Precision on projects never seen before (set PPP; docs/precision.md).
+"""Precision on projects never seen before (sets PPP and QQQ; docs/precision.md).
 Synthetic examples written for these tests, each with the near-miss that
 must still be reported."""
 
@@ -163,3 +163,34 @@ def test_text_built_for_printing_is_no_step():
 def test_a_method_that_reads_values_for_a_computation_is_still_judged():
     found = lint(VALUES_STRING, select=["TL101"])
     assert [d.line for d in found] == [13]
+
+
+# -- TL505 on graph networks ---------------------------------------------------------------
+
+GNN = """\
+import torch
+from torch_geometric.loader import DataLoader
+from torch_geometric.nn import GINConv, global_add_pool
+
+model = Net().to("cuda")
+loader = DataLoader(dataset, batch_size=128, shuffle=True, num_workers=4)
+optimizer = torch.optim.Adam(model.parameters(), lr=0.01)
+for epoch in range(1, args.epochs + 1):
+    for data in loader:
+        data = data.to("cuda")
+        optimizer.zero_grad()
+        loss = torch.nn.functional.cross_entropy(model(data.x, data.edge_index, data.batch), data.y)
+        loss.backward()
+        optimizer.step()
+"""
+
+
+def test_tl505_a_graph_network_is_not_told_to_compile():
+    # PyG's examples: batches of graphs change shape from one to the next
+    assert "TL505" not in codes(lint(GNN, select=["TL505"]))
+
+
+def test_tl505_the_same_loop_over_images_is_reported():
+    images = GNN.replace("from torch_geometric.loader import DataLoader\nfrom torch_geometric.nn import GINConv, global_add_pool\n",
+                         "from torch.utils.data import DataLoader\n").replace("model(data.x, data.edge_index, data.batch)", "model(data.x)")
+    assert "TL505" in codes(lint(images, select=["TL505"]))
