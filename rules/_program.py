@@ -261,6 +261,10 @@ class ProgramFacts:
         # The program asked for reproducible kernels (`cudnn.deterministic =
         # ...`, `torch.use_deterministic_algorithms(...)`, not literally False).
         self.deterministic = False
+        # The program fits Gaussian processes (GPyTorch, BoTorch): Cholesky
+        # factorizations and conjugate gradients on kernel matrices, which need
+        # float32 or float64 and branch on their own results.
+        self.precise = False
         # The program steps a simulator (gym, Gymnasium, EnvPool, ...): its
         # step time is the environment's.
         self.simulator = False
@@ -462,8 +466,11 @@ class ProgramFacts:
 
     def visit_import(self, node: cst.CSTNode) -> None:
         for module in _imported_modules(node):
-            if module.split(".", 1)[0] in SIMULATORS:
+            top = module.split(".", 1)[0]
+            if top in SIMULATORS:
                 self.simulator = True
+            elif top in _PRECISE_LINEAR_ALGEBRA:
+                self.precise = True
 
     def kernels_do_not_matter(self) -> bool:
         """Whether the step time is not the kernels' to begin with: the program
@@ -497,6 +504,8 @@ class ProgramFacts:
             return "deterministic"
         if self.graph:
             return "graph"
+        if self.precise:
+            return "linear-algebra"
         return None
 
     def matmul_heavy(self) -> bool:
@@ -574,6 +583,10 @@ class ProgramFacts:
 _SHORT_STEPS = 5000
 _SHORT_PASSES = 10
 _COUNTED = frozenset({"range", "trange", "tqdm", "enumerate"})
+# Libraries whose training solves linear systems on kernel matrices (Gaussian
+# processes): reduced precision breaks their factorizations, and their solvers'
+# data-dependent loops break compiled graphs.
+_PRECISE_LINEAR_ALGEBRA = frozenset({"gpytorch", "botorch", "linear_operator"})
 _DEF = re.compile(r"^[ \t]*def[ \t]+(\w+)", re.M)
 
 

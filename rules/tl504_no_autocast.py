@@ -51,6 +51,10 @@ class NoAutocast(ProgramRule):
       imports a Gaussian-splatting rasterizer (`diff_gaussian_rasterization`,
       `diff_surfel_rasterization`, `gsplat`): its step time is the
       rasterizer's own float32 CUDA kernels, which autocast does not touch.
+    - A program that fits Gaussian processes (it imports `gpytorch`,
+      `botorch` or `linear_operator`) is not reported: its Cholesky
+      factorizations and conjugate-gradient solves on kernel matrices need
+      float32 (often float64), and autocast would make them fail or drift.
     - A program that asks for reproducible kernels (`cudnn.deterministic =
       ...` or `torch.use_deterministic_algorithms(...)` with anything but the
       literal `False`, often `args.torch_deterministic`) is not reported:

@@ -69,7 +69,10 @@ class NoCompile(ProgramRule):
     from one to the next (another shape to compile each time) and its message
     passing is gathers and scatters that compiling does not fuse away
     (PyTorch Geometric keeps compilation in examples of its own, with models
-    rewritten to avoid graph breaks); nor a short run,
+    rewritten to avoid graph breaks); nor a program that fits Gaussian
+    processes (it imports `gpytorch`, `botorch` or `linear_operator`): its
+    Cholesky retries and conjugate-gradient solvers branch on values they
+    compute, breaking any compiled graph; nor a short run,
     whose every training step sits in loops that literals count: at most
     5,000 steps (`for i in range(300):`, `Niter = 2000; for i in
     trange(Niter):`, a tutorial's or demo's fit) or at most 10 passes over a
@@ -253,8 +256,8 @@ class NoCompile(ProgramRule):
             return  # a gradient of a gradient (an eikonal loss): compiled autograd does not support it
         if facts.buckets:
             return  # batches bucketed by length or resolution: every bucket's shape is another compilation
-        if facts.graph:
-            return  # a graph network: each batch of graphs is a new shape, and scatters set the pace
+        if facts.graph or facts.precise:
+            return  # a graph network (each batch a new shape) or Gaussian processes (solvers that branch on values)
         if facts.short_runs_only():
             return  # a demonstration's few hundred steps: compiling takes longer than it saves
         if self.context.target_torch < (2, 0):

@@ -485,7 +485,7 @@ optimizer = torch.optim.Adam(model.parameters(), lr=0.01)
 def train():
     model.train()
     optimizer.zero_grad()
-    out = model(data.x, data.edge_index)
+    out = model(data.x)
     loss = loss_fn(out[data.train_mask], data.y[data.train_mask])
     loss.backward()
     optimizer.step()

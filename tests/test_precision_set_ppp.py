@@ -194,3 +194,30 @@ def test_tl505_the_same_loop_over_images_is_reported():
     images = GNN.replace("from torch_geometric.loader import DataLoader\nfrom torch_geometric.nn import GINConv, global_add_pool\n",
                          "from torch.utils.data import DataLoader\n").replace("model(data.x, data.edge_index, data.batch)", "model(data.x)")
     assert "TL505" in codes(lint(images, select=["TL505"]))
+
+
+# -- Gaussian processes ----------------------------------------------------------------------
+
+GP = """\
+import torch
+import gpytorch
+
+model = ExactGPModel(train_x, train_y, likelihood).cuda()
+mll = gpytorch.mlls.ExactMarginalLogLikelihood(likelihood, model)
+optimizer = torch.optim.Adam(model.parameters(), lr=0.1)
+for i in range(args.iterations):
+    optimizer.zero_grad()
+    loss = -mll(model(train_x), train_y)
+    loss.backward()
+    optimizer.step()
+"""
+
+
+def test_gaussian_processes_get_no_precision_or_compile_advice():
+    # GPyTorch: Cholesky and CG on kernel matrices need float32 or float64
+    assert codes(lint(GP, select=["TL503", "TL504", "TL505"])) == []
+
+
+def test_the_same_program_without_gaussian_processes_gets_it():
+    plain = GP.replace("import gpytorch\n", "").replace("gpytorch.mlls.ExactMarginalLogLikelihood", "Loss")
+    assert codes(lint(plain, select=["TL503", "TL504", "TL505"])) == ["TL504", "TL505"]
