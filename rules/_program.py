@@ -1090,9 +1090,11 @@ _ENTRY_LINE = re.compile(r"^(?:if __name__|for |while |with )", re.M)
 # `model` and a `loader` defined elsewhere says nothing about where they live).
 # (The look-ahead as in _ACCELERATOR_WORDS: twice as fast.)
 _BUILDS_ITS_WORK = re.compile(
-    r"(?=[n(Ddr])"
+    r"(?=[n(Ddrt])"
     r"(?:\bnn\.(?!\w*Loss\()[A-Z]\w*\(|\(\s*(?:nn\.|torch\.nn\.)?Module\s*\)|DataLoader\(|datasets\.\w+\("
-    r"|requires_grad(?:_\(|\s*=\s*True))"
+    r"|requires_grad(?:_\(|\s*=\s*True)"
+    # data made with torch's factories (`train_x = torch.linspace(0, 1, 100)`: GPyTorch's tutorials)
+    r"|\btorch\.(?:linspace|arange|randn|rand|randint|zeros|ones|tensor|Tensor|from_numpy)\()"
 )
 
 
@@ -1114,6 +1116,22 @@ def runs_on_host_only(ctx: Context) -> bool:
         found = ctx.shared["host-only"] = (
             entry and _BUILDS_ITS_WORK.search(source) is not None and not _ACCELERATOR_WORDS.search(source)
         )
+    return found
+
+
+_IMPORTS_GAUSSIAN_PROCESSES = re.compile(r"^[ \t]*(?:import|from)[ \t]+(?:gpytorch|botorch|linear_operator)\b", re.M)
+
+
+def fits_gaussian_processes(ctx: Context) -> bool:
+    """Whether the module imports a Gaussian-process library (GPyTorch,
+    BoTorch, linear_operator): every call of its models waits for the device
+    inside (Cholesky's error check, conjugate gradients' convergence test, the
+    variational strategies' reads), so one more read in the loop adds no wait."""
+    found = ctx.shared.get("gaussian-processes")
+    if found is None:
+        source = ctx.source
+        found = ctx.shared["gaussian-processes"] = ("torch" in source or "gp" in source) and (
+            _IMPORTS_GAUSSIAN_PROCESSES.search(source) is not None)
     return found
 
 

@@ -11,7 +11,7 @@ from torchlint.rules._accumulation import number_initialised_before, read_elsewh
 from torchlint.rules._helpers import method_name, receiver
 from torchlint.rules._device import computes_with_torch, host_values
 from torchlint.rules._frequency import model_for, per_step_here
-from torchlint.rules._program import runs_on_host_only
+from torchlint.rules._program import fits_gaussian_processes, runs_on_host_only
 from torchlint.rules._training import collects_metric_results
 from torchlint.rules._project import HOST_ARGS, caller_trait
 from torchlint.rules._sync import (
@@ -62,6 +62,11 @@ class ItemInLoop(Rule):
     DeepSpeed, Ignite or a `Trainer`): its tensors live in host
     memory, and `.item()` waits for nothing. A module without an entry point
     (a library function) may be handed device tensors, and is judged as usual.
+    Nor in a module that fits Gaussian processes (it imports `gpytorch`,
+    `botorch` or `linear_operator`): every call of such a model waits for the
+    device inside (a Cholesky factorization's error check, a conjugate-gradient
+    solve's convergence test, the variational strategies' own reads), so one
+    more read per iteration adds no wait.
 
     Receivers that are certainly not device tensors are not reported: NumPy and
     pandas values (`np.argmax(a).item()`, `x.cpu().numpy().tolist()`,
@@ -526,8 +531,8 @@ class ItemInLoop(Rule):
     def __init__(self, context) -> None:
         super().__init__(context)
         self._facts: Dict[int, LoopFacts] = {}
-        if runs_on_host_only(context):
-            self.walks = False  # a CPU-only program: its values are on the host already
+        if runs_on_host_only(context) or fits_gaussian_processes(context):
+            self.walks = False  # a CPU-only program (its values are on the host already), or Gaussian processes (they wait inside)
 
     def visit_Call(self, node: cst.Call) -> None:
         name = method_name(node)

@@ -10,7 +10,7 @@ from torchlint.rules._helpers import device_kind, has_star, keyword, literal_boo
 from torchlint.rules._device import host_values
 from torchlint.rules._frequency import per_step_here
 from torchlint.rules._models import module_method_follows, names_a_module
-from torchlint.rules._program import runs_on_host_only
+from torchlint.rules._program import fits_gaussian_processes, runs_on_host_only
 from torchlint.rules._training import collects_metric_results
 from torchlint.rules._sync import (
     LoopFacts,
@@ -91,6 +91,11 @@ class HostCopyInLoop(Rule):
     `device`, `gpu`, `mps`, `xla`, `.to(...)`, `distributed`, and no framework
     that moves batches for it, such as Lightning, Accelerate, Fabric,
     DeepSpeed, Ignite or a `Trainer`): `.cpu()` copies nothing there.
+    Nor in a module that fits Gaussian processes (it imports `gpytorch`,
+    `botorch` or `linear_operator`): every call of such a model waits for the
+    device inside (a Cholesky factorization's error check, a conjugate-gradient
+    solve's convergence test, the variational strategies' own reads), so one
+    more read per iteration adds no wait.
 
     Not reported (where the copy is not a per-step cost, or is the work itself):
     - a copy in a loop that waits for the device every iteration anyway, to
@@ -378,8 +383,8 @@ class HostCopyInLoop(Rule):
         self._joined: Dict[int, Set[str]] = {}
         # A module that runs models outside PyTorch hands them host arrays.
         self._feeds_runtime = feeds_model_runtime(context.source)
-        if runs_on_host_only(context):
-            self.walks = False  # a CPU-only program: `.cpu()` copies nothing
+        if runs_on_host_only(context) or fits_gaussian_processes(context):
+            self.walks = False  # a CPU-only program (`.cpu()` copies nothing), or Gaussian processes (they wait inside)
 
     def visit_Call(self, node: cst.Call) -> None:
         ctx = self.context

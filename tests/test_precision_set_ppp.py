@@ -221,3 +221,32 @@ def test_gaussian_processes_get_no_precision_or_compile_advice():
 def test_the_same_program_without_gaussian_processes_gets_it():
     plain = GP.replace("import gpytorch\n", "").replace("gpytorch.mlls.ExactMarginalLogLikelihood", "Loss")
     assert codes(lint(plain, select=["TL503", "TL504", "TL505"])) == ["TL504", "TL505"]
+
+
+GP_TUTORIAL = """\
+import math
+import torch
+
+train_x = torch.linspace(0, 1, 100)
+train_y = torch.sin(train_x * (2 * math.pi)) + torch.randn(train_x.size()) * 0.2
+model = Model(train_x, train_y)
+optimizer = torch.optim.Adam(model.parameters(), lr=0.1)
+for i in range(50):
+    optimizer.zero_grad()
+    loss = -objective(model(train_x), train_y)
+    loss.backward()
+    print("Iter %d - Loss: %.3f" % (i + 1, loss.item()))
+    optimizer.step()
+"""
+
+
+def test_a_tutorial_that_makes_its_data_on_the_host_reads_nothing_from_a_device():
+    # GPyTorch's CPU tutorials: data from torch's factories, no device anywhere
+    assert "TL101" not in codes(lint(GP_TUTORIAL, path="tutorial.ipynb"))
+
+
+def test_the_same_tutorial_on_a_gpu_is_reported():
+    on_gpu = GP_TUTORIAL.replace("model = Model(train_x, train_y)", "train_x, train_y = train_x.cuda(), train_y.cuda()\nmodel = Model(train_x, train_y).cuda()")
+    assert "TL101" in codes(lint(on_gpu, path="tutorial.ipynb"))
+    # ... unless it fits Gaussian processes, whose every call waits for the device inside
+    assert "TL101" not in codes(lint("import gpytorch\n" + on_gpu, path="tutorial.ipynb"))
