@@ -37,7 +37,7 @@ from __future__ import annotations
 
 import re
 from pathlib import PurePath
-from typing import Dict, List, Optional, Tuple
+from typing import Callable, Dict, List, Optional, Tuple
 
 import libcst as cst
 
@@ -557,17 +557,26 @@ class ProgramFacts:
         (:func:`is_short`): a demonstration's few hundred steps, in the step's
         own loops, or in the loops around every call of its function in the
         module (`for epoch in range(1, 201): loss = train()`)."""
+        return self._every_run(is_short)
+
+    def literal_runs_only(self) -> bool:
+        """Whether every training step no framework drives runs a number of
+        times that literals set (:func:`counted_by_literals`): ``for epoch in
+        range(1, 201):`` around the step or its calls, not ``args.epochs``."""
+        return self._every_run(counted_by_literals)
+
+    def _every_run(self, test: Callable[[Optional["Shape"]], bool]) -> bool:
         self.finish()
         own = [step for step in self.steps if not step.framework]
-        return bool(own) and all(self._short(step) for step in own)
+        return bool(own) and all(self._run_is(step, test) for step in own)
 
-    def _short(self, step: Step) -> bool:
-        if is_short(step.shape):
+    def _run_is(self, step: Step, test: Callable[[Optional["Shape"]], bool]) -> bool:
+        if test(step.shape):
             return True
         calls = self._call_shapes.get(step.name or "")
         if step.shape is None or not calls:
             return False
-        return all(outer is not None and is_short(combined(step.shape, outer)) for outer in calls)
+        return all(outer is not None and test(combined(step.shape, outer)) for outer in calls)
 
     def first_step(self) -> Optional[Step]:
         """The first training step (by its backward call) that no framework drives."""
@@ -578,10 +587,8 @@ class ProgramFacts:
         return None
 
 
-# A run of at most this many steps, counted from literals, is short; so is one
-# of at most _SHORT_PASSES passes over a loader (see is_short).
+# A run of at most this many steps, counted from literals, is short (see is_short).
 _SHORT_STEPS = 5000
-_SHORT_PASSES = 10
 _COUNTED = frozenset({"range", "trange", "tqdm", "enumerate"})
 # Libraries whose training solves linear systems on kernel matrices (Gaussian
 # processes): reduced precision breaks their factorizations, and their solvers'
@@ -649,17 +656,22 @@ def combined(inner: Shape, outer: Shape) -> Shape:
 
 
 def is_short(shape: Optional[Shape]) -> bool:
-    """Whether a run is short, as a demonstration's or tutorial's is: counted
-    by literals, at most ``_SHORT_STEPS`` steps in all, or at most
-    ``_SHORT_PASSES`` passes around one loop over data (``for epoch in
-    range(10): for batch in loader:``).  A count read from the command line
-    or a configuration is no short run, nor a ``while`` loop."""
+    """Whether a run is short, as a demonstration's or tutorial's is: every
+    loop counted by literals, at most ``_SHORT_STEPS`` steps in all.  A loop
+    over data is no short run whatever the number of passes (ten epochs of
+    MNIST at 32 a batch are 19,000 steps), nor one whose count the command
+    line or a configuration gives, nor a ``while`` loop."""
     if shape is None:
         return False
     steps, data_loops, counted = shape
-    if not counted or data_loops > 1:
-        return False  # the count is the data's (or the caller's): no fixed run
-    return steps <= (_SHORT_PASSES if data_loops else _SHORT_STEPS)
+    return bool(counted) and not data_loops and steps <= _SHORT_STEPS
+
+
+def counted_by_literals(shape: Optional[Shape]) -> bool:
+    """Whether a run's length is set by literals: some loop around the step is
+    counted by them (``for epoch in range(1, 201):``, over a loader or not),
+    and no ``while`` loop (a program whose number of epochs is hard-coded)."""
+    return shape is not None and shape[2] > 0
 
 
 _COMMENTED_COMPILE = re.compile(r"^[ \t]*#[^\n]*\btorch\.compile\(", re.M)

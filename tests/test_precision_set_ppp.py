@@ -175,7 +175,7 @@ from torch_geometric.nn import GINConv, global_add_pool
 model = Net().to("cuda")
 loader = DataLoader(dataset, batch_size=128, shuffle=True, num_workers=4)
 optimizer = torch.optim.Adam(model.parameters(), lr=0.01)
-for epoch in range(1, args.epochs + 1):
+for epoch in range(1, 201):
     for data in loader:
         data = data.to("cuda")
         optimizer.zero_grad()
@@ -185,9 +185,15 @@ for epoch in range(1, args.epochs + 1):
 """
 
 
-def test_tl505_a_graph_network_is_not_told_to_compile():
-    # PyG's examples: batches of graphs change shape from one to the next
+def test_tl505_a_graph_networks_example_is_not_told_to_compile():
+    # PyG's examples: hard-coded epochs, and batches of graphs change shape from one to the next
     assert "TL505" not in codes(lint(GNN, select=["TL505"]))
+
+
+def test_tl505_a_graph_network_trained_for_the_epochs_its_options_give_is_reported():
+    # DiffDock's score model (set HHH's review counted the advice right)
+    configured = GNN.replace("for epoch in range(1, 201):", "for epoch in range(1, args.epochs + 1):")
+    assert "TL505" in codes(lint(configured, select=["TL505"]))
 
 
 def test_tl505_the_same_loop_over_images_is_reported():
