@@ -304,8 +304,9 @@ class ProgramFacts:
         self._feeder: Optional[int] = None
 
     def _step_names(self) -> frozenset:
-        """The names of the module's functions that call a backward (from the
-        text: a ``def`` whose body mentions ``.backward(``), for their callers."""
+        """The names of the module's functions (from the text), when the module
+        calls a backward anywhere: a cheap superset of its step functions, whose
+        calls are recorded for :meth:`_run_is` (the others' are never asked)."""
         if self._defined_steps is None:
             source = self.context.source
             self._defined_steps = frozenset(
