@@ -13,7 +13,7 @@ import libcst as cst
 
 from torchlint.nodes import walk_nodes
 from torchlint.rules._frequency import ONCE, PER_EPOCH, model_for
-from torchlint.rules._helpers import has_parameters, last_name
+from torchlint.rules._helpers import has_parameters, is_docstring, last_name
 from torchlint.rules._models import names_a_model
 from torchlint.rules._training import GRAD_OFF, decorator_grad_mode, with_grad_modes
 from torchlint.semantic import Location
@@ -197,10 +197,6 @@ def helper_without_gradients(ctx, func: cst.BaseExpression) -> bool:
     body = function.body
     if not isinstance(body, cst.IndentedBlock):
         return False
-    statements = [stmt for stmt in body.body if not _is_docstring(stmt)]
+    statements = [stmt for stmt in body.body if not is_docstring(stmt)]
     return bool(statements) and type(statements[0]) is cst.With and with_grad_modes(statements[0], ctx) == (False, True)
 
-
-def _is_docstring(stmt: cst.CSTNode) -> bool:
-    return (type(stmt) is cst.SimpleStatementLine and len(stmt.body) == 1 and type(stmt.body[0]) is cst.Expr
-            and isinstance(stmt.body[0].value, (cst.SimpleString, cst.ConcatenatedString)))

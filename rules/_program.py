@@ -1132,7 +1132,8 @@ def runs_on_host_only(ctx: Context) -> bool:
     return found
 
 
-_IMPORTS_GAUSSIAN_PROCESSES = re.compile(r"^[ \t]*(?:import|from)[ \t]+(?:gpytorch|botorch|linear_operator)\b", re.M)
+_IMPORTS_GAUSSIAN_PROCESSES = re.compile(
+    r"^[ \t]*(?:import|from)[ \t]+(?:%s)\b" % "|".join(sorted(_PRECISE_LINEAR_ALGEBRA)), re.M)
 
 
 def fits_gaussian_processes(ctx: Context) -> bool:
@@ -1143,7 +1144,7 @@ def fits_gaussian_processes(ctx: Context) -> bool:
     found = ctx.shared.get("gaussian-processes")
     if found is None:
         source = ctx.source
-        found = ctx.shared["gaussian-processes"] = ("torch" in source or "gp" in source) and (
+        found = ctx.shared["gaussian-processes"] = any(name in source for name in _PRECISE_LINEAR_ALGEBRA) and (
             _IMPORTS_GAUSSIAN_PROCESSES.search(source) is not None)
     return found
 

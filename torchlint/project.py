@@ -215,7 +215,7 @@ def unreferenced(candidates: Dict[str, Sequence[int]], files: Sequence[str],
         # on the rules selected).
         extra = sorted({folder for folder in _inner_folders(importers, files) if folder not in folders})
         if extra:
-            _name_folders(extra, files, read, naming, scripts, packages)
+            _name_folders(extra, files, read, naming, scripts)
             folders = sorted(set(folders) | set(extra))
     orphans = _orphans(folders, naming, [script for script in scripts if not _exported_module(script, packages)],
                        importers)
@@ -271,12 +271,12 @@ def _inner_folders(wanted: Sequence[str], files: Sequence[str]) -> List[str]:
 
 
 def _name_folders(folders: Sequence[str], files: Sequence[str], read: Callable[[str], Optional[str]],
-                  naming: Dict[str, List[str]], scripts: List[str], packages: Dict[str, FrozenSet[str]]) -> None:
+                  naming: Dict[str, List[str]], scripts: List[str]) -> None:
     """What ``scan_file`` tells ``unreferenced`` about candidate folders, for
     ``folders`` found after the scan (the folders of the files that import
-    modules by computed names): which files name each (``naming``), which of
-    the files inside them run as scripts (``scripts``), and the words of their
-    ``__init__.py`` files (``packages``).  Reads the files again, so it runs
+    modules by computed names): which files name each (``naming``) and which
+    of the files inside them run as scripts (``scripts``).  (The scan already
+    kept every ``__init__.py``'s words.)  Reads the files again, so it runs
     only when such a file lies outside every folder asked about before."""
     stems = sorted({folder.rpartition("/")[2] for folder in folders})
     inside = tuple(folder + "/" for folder in folders)
@@ -285,14 +285,15 @@ def _name_folders(folders: Sequence[str], files: Sequence[str], read: Callable[[
         if text is None:
             continue
         posix = path.replace("\\", "/")
-        for stem in stems:
-            if stem in text and _mentions(text, stem):
-                naming.setdefault(stem, []).append(posix)
-        if posix.startswith(inside):
-            if (path.endswith(".ipynb") or _runs_as_script(text)) and posix not in scripts:
-                scripts.append(posix)
-            if posix.endswith("/__init__.py"):
-                packages.setdefault(posix[:-len("/__init__.py")], frozenset(_words(text)))
+        for stem in _named_stems(text, stems):
+            naming.setdefault(stem, []).append(posix)
+        if posix.startswith(inside) and posix not in scripts and (path.endswith(".ipynb") or _runs_as_script(text)):
+            scripts.append(posix)
+
+
+def _named_stems(text: str, stems: Sequence[str]) -> FrozenSet[str]:
+    """The ``stems`` (module or folder names) that ``text`` names as words."""
+    return frozenset(stem for stem in stems if stem in text and _mentions(text, stem))
 
 
 def _exported_module(path: str, packages: Dict[str, FrozenSet[str]]) -> bool:
@@ -359,7 +360,7 @@ def scan_file(path: str, text: str, stems: Sequence[str] = (), methods: Sequence
         _imports_dynamically(text),
         _names_configured_objects(text),
         frozenset(_looked_up(text)),
-        frozenset(stem for stem in stems if stem in text and _mentions(text, stem)),
+        _named_stems(text, stems),
         frozenset(words),
         tuple(imports),
         tuple(_STAR.findall(text)) if package and "*" in text else (),
