@@ -84,11 +84,11 @@ def train(epochs: int = 2) -> float:
             sample_weights = torch.ones(images.shape[0]).to(device)
             per_sample = F.cross_entropy(model(images), labels, weight=class_weights, reduction="none")
             loss = (per_sample * sample_weights).mean()
+            running_loss += loss.item()
             loss.backward()
             optimizer.step()
             if torch.cuda.is_available():
                 torch.cuda.synchronize()
-            running_loss += loss.item()
             step_losses.append(loss)
             torch.cuda.empty_cache()
         accuracy = evaluate(model, val_set)

@@ -265,6 +265,7 @@ class ProgramFacts:
         # factorizations and conjugate gradients on kernel matrices, which need
         # float32 or float64 and branch on their own results.
         self.precise = False
+        self.per_sample_hooks = False  # trains with Opacus: per-sample gradients from module hooks
         # The program steps a simulator (gym, Gymnasium, EnvPool, ...): its
         # step time is the environment's.
         self.simulator = False
@@ -472,6 +473,8 @@ class ProgramFacts:
                 self.simulator = True
             elif top in _PRECISE_LINEAR_ALGEBRA:
                 self.precise = True
+            elif top == "opacus":
+                self.per_sample_hooks = True
 
     def kernels_do_not_matter(self) -> bool:
         """Whether the step time is not the kernels' to begin with: the program

@@ -28,7 +28,8 @@ import libcst as cst
 from torchlint.rule import Context
 from torchlint.nodes import inner_children, iter_children, target_names, walk_nodes
 from torchlint.rules._helpers import (
-    equality_sides, last_name, literal_number, method_name, moves_to_device, names_anywhere, receiver, source_mentions,
+    equality_sides, is_docstring, keyword, last_name, literal_bool, literal_number, method_name, moves_to_device, names_anywhere,
+    positional, receiver, source_mentions,
 )
 from torchlint.rules._models import MODULE_COLLECTIONS, names_a_module
 from torchlint.rules._training import is_backward, is_optimizer_step, with_grad_modes
@@ -952,8 +953,8 @@ def _scan(ctx: Context, roots: List[cst.CSTNode]) -> LoopFacts:
                 facts.optimizes = True
             elif always and direct and q is not None and q.startswith(_HOST_LIBRARIES):
                 body.steps.append(node)  # `f1_score(gt, pred)`: takes host arrays, like an environment
-            elif always and direct and _waits_on_data(node, name, q):
-                facts.waits_on_data = True
+            elif always and direct and (_waits_on_data(node, name, q) or q is None and _callee_waits(ctx, func)):
+                facts.waits_on_data = True  # `idx = mask.nonzero()`, `self._check_nan(loss)`
             elif always and direct and (q in DEVICE_SYNCS or type(func) is cst.Name and func.value in _sync_helpers(ctx)):
                 facts.synchronizes = True
             elif always and direct and _writes(func, name):
@@ -1001,6 +1002,38 @@ def _scan(ctx: Context, roots: List[cst.CSTNode]) -> LoopFacts:
     facts.exits_on_read = facts.stops_on_read or body.feeds_back()
     facts.assigns = body.assigns
     return facts
+
+
+def _callee_waits(ctx: Context, func: cst.BaseExpression) -> bool:
+    """Whether ``func`` (``self._check_nan``, ``check_finite``) names functions
+    of this module, every one of which opens with a test of a tensor's truth
+    value (``if torch.isnan(loss): raise ValueError(...)``, ``assert
+    torch.isfinite(x).all()``): each call waits for the device there.  Cached
+    per name."""
+    if type(func) is cst.Attribute and type(func.value) is cst.Name and func.value.value == "self":
+        name = func.attr.value
+    elif type(func) is cst.Name:
+        name = func.value
+    else:
+        return False
+    cache = ctx.shared.setdefault("callee-waits", {})
+    if name not in cache:
+        definitions = [d.node for d in ctx.semantic.definitions(name)]
+        cache[name] = bool(definitions) and all(
+            type(d) is cst.FunctionDef and _opens_with_tensor_test(ctx, d) for d in definitions)
+    return cache[name]
+
+
+def _opens_with_tensor_test(ctx: Context, function: cst.FunctionDef) -> bool:
+    body = function.body.body if type(function.body) is cst.IndentedBlock else ()
+    for statement in body:
+        if type(statement) is cst.If:
+            return _tests_tensor(ctx, statement.test, comparisons=False)
+        if type(statement) is cst.SimpleStatementLine and type(statement.body[0]) is cst.Assert:
+            return _tests_tensor(ctx, statement.body[0].test, comparisons=False)
+        if not is_docstring(statement):
+            return False
+    return False
 
 
 def _masks(node: cst.Subscript, ctx: Context) -> bool:
@@ -1287,7 +1320,7 @@ def _waits_on_data(call: cst.Call, name: str, qualname: Optional[str]) -> bool:
     return qualname == "torch.where" and len(call.args) == 1
 
 
-def _tests_tensor(ctx: Context, test: cst.BaseExpression) -> bool:
+def _tests_tensor(ctx: Context, test: cst.BaseExpression, comparisons: bool = True) -> bool:
     """A test that reads a tensor's truth value (``(x > 0).any()``,
     ``torch.isfinite(loss).all()``, ``torch.equal(a, b)``); not ``.item()`` or
     ``.tolist()``, which are the sync rules' own findings, and not the
@@ -1300,7 +1333,7 @@ def _tests_tensor(ctx: Context, test: cst.BaseExpression) -> bool:
             if type(node.operator) is cst.Or:
                 todo.append(node.right)  # unless the left is true: `if loss == 0 or not torch.isfinite(loss):`
             continue
-        if isinstance(node, cst.Comparison) and _compares_tensor(ctx, node):
+        if comparisons and isinstance(node, cst.Comparison) and _compares_tensor(ctx, node):
             return True  # `while error > tolerance:` with `error = torch.linalg.vector_norm(...)`
         if isinstance(node, cst.Call) and isinstance(node.func, cst.Attribute) and node.func.attr.value in _TRUTH_READS:
             qualname = ctx.qualname(node.func)
@@ -1794,10 +1827,15 @@ def decides_the_step(ctx: Context) -> bool:
     """Whether the node being visited is in the test of an ``if`` that decides
     whether the training step runs (``if loss.item() < skip_threshold *
     error_last: loss.backward(); optimizer.step()``, a batch skipped when its
-    loss spikes): the host needs the value to choose, by design."""
+    loss spikes): the host needs the value to choose, by design; or in the
+    arguments of a learning-rate scheduler's call (``self.last_lr =
+    self.scheduler.update(lr, ..., kl.item())``, an adaptive KL schedule per
+    minibatch): the rate it sets is a Python number the next step uses."""
     stack = ctx.stack
     for i in range(len(stack) - 2, -1, -1):
         node, child = stack[i], stack[i + 1]
+        if type(node) is cst.Arg and type(stack[i - 1]) is cst.Call and _calls_scheduler(stack[i - 1]):
+            return True
         if isinstance(node, cst.If):
             if child is not node.test:
                 return False
@@ -1809,6 +1847,11 @@ def decides_the_step(ctx: Context) -> bool:
         if isinstance(node, (cst.BaseStatement, cst.BaseSmallStatement)):
             return False
     return False
+
+
+def _calls_scheduler(call: cst.Call) -> bool:
+    func = call.func
+    return type(func) is cst.Attribute and "sched" in (last_name(func.value) or "").lower()
 
 
 def named_for_host_work(ctx: Context) -> bool:
@@ -2541,3 +2584,170 @@ def gathered_once(ctx: Context, loop: cst.CSTNode, recv: cst.BaseExpression) -> 
         if isinstance(node, _SCOPES):
             break
     return True
+
+
+def blocking_copy_in(ctx: Context, loop: cst.CSTNode) -> Optional[cst.BaseExpression]:
+    """The blocking copy with which a ``for`` loop over host batches (a
+    ``DataLoader``'s, as ``HostValues.is_host_iterable`` knows them) moves the
+    iteration's data to the device before it queues any work, or None: its body
+    opens with ``x, y = x.to(device), y.to(device)``, ``data = data.to(device)``,
+    ``batch = {k: v.cuda() for k, v in batch.items()}``, ``out =
+    model(x.cuda())`` (or an ``if`` on the device holding such copies), after
+    nothing but unpacking the batch, ``optimizer.zero_grad()`` and
+    ``model.train()``.  A copy without ``non_blocking=True`` ends with
+    ``cudaStreamSynchronize``: it waits for all the work queued before it, the
+    previous iteration's included, so a read of a value in the loop only moves
+    that wait earlier; the host runs ahead of the device only once both go
+    (``non_blocking=True`` from pinned memory, and the read out of the loop).
+    A copy with ``non_blocking=True``, or one a helper makes, is not one.
+    Cached per loop."""
+    if type(loop) is not cst.For or type(loop.body) is not cst.IndentedBlock:
+        return None
+    cache = ctx.shared.setdefault("blocking-copy-in", {})
+    key = id(loop)
+    if key not in cache:
+        copy = _opening_copy(ctx, loop)
+        cache[key] = copy if copy is not None and _iterates_host_batches(ctx, loop) else None
+    return cache[key]
+
+
+def waits_at_copy_anyway(ctx: Context, loop: cst.CSTNode) -> bool:
+    """Whether the node being visited, in ``loop``, lies in the tail of an
+    iteration that starts with a blocking copy of its batch
+    (``blocking_copy_in``): from the statement holding it to the end of the
+    body, nothing queues a model's or a training step's work (no
+    ``backward()``, ``step()``, ``zero_grad()``, ``forward``/``generate``, no
+    call of a model, loss or criterion, no inner loop).  A read there waits for
+    what the next iteration's copy would wait for anyway: removing it only
+    moves the wait by the host work in between (the next batch's fetch, which
+    loader workers have done already).  A read earlier in the iteration, with
+    the backward pass or a second model still to queue, keeps the host from
+    queueing that work while the device runs; it is reported."""
+    body = getattr(loop, "body", None)
+    if blocking_copy_in(ctx, loop) is None or body is None:
+        return False
+    stack = ctx.stack
+    for i in range(len(stack) - 2, -1, -1):
+        if stack[i] is body:
+            statements = list(body.body)
+            index = next((k for k, st in enumerate(statements) if st is stack[i + 1]), None)
+            return index is not None and not any(_queues_step_work(st) for st in statements[index:])
+    return False
+
+
+_STEP_WORK = frozenset({"backward", "step", "zero_grad", "forward", "generate"})
+
+
+def _queues_step_work(statement: cst.CSTNode) -> bool:
+    for node in walk_nodes(statement):
+        kind = type(node)
+        if kind is cst.For or kind is cst.While:
+            return True
+        if kind is cst.Call:
+            name = last_name(node.func) or ""
+            lowered = name.lower()
+            if name in _STEP_WORK or names_a_module(node.func) or "loss" in lowered or "criterion" in lowered:
+                return True
+    return False
+
+
+def _iterates_host_batches(ctx: Context, loop: cst.For) -> bool:
+    from torchlint.rules._device import host_values  # (it builds on this module)
+    from torchlint.semantic import location_of
+
+    stack = ctx.stack
+    for i in range(len(stack) - 1, -1, -1):
+        if stack[i] is loop:
+            return host_values(ctx).is_host_iterable(loop.iter, location_of(stack[:i + 1]))
+    return False
+
+
+# Calls a loop may make before its copy without queueing work that matters.
+_BEFORE_COPY = frozenset({"zero_grad", "train", "eval", "len", "isinstance"})
+
+
+def _opening_copy(ctx: Context, loop: cst.For) -> Optional[cst.BaseExpression]:
+    data = set(target_names(loop.target))
+    for statement in loop.body.body:
+        kind = _opening_statement(ctx, statement, data)
+        if kind != "host":
+            return kind
+    return None
+
+
+def _opening_statement(ctx: Context, statement: cst.CSTNode, data: set):
+    """The copy when ``statement`` copies the loop's data to the device with a
+    blocking copy before anything else, "host" for one that only unpacks the
+    batch or makes an allowed call, None otherwise."""
+    if type(statement) is cst.If and statement.orelse is None and _tests_device(statement.test) and (
+            type(statement.body) is cst.IndentedBlock):
+        kinds = [_opening_statement(ctx, s, data) for s in statement.body.body]
+        return kinds[0] if kinds and all(k is not None and k != "host" for k in kinds) else None
+    if type(statement) is not cst.SimpleStatementLine or len(statement.body) != 1:
+        return None
+    small = statement.body[0]
+    if type(small) is cst.Expr:
+        value, targets = small.value, []
+    elif type(small) is cst.Assign:
+        value, targets = small.value, [t.target for t in small.targets]
+    else:
+        return None
+    parts = list(value.elements) if type(value) in (cst.Tuple, cst.List) else [value]
+    parts = [p.value if isinstance(p, cst.BaseElement) else p for p in parts]
+    copies = [p for p in parts if _blocking_copy_of(ctx, p, data)]
+    if copies and all(p in copies or _root_name(p) in data and not _calls(p) for p in parts):
+        return copies[0]
+    first = _first_call(value)
+    if first is not None and _blocking_copy_of(ctx, first, data):
+        return first  # `out = model(x.to(device))`: the copy runs before the model queues its work
+    if all(not _calls(p) or (type(p) is cst.Call and last_name(p.func) in _BEFORE_COPY) for p in parts) and (
+            not targets or all(_root_name(p) in data for p in parts)):
+        for target in targets:
+            data.update(target_names(target))  # `images, labels = batch`
+        return "host"
+    return None
+
+
+def _first_call(expr: cst.CSTNode) -> Optional[cst.Call]:
+    """The call of ``expr`` that completes first: the leftmost innermost one
+    (``model(x.cuda())`` -> ``x.cuda()``); None past a conditional, a lambda or
+    a comprehension, whose order is not the source's."""
+    if type(expr) in (cst.IfExp, cst.Lambda, cst.BooleanOperation) or isinstance(expr, _COMPREHENSIONS):
+        return None
+    for child in iter_children(expr):
+        if isinstance(child, cst.BaseExpression) or type(child) is cst.Arg:
+            found = _first_call(child)
+            if found is not None or _calls(child):
+                return found
+    return expr if type(expr) is cst.Call else None
+
+
+def _calls(expr: cst.BaseExpression) -> bool:
+    return any(type(n) is cst.Call for n in walk_nodes(expr))
+
+
+def _blocking_copy_of(ctx: Context, expr: cst.BaseExpression, data: set) -> bool:
+    """``x.to(device)``/``x.cuda()`` without ``non_blocking`` on the loop's data
+    (``batch["img"].to(device)``, ``x.float().cuda()``), or a comprehension of
+    such copies over it (``{k: v.to(device) for k, v in batch.items()}``,
+    ``tuple(t.cuda() for t in batch)``)."""
+    if type(expr) is cst.Call and type(expr.func) is cst.Name and expr.func.value in ("tuple", "list") and (
+            len(expr.args) == 1):
+        expr = expr.args[0].value
+    if type(expr) in (cst.ListComp, cst.GeneratorExp, cst.DictComp):
+        clause = expr.for_in
+        if clause.inner_for_in is not None or _root_name(clause.iter) not in data:
+            return False
+        element = expr.value if type(expr) is cst.DictComp else expr.elt
+        return _blocking_copy_of(ctx, element, set(target_names(clause.target)))
+    if type(expr) is not cst.Call or type(expr.func) is not cst.Attribute or moves_to_device(expr, ctx) is None:
+        return False
+    if any(a.star for a in expr.args) or len(positional(expr)) > (1 if method_name(expr) == "cuda" else 2):
+        return False  # `.to(device, dtype, True)`: maybe non-blocking
+    flag = keyword(expr, "non_blocking")
+    if flag is not None and literal_bool(flag.value) is not False:
+        return False
+    inner = expr.func.value
+    while type(inner) is cst.Call and type(inner.func) is cst.Attribute and not inner.args:
+        inner = inner.func.value  # `x.float().cuda()`
+    return _root_name(inner) in data and not _calls(inner)

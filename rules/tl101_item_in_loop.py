@@ -16,6 +16,7 @@ from torchlint.rules._training import collects_metric_results
 from torchlint.rules._project import HOST_ARGS, caller_trait
 from torchlint.rules._sync import (
     LoopFacts,
+    waits_at_copy_anyway,
     loop_facts,
     waits_every_iteration,
     converts_any_value,
@@ -120,10 +121,25 @@ class ItemInLoop(Rule):
       `while not done.all():`, `while error > tol:` on `error = torch.linalg.norm(...)`,
       `if token != blank:` on `token = probs.argmax(dim=-1)` (greedy decoding),
       `assert torch.isfinite(loss).all()`, `if loss == 0 or not
-      torch.isfinite(loss): continue`; the right operand of `and` may not run
+      torch.isfinite(loss): continue`, or a call of a function of the module
+      that opens with such a test: `self._check_nan(loss)` whose body starts
+      with `if torch.isnan(loss): raise ...`; the right operand of `and` may not run
       and does not count, that of `or` runs whenever the left is false): one
       more read there adds little,
       and removing it would not remove the loop's wait;
+    - a read at the end of an iteration that starts with a blocking copy of
+      the loader's batch (`x, y = x.to(device), y.to(device)`, `data =
+      data.cuda()`, `out = model(x.to(device))`, before any other work; after
+      the read no `backward()`, optimizer step, model, loss or inner loop is
+      left to queue): a host-to-device copy without `non_blocking=True` ends
+      with `cudaStreamSynchronize`, so the next iteration waits there for the
+      same work, and removing the read only moves the wait by the host work
+      in between (the next batch's fetch, already done by the loader's
+      workers). Make the copy `non_blocking=True` from pinned memory first
+      (TL202, TL204 report what they can see); the read then becomes the
+      loop's wait, and is reported. A read earlier in the iteration, with
+      the backward pass or another model still to queue, is reported: it
+      keeps the host from queueing that work while the device runs;
     - a loop that decides on a value read in it whether to go on
       (`if token.item() == eos: break`, or `token = ....item()` then `if token
       == eos: break` in a `for _ in range(max_len)` or `while` loop): greedy
@@ -235,7 +251,10 @@ class ItemInLoop(Rule):
     - a read that decides whether the training step runs: in the test of an
       `if` whose body or `else` backpropagates or steps an optimizer (`if
       loss.item() < skip_threshold * error_last: loss.backward() ...`, a
-      batch skipped when its loss spikes): the host needs it to choose;
+      batch skipped when its loss spikes): the host needs it to choose; or
+      one handed to a learning-rate scheduler (`self.scheduler.update(lr,
+      ..., kl.item())`, an adaptive schedule per minibatch): the rate it sets
+      is a Python number that the next step uses;
     - a function named for the CPU (the word `cpu` in its name:
       `fill_indices_cpu`, `cpu_nms`): the host implementation of an
       operation, given host tensors; or for a beam search (the word `beam`:
@@ -557,8 +576,8 @@ class ItemInLoop(Rule):
             return  # a timing loop: it waits for the device every iteration anyway, to time it
         if facts.exits_on_value:
             return  # the loop waits for a device value every iteration anyway, to decide to stop
-        if waits_every_iteration(ctx, loop, self._facts):
-            return  # `idx = mask.nonzero()`, `envs.step(a.cpu().numpy())`: it waits every iteration anyway
+        if waits_every_iteration(ctx, loop, self._facts) or waits_at_copy_anyway(ctx, loop):
+            return  # `idx = mask.nonzero()`, `envs.step(a.cpu().numpy())`, `x = x.to(device)`: it waits anyway
         if feeds_finite_guard(ctx, loop):
             return  # read to stop the run on a non-finite loss: needed every step, by design
         recv = receiver(node)

@@ -44,6 +44,7 @@ from torchlint.rules._sync import (
     serialised,
     stored_in_host_buffer,
     waits_every_iteration,
+    waits_at_copy_anyway,
 )
 
 
@@ -247,6 +248,13 @@ class HostCopyInLoop(Rule):
     unnecessary CPU-GPU synchronizations to avoid; the copies themselves are
     also many small transfers instead of one large one.
 
+    Not reported at the end of an iteration that starts with a blocking copy
+    of the loader's batch to the device (`x = x.to(device)` without
+    `non_blocking=True`, before any other work) when nothing after the copy
+    to the host queues a model's or a training step's work: that copy waits
+    for the queued work too (it ends with `cudaStreamSynchronize`), so the
+    host copy adds no wait of its own (see TL101).
+
     ## Example
     ```python
     predictions = []
@@ -399,7 +407,7 @@ class HostCopyInLoop(Rule):
         facts = loop_facts(ctx, loop, self._facts)
         if in_timing_loop(ctx, loop, self._facts):
             return  # a timing loop: it waits for the device every iteration anyway, to time it
-        if facts.exits_on_value or waits_every_iteration(ctx, loop, self._facts):
+        if facts.exits_on_value or waits_every_iteration(ctx, loop, self._facts) or waits_at_copy_anyway(ctx, loop):
             return  # the loop waits for the device anyway
         recv = receiver(node)
         assert recv is not None

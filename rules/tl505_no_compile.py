@@ -75,7 +75,10 @@ class NoCompile(ProgramRule):
     DiffDock's score model, is reported); nor a program that fits Gaussian
     processes (it imports `gpytorch`, `botorch` or `linear_operator`): its
     Cholesky retries and conjugate-gradient solvers branch on values they
-    compute, breaking any compiled graph; nor a short run, whose every
+    compute, breaking any compiled graph; nor a program that trains with
+    Opacus (it imports `opacus`): its per-sample gradients come from forward
+    and backward hooks on every layer and `grad_sample` bookkeeping, which
+    Opacus does not run under `torch.compile`; nor a short run, whose every
     training step sits in loops that literals count, at most 5,000 steps in
     all (`for i in range(300):`, `Niter = 2000; for i in trange(Niter):`, a
     tutorial's or demo's fit), counting the loops around the step in its
@@ -251,6 +254,8 @@ class NoCompile(ProgramRule):
             return  # batches bucketed by length or resolution: every bucket's shape is another compilation
         if facts.precise:
             return  # Gaussian processes: solvers that branch on values break compiled graphs
+        if facts.per_sample_hooks:
+            return  # Opacus: per-sample gradients from forward and backward hooks, which it does not compile
         if facts.graph and facts.literal_runs_only():
             return  # a graph network's example: hard-coded epochs, and each batch of graphs a new shape
         if facts.short_runs_only():

@@ -463,7 +463,7 @@ def test_more_host_values() -> None:
         for row in targets:
             e = xyxy2xywh(row[2:6]).tolist()
         for x in loader:
-            g = xyxy2xywh(x.to(device)).item()
+            g = xyxy2xywh(x.to(device, non_blocking=True)).item()
             h = to_device(torch.tensor(x)).item()
             k = xyxy2xywh(len(x), 3).item()
     """
@@ -679,7 +679,7 @@ def test_periodic_flag_assigned_a_modulo_test() -> None:
         "import torch\n"
         "def train(loader, model, optimizer):\n"
         "    for i, x in enumerate(loader):\n"
-        "        loss = model(x.cuda()).sum()\n"
+        "        loss = model(x.cuda(non_blocking=True)).sum()\n"
         "        loss.backward()\n"
         "        optimizer.step()\n"
         "        regularize = i % 4 == 0\n"
@@ -692,3 +692,90 @@ def test_periodic_flag_assigned_a_modulo_test() -> None:
     assert [d.line for d in lint(code, select=["TL101"])] == [12]
     reassigned = code.replace("        late = i > 10\n", "        late = i > 10\n        regularize = True\n")
     assert [d.line for d in lint(reassigned, select=["TL101"])] == [9, 13]
+
+
+
+# -- a loop that waits at a blocking copy of its batch anyway ----------------------------
+
+_COPY_FIRST = """
+import torch
+from torch.utils.data import DataLoader
+def train(model, optimizer, dataset, device, args):
+    loader = DataLoader(dataset, batch_size=64, num_workers=4)
+    for {target} in loader:
+{opening}
+        loss = model(x).sum()
+        loss.backward()
+        optimizer.step()
+        print(loss.item())
+"""
+
+
+@pytest.mark.parametrize(
+    "target, opening",
+    [
+        ("x, y", "        x, y = x.to(device), y.to(device)"),
+        ("x, y", "        optimizer.zero_grad()\n        x = x.cuda()"),
+        ("batch", "        x, y = batch\n        x = x.float().to(device)"),
+        ("batch", "        batch = {k: v.cuda() for k, v in batch.items()}\n        x = batch['x']"),
+        ("x, y", "        if args.cuda:\n            x, y = x.cuda(), y.cuda()"),
+        ("x, y", "        x = model.stem(x.to(device, non_blocking=False))"),
+    ],
+)
+def test_a_read_at_the_end_of_an_iteration_that_starts_with_a_blocking_copy(target, opening) -> None:
+    # the next iteration's copy waits for the same work: the read adds no wait
+    assert tl101(_COPY_FIRST.format(target=target, opening=opening)) == []
+
+
+@pytest.mark.parametrize(
+    "target, opening",
+    [
+        # the copy does not wait: the read is the loop's only wait
+        ("x, y", "        x, y = x.to(device, non_blocking=True), y.to(device, non_blocking=True)"),
+        ("x, y", "        x = x.cuda(non_blocking=True)"),
+        # a helper copies: whether it waits is not visible here
+        ("batch", "        x = to_device(batch, device)"),
+        # work is queued before the copy: the copy waits for it, not for the last iteration only
+        ("x, y", "        h = model.stem(x)\n        x = x.to(device)"),
+        # the copy runs only on some iterations
+        ("x, y", "        if x.dim() == 3:\n            x = x.to(device)"),
+        # a cast, not a move
+        ("x, y", "        x = x.to(torch.float16)"),
+    ],
+)
+def test_a_read_in_a_loop_that_does_not_start_with_a_blocking_copy(target, opening) -> None:
+    assert len(tl101(_COPY_FIRST.format(target=target, opening=opening))) == 1
+
+
+def test_a_read_before_the_rest_of_the_step_is_queued_is_reported() -> None:
+    code = """
+    import torch
+    def train(netD, netG, loader, optD, optG, device):
+        for real, _ in loader:
+            real = real.to(device)
+            errD = netD(real).mean()
+            errD.backward()
+            optD.step()
+            print(errD.item())
+            errG = netD(netG(real)).mean()
+            errG.backward()
+            optG.step()
+            print(errG.item())
+    """
+    # the first read keeps the host from queueing the generator's step while the device runs
+    assert positions(code) == [(9, 15)]
+
+
+def test_a_copy_of_values_that_are_not_the_loaders_batch_is_not_the_loops_wait() -> None:
+    code = """
+    import torch
+    def train(model, optimizer, batches, device):
+        for x in batches:
+            x = x.to(device)
+            loss = model(x).sum()
+            loss.backward()
+            optimizer.step()
+            print(loss.item())
+    """
+    # `batches` may hold device tensors already: `.to(device)` then copies nothing and waits for nothing
+    assert positions(code) == [(9, 15)]

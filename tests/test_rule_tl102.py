@@ -438,7 +438,7 @@ def test_evaluation_metrics_on_host_copies_are_reported_host_functions_are_not()
         def evaluate(model, loader):
             correct = 0
             for images, labels in loader:
-                labels = labels.to(images.device)
+                labels = labels.to(images.device, non_blocking=True)
                 predictions = model(images).argmax(dim=1)
                 correct += int((predictions.cpu().numpy() == labels.cpu().numpy()).sum())
                 classes = np.unique(predictions.cpu().numpy())
@@ -447,3 +447,24 @@ def test_evaluation_metrics_on_host_copies_are_reported_host_functions_are_not()
     """
     # the comparison could run on the device; NumPy's unique and the image helpers need the host
     assert positions(code) == [(11, 25), (11, 54)]
+
+
+
+def test_a_host_copy_at_the_end_of_a_loop_that_starts_with_a_blocking_copy() -> None:
+    code = """
+    import torch
+    def train(model, loader, optimizer, device):
+        losses = []
+        for x, y in loader:
+            x, y = x.to(device), y.to(device)
+            loss = model(x).sum()
+            loss.backward()
+            optimizer.step()
+            losses.append(loss.detach().cpu())
+        return losses
+    """
+    # the next iteration's blocking copy waits for the same work
+    assert lint(code, select=["TL102"]) == []
+    # a copy that does not wait: the host copy is the loop's wait
+    (d,) = lint(code.replace("x.to(device)", "x.to(device, non_blocking=True)"), select=["TL102"])
+    assert d.line == 10
