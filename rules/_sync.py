@@ -2614,7 +2614,7 @@ def blocking_copy_in(ctx: Context, loop: cst.CSTNode) -> Optional[cst.BaseExpres
 def waits_at_copy_anyway(ctx: Context, loop: cst.CSTNode) -> bool:
     """Whether the node being visited, in ``loop``, lies in the tail of an
     iteration that starts with a blocking copy of its batch
-    (``blocking_copy_in``): from the statement holding it to the end of the
+    (``blocking_copy_in``): after the statement holding it, to the end of the
     body, nothing queues a model's or a training step's work (no
     ``backward()``, ``step()``, ``zero_grad()``, ``forward``/``generate``, no
     call of a model, loss or criterion, no inner loop).  A read there waits for
@@ -2631,7 +2631,7 @@ def waits_at_copy_anyway(ctx: Context, loop: cst.CSTNode) -> bool:
         if stack[i] is body:
             statements = list(body.body)
             index = next((k for k, st in enumerate(statements) if st is stack[i + 1]), None)
-            return index is not None and not any(_queues_step_work(st) for st in statements[index:])
+            return index is not None and not any(_queues_step_work(st) for st in statements[index + 1:])
     return False
 
 

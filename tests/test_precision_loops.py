@@ -18,7 +18,7 @@ import torch
 def train_epoch(loader, model, optimizer, meter):
     meter.iter_tic()
     for x, y in loader:
-        loss = model(x.cuda()).sum()
+        loss = model(x.cuda(non_blocking=True)).sum()
         loss.backward()
         optimizer.step()
         loss_value, grad = loss.item(), model.weight.grad.norm().item()
@@ -137,7 +137,7 @@ def eval_epoch(loader, model, meter, cfg):
     model.eval()
     with torch.no_grad():
         for inputs, meta in loader:
-            preds = model(inputs.cuda())
+            preds = model(inputs.cuda(non_blocking=True))
             boxes = meta["boxes"]
             if cfg.NUM_GPUS:
                 preds = preds.cpu()
@@ -424,7 +424,7 @@ def test_batch_parts_a_loader_yields_stay_on_the_host_until_moved():
         references = []
         with torch.no_grad():
             for i, (imgs, caps, allcaps) in enumerate(val_loader):
-                imgs = imgs.to(device)
+                imgs = imgs.to(device, non_blocking=True)
                 scores = decoder(imgs)
                 for j in range(allcaps.shape[0]):
                     references.append(allcaps[j].sum().item())

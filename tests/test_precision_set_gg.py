@@ -268,7 +268,7 @@ import torch
 def train(model, loader, optimizer, loss_fn, args):
     error_last = 1.0
     for lr, hr in loader:
-        sr = model(lr.cuda())
+        sr = model(lr.cuda(non_blocking=True))
         loss = loss_fn(sr, hr.cuda())
         if loss.item() < args.skip_threshold * error_last:
             loss.backward()

@@ -73,7 +73,7 @@ import torch
 
 def collect_boxes(model, loader, ratio, found):
     for batch in loader:
-        outputs = model(batch.cuda())
+        outputs = model(batch.cuda(non_blocking=True))
         box = np.array([1.0, 2.0, 3.0, 4.0])
         box -= np.array([0.5, 0.5, 0.5, 0.5])
         box /= ratio
@@ -185,7 +185,7 @@ import torch
 def evaluation(model, data_loader, device, k):
     feats = []
     for image in data_loader:
-        feat = model.visual_encoder(image.to(device))
+        feat = model.visual_encoder(image.to(device, non_blocking=True))
         feats.append(feat.cpu())
     feats = torch.cat(feats, dim=0)
     scores = []

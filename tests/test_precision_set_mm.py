@@ -73,7 +73,7 @@ import torch
 def train(model, loader, optimizer, log, opt):
     step = 0
     for batch_idx, (x, y) in enumerate(loader):
-        loss = model(x.cuda(), y.cuda())
+        loss = model(x.cuda(non_blocking=True), y.cuda(non_blocking=True))
         optimizer.zero_grad()
         loss.backward()
         optimizer.step()
@@ -138,8 +138,8 @@ import torch
 
 def train(model, loader, optimizer, history):
     for x, y in loader:
-        out = model(x.cuda())
-        loss = (out - y.cuda()).pow(2).mean()
+        out = model(x.cuda(non_blocking=True))
+        loss = (out - y.cuda(non_blocking=True)).pow(2).mean()
         loss.backward()
         optimizer.step()
         history.append(out.detach().cpu().numpy())
@@ -259,7 +259,7 @@ import torch
 
 def train(model, loader, optimizer, history):
     for x, y in loader:
-        loss = model(x.cuda(), y.cuda())
+        loss = model(x.cuda(non_blocking=True), y.cuda(non_blocking=True))
         loss.backward()
         optimizer.step()
         history.append(loss.detach().cpu().tolist())

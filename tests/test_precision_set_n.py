@@ -25,7 +25,7 @@ from sklearn.metrics import f1_score
 
 def train(model, loader, optimizer, writer, device):
     for step, (x, y) in enumerate(loader):
-        x, y = x.to(device), y.to(device)
+        x, y = x.to(device, non_blocking=True), y.to(device, non_blocking=True)
         out = model(x)
         loss = torch.nn.functional.binary_cross_entropy_with_logits(out, y)
         optimizer.zero_grad()
@@ -65,7 +65,7 @@ import torch
 
 def train(model, loader, optimizer, device):
     for imgs, annot in loader:
-        imgs = imgs.to(device)
+        imgs = imgs.to(device, non_blocking=True)
         cls_loss, reg_loss = model(imgs, annot)
         loss = cls_loss.mean() + reg_loss.mean()
         if loss == 0 or not torch.isfinite(loss):
@@ -171,7 +171,7 @@ def test_lengths_of_a_host_loaders_batches_are_silent():
 
 
 def test_lengths_of_batches_moved_to_the_device_are_reported():
-    code = LENGTHS.replace('batch["input_ids"].ne(pad)', 'batch["input_ids"].cuda().ne(pad)')
+    code = LENGTHS.replace('batch["input_ids"].ne(pad)', 'batch["input_ids"].cuda(non_blocking=True).ne(pad)')
     assert found(code, "TL101") == [("TL101", 11)]
 
 
@@ -408,7 +408,7 @@ def test_a_cpu_only_script_is_silent():
 
 
 def test_the_same_script_on_the_gpu_is_reported():
-    code = CPU_SCRIPT.replace("net(x.view(-1, 784)), y)", "net(x.cuda().view(-1, 784)), y.cuda())")
+    code = CPU_SCRIPT.replace("net(x.view(-1, 784)), y)", "net(x.cuda(non_blocking=True).view(-1, 784)), y.cuda(non_blocking=True))")
     assert found(code, "TL101,TL102,TL203") == [("TL203", 7), ("TL101", 17), ("TL102", 18)]
 
 

@@ -138,3 +138,25 @@ def test_tl505_the_same_program_without_opacus_is_reported():
         "model, optimizer, loader = PrivacyEngine().make_private(\n"
         "    module=model, optimizer=optimizer, data_loader=loader, noise_multiplier=1.0, max_grad_norm=1.0)\n", "")
     assert "TL505" in codes(lint(plain, select=["TL505"]))
+
+
+def test_tl101_a_read_in_the_statement_that_computes_the_loss_at_the_end_of_the_step():
+    # opacus's MNIST test loop: `test_loss += F.nll_loss(output, target).item()` then host counting
+    code = """\
+import torch
+import torch.nn.functional as F
+
+
+@torch.no_grad()
+def test(model, device, test_loader):
+    test_loss = 0
+    for data, target in test_loader:
+        data, target = data.to(device), target.to(device)
+        output = model(data)
+        test_loss += F.nll_loss(output, target, reduction="sum").item()
+        {after}
+    return test_loss
+"""
+    assert codes(lint(code.format(after="pass"), select=["TL101"])) == []
+    # a model still to run after the read: the read keeps the host from queueing it
+    assert codes(lint(code.format(after="model(data)"), select=["TL101"])) == ["TL101"]

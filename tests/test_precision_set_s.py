@@ -24,7 +24,7 @@ import torch
 
 def train(model, loader, optimizer, logger):
     for x in loader:
-        loss_dict = model(x.cuda())
+        loss_dict = model(x.cuda(non_blocking=True))
         loss = sum(loss_dict.values())
         optimizer.zero_grad()
         loss.backward()

@@ -276,7 +276,7 @@ import torch
 
 def train(args, model, loader, optimizer):
     for j, (x, y) in enumerate(loader):
-        out = model(x.cuda())
+        out = model(x.cuda(non_blocking=True))
         loss = out.sum()
         loss.backward()
         optimizer.step()
@@ -561,7 +561,7 @@ import torch
 
 def train(loader, model, optimizer):
     for step, batch in enumerate(loader):
-        loss = model(batch.cuda()).mean()
+        loss = model(batch.cuda(non_blocking=True)).mean()
         loss.backward()
         optimizer.step()
         if step % 100 != 0:

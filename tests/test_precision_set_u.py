@@ -291,7 +291,7 @@ import torch
 def evaluate(model, loader, ignore_index):
     loss_total = 0.0
     for batch in loader:
-        logits, loss = model(batch["input_ids"].cuda())
+        logits, loss = model(batch["input_ids"].cuda(non_blocking=True))
         labels = batch["labels"].cuda()
         labels = labels[labels != ignore_index]
         loss_total += loss.item()

@@ -226,7 +226,7 @@ def test_test_files_are_skipped() -> None:
     import torch
     def test_round_trip(model, loader, expected):
         for x, y in loader:
-            y = y.to(device)
+            y = y.to(device, non_blocking=True)
             optimizer.step()
             same = torch.allclose(model(x).cpu(), y)
             reference = sklearn_metric(y.cpu().numpy(), model(x).cpu().numpy())
