@@ -385,11 +385,36 @@ def is_epoch_loop(loop: cst.CSTNode, facts: Optional["LoopFacts"] = None) -> boo
     loop that itself runs a training step (``loss.backward()`` in its own body,
     not in an inner loop: full-batch training, where an "epoch" is one step)
     is not an epoch loop."""
-    if not isinstance(loop, cst.For):
+    if not isinstance(loop, (cst.For, cst.While)):
         return False
-    if not any("epoch" in n.lower() for n in target_names(loop.target)):
+    if not (isinstance(loop, cst.For) and any("epoch" in n.lower() for n in target_names(loop.target))
+            or _runs_an_epoch(loop)):
         return False
     return facts is None or not facts.steps_directly
+
+
+_EPOCH_WORD = re.compile(r"(?:^|_)epochs?(?:$|_)", re.IGNORECASE)
+
+
+def _runs_an_epoch(loop: cst.CSTNode) -> bool:
+    """A loop whose body, in statements of its own that run every iteration,
+    calls a function named for an epoch (``self.train_epoch()``,
+    ``train_one_epoch(...)``) or counts epochs (``self.epoch_num += 1``): each
+    iteration is a whole pass (rl_games's ``while True:`` around
+    ``train_epoch``)."""
+    body = getattr(loop, "body", None)
+    for statement in getattr(body, "body", ()):
+        if type(statement) is not cst.SimpleStatementLine:
+            continue
+        for small in statement.body:
+            if type(small) is cst.AugAssign and type(small.operator) is cst.AddAssign and _EPOCH_WORD.search(
+                    last_name(small.target) or ""):
+                return True
+            value = getattr(small, "value", None)
+            if type(value) is cst.Call and _EPOCH_WORD.search(last_name(value.func) or "") and not (
+                    last_name(value.func) or "").lower().startswith(("on_", "set_")):
+                return True
+    return False
 
 
 def is_streaming_loop(loop: cst.CSTNode) -> bool:

@@ -26,11 +26,12 @@ from torchlint.notebook import fix_notebook, lint_notebook, mask_cell, parse
 FIXTURE = Path(__file__).resolve().parent / "fixtures" / "notebooks" / "training.ipynb"
 TRAINING = FIXTURE.read_text(encoding="utf-8")
 
+# Cell 7's `losses.append(loss.item())` ends a step that starts with blocking copies of the
+# batch: TL101 reports it only once `fix` has made those copies non-blocking (see below).
 EXPECTED_CONCISE = [
     "training.ipynb:cell 3:4:5: TL401",
     "training.ipynb:cell 5:4:10: TL202 [*]",
     "training.ipynb:cell 7:5:9: TL301",
-    "training.ipynb:cell 7:9:23: TL101",
     "training.ipynb:cell 8:2:9: TL201 [*]",
 ]
 
@@ -392,7 +393,7 @@ def test_subprocess_check_and_fix(tmp_path):
         cwd=tmp_path, capture_output=True, text=True, timeout=120,
     )
     assert check.returncode == 1, check.stderr
-    assert [line.split(" `")[0].split(" torch")[0] for line in check.stdout.splitlines()[:5]] == EXPECTED_CONCISE
+    assert [line.split(" `")[0].split(" torch")[0] for line in check.stdout.splitlines()[:len(EXPECTED_CONCISE)]] == EXPECTED_CONCISE
     fix = subprocess.run(
         [sys.executable, "-m", "torchlint", "fix", target.name], cwd=tmp_path,
         capture_output=True, text=True, timeout=120,

@@ -160,3 +160,37 @@ def test(model, device, test_loader):
     assert codes(lint(code.format(after="pass"), select=["TL101"])) == []
     # a model still to run after the read: the read keeps the host from queueing it
     assert codes(lint(code.format(after="model(data)"), select=["TL101"])) == ["TL101"]
+
+
+# -- TL101: a loop whose every iteration is an epoch ------------------------------------------
+
+EPOCHS = """\
+import torch
+
+
+class SACAgent:
+    def train(self):
+        while True:
+            self.epoch_num += 1
+            actor_losses, critic_losses = self.train_epoch()
+            self.writer.add_scalar("losses/a_loss", torch.stack(actor_losses).mean().item(), self.frame)
+            self.writer.add_scalar("losses/c_loss", torch.stack(critic_losses).mean().item(), self.frame)
+            if self.epoch_num >= self.max_epochs:
+                break
+"""
+
+
+@pytest.mark.parametrize("change", [
+    ("", ""),
+    ("            self.epoch_num += 1\n", ""),  # the call of `train_epoch` alone says it
+    ("actor_losses, critic_losses = self.train_epoch()", "actor_losses, critic_losses = train_one_epoch(self)"),
+])
+def test_tl101_reads_once_per_iteration_of_a_loop_that_runs_an_epoch_each_time(change):
+    # rl_games's SAC agent: the means of the epoch's losses, logged once per epoch
+    assert codes(lint(EPOCHS.replace(*change), select=["TL101"])) == []
+
+
+def test_tl101_a_loop_that_runs_steps_is_no_epoch_loop():
+    steps = EPOCHS.replace("            self.epoch_num += 1\n", "").replace(
+        "actor_losses, critic_losses = self.train_epoch()", "actor_losses, critic_losses = self.train_step()")
+    assert codes(lint(steps, select=["TL101"])) == ["TL101", "TL101"]
