@@ -61,7 +61,7 @@ def evaluate(model: nn.Module, dataset: TensorDataset) -> float:
     model.eval()
     correct = 0
     for images, labels in loader:
-        images, labels = images.to(device), labels.to(device)
+        images, labels = images.to(device, non_blocking=True), labels.to(device, non_blocking=True)
         predictions = model(images).argmax(dim=1)
         correct += int((predictions.cpu().numpy() == labels.cpu().numpy()).sum())
     return correct / len(loader.dataset)

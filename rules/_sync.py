@@ -393,12 +393,15 @@ def is_epoch_loop(loop: cst.CSTNode, facts: Optional["LoopFacts"] = None) -> boo
     return facts is None or not facts.steps_directly
 
 
-_EPOCH_WORD = re.compile(r"(?:^|_)epochs?(?:$|_)", re.IGNORECASE)
+# `train_epoch`, `train_one_epoch`, `run_epoch`, `_train_epoch`, `fit_epoch`, `epoch_train`.
+_EPOCH_CALL = re.compile(r"^_?(?:(?:train|run|fit)_(?:one_)?epoch|epoch_(?:train|run))$", re.IGNORECASE)
+# `epoch`, `self.epoch_num`, `cur_epoch`, `n_epochs`, `epoch_idx`: a name for the epoch count.
+_EPOCH_COUNT = re.compile(r"^(?:\w+_)?epochs?(?:_(?:num|idx|id|count|counter|no))?$", re.IGNORECASE)
 
 
 def _runs_an_epoch(loop: cst.CSTNode) -> bool:
     """A loop whose body, in statements of its own that run every iteration,
-    calls a function named for an epoch (``self.train_epoch()``,
+    calls a function that runs an epoch (``self.train_epoch()``,
     ``train_one_epoch(...)``) or counts epochs (``self.epoch_num += 1``): each
     iteration is a whole pass (rl_games's ``while True:`` around
     ``train_epoch``)."""
@@ -407,13 +410,12 @@ def _runs_an_epoch(loop: cst.CSTNode) -> bool:
         if type(statement) is not cst.SimpleStatementLine:
             continue
         for small in statement.body:
-            if type(small) is cst.AugAssign and type(small.operator) is cst.AddAssign and _EPOCH_WORD.search(
-                    last_name(small.target) or ""):
-                return True
+            if type(small) is cst.AugAssign and type(small.operator) is cst.AddAssign and literal_number(
+                    small.value) == 1 and _EPOCH_COUNT.match(last_name(small.target) or ""):
+                return True  # `self.epoch_num += 1`
             value = getattr(small, "value", None)
-            if type(value) is cst.Call and _EPOCH_WORD.search(last_name(value.func) or "") and not (
-                    last_name(value.func) or "").lower().startswith(("on_", "set_")):
-                return True
+            if type(value) is cst.Call and _EPOCH_CALL.match(last_name(value.func) or ""):
+                return True  # `losses = self.train_epoch()`
     return False
 
 

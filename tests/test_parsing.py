@@ -58,7 +58,7 @@ import torch
 def train(args, model, loader, opt):
     assert(args.dropout == 0 if args.model.startswith("convnext") else True)
     for x in loader:
-        loss = model(x.cuda())
+        loss = model(x.cuda(non_blocking=True))
         loss.backward()
         opt.step()
         opt.zero_grad(set_to_none=False)

@@ -598,7 +598,7 @@ def test_latency_benchmark_runs():
     result = subprocess.run([sys.executable, str(root / "benchmarks" / "server_latency.py"), "--rounds", "3"],
                             capture_output=True, text=True, timeout=300)
     assert result.returncode == 0, result.stderr
-    assert re.search(r"^file +938 lines, 9 diagnostics, 3 keystrokes \(3 parsed incrementally\)$", result.stdout, re.M), result.stdout
+    assert re.search(r"^file +938 lines, 8 diagnostics, 3 keystrokes \(3 parsed incrementally\)$", result.stdout, re.M), result.stdout
     assert re.search(r"^parse +\d+\.\d ms", result.stdout, re.M)
     assert re.search(r"^analysis +\d+\.\d ms", result.stdout, re.M)
     assert re.search(r"^ratio analysis / parse: \d+\.\d\dx$", result.stdout, re.M)
