@@ -512,6 +512,19 @@ class ProgramFacts:
             return "linear-algebra"
         return None
 
+    def no_tensor_core_work(self) -> bool:
+        """Whether the program visibly runs no operation that reduced precision
+        speeds up: no matrix multiplication, convolution, recurrent layer or
+        attention, no named architecture, and no model from elsewhere (an
+        imported class, a `build_model(...)`-like helper, a hub or pretrained
+        model): a fit of a few parameters through elementwise math (kaolin's
+        lighting tutorials)."""
+        if self.has_matmul or self.has_conv or self.transformer or self.convnet or self.recurrent:
+            return False
+        source = self.context.source
+        return (_TENSOR_CORE_WORDS.search(source) is None and _MODEL_FROM_ELSEWHERE.search(source) is None
+                and _MODEL_HELPER.search(source) is None and not _imports_a_class(self.context))
+
     def matmul_heavy(self) -> bool:
         """Whether the model's work is mostly matrix multiplication: a
         transformer is named, or the module builds matmul layers or operations
@@ -1263,6 +1276,15 @@ _SIZED_LAYERS: Dict[str, Tuple[Tuple[str, int], Tuple[str, int]]] = {
 _TINY_CHANNELS = 32  # most output channels of a convolution (its cost also grows with the image)
 _TINY_PARAMETERS = 1_000_000
 # A model that comes from elsewhere: its size is not in this module.
+# Words of operations and layers that tensor cores run, in any spelling
+# (`F.conv2d`, `nn.LSTM`, `torch.bmm`, `scaled_dot_product_attention`).
+# A model named anywhere (`model(x)`, `self.net`, `generator`) may hold them too.
+_TENSOR_CORE_WORDS = re.compile(r"conv|linear|matmul|\bmm\b|bmm|einsum|lstm|gru|rnn|attention|transformer|"
+                                r"baddbmm|addmm|tensordot|model|net\b|network|backbone|encoder|decoder|"
+                                r"generator|discriminator|policy|critic|actor|module", re.IGNORECASE)
+# A helper that builds or loads a model (`build_model(cfg)`, `get_network()`, `load_model(path)`).
+_MODEL_HELPER = re.compile(r"\b(?:build|create|get|load|make|init)_?(?:model|net|network|backbone)\w*\(",
+                           re.IGNORECASE)
 _MODEL_FROM_ELSEWHERE = re.compile(
     r"torchvision\.models|\btimm\.|from_pretrained|torch\.hub\.load|\bAutoModel"
 )

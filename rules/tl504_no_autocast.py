@@ -66,6 +66,14 @@ class NoAutocast(ProgramRule):
       matmuls are small, so autocast buys nothing measurable. (A linear probe
       or a small MLP is reported: from the code alone it cannot be told
       from a wide MLP that is matmul-bound, such as NeRF's.)
+    - A fit of a few parameters through elementwise math is not reported:
+      the program names no matrix product, convolution, recurrent layer,
+      attention or model anywhere (`conv`, `linear`, `matmul`, `@`, `lstm`,
+      `model`, `net`, `encoder`, ..., in any spelling), builds none, and takes
+      none from elsewhere (an imported class, a `build_model(...)`-like
+      helper, a hub or pretrained model): autocast changes only the
+      precision of matmuls and convolutions, so it has nothing to speed up
+      (kaolin's lighting tutorials).
     - A module that never mentions CUDA is not reported (CPU autocast
       exists, but the documented gains are on GPUs with tensor cores).
     - Unlike the other whole-program rules, the module need not be an entry
@@ -212,6 +220,8 @@ class NoAutocast(ProgramRule):
     def decide(self, facts: ProgramFacts) -> None:
         if facts.reduced_precision or not facts.uses_cuda or facts.quiet_reason():
             return
+        if facts.no_tensor_core_work():
+            return  # elementwise math only: autocast has no matmul or convolution to run in half precision
         self.report_at_first_step(
             facts,
             "this training step runs in full float32: without `torch.autocast` its matmuls and "

@@ -194,3 +194,37 @@ def test_tl101_a_loop_that_runs_steps_is_no_epoch_loop():
     steps = EPOCHS.replace("            self.epoch_num += 1\n", "").replace(
         "actor_losses, critic_losses = self.train_epoch()", "actor_losses, critic_losses = self.train_step()")
     assert codes(lint(steps, select=["TL101"])) == ["TL101", "TL101"]
+
+
+# -- TL504: a fit with no operation that reduced precision speeds up ---------------------------
+
+FIT = """\
+import torch
+
+azimuth = torch.zeros(1, device="cuda", requires_grad=True)
+elevation = torch.full((1,), 0.5, device="cuda", requires_grad=True)
+optimizer = torch.optim.Adam([azimuth, elevation], lr=0.05)
+for it in range(args.iterations):
+    optimizer.zero_grad()
+    directions = torch.stack([torch.cos(azimuth) * torch.sin(elevation), torch.cos(elevation)], dim=-1)
+    irradiance = (normals * directions).sum(-1).clamp(min=0.0) * albedo
+    loss = torch.nn.functional.l1_loss(irradiance[mask], target[mask])
+    loss.backward()
+    optimizer.step()
+"""
+
+
+def test_tl504_a_fit_of_a_few_parameters_through_elementwise_math_is_not_told_to_autocast():
+    # kaolin's lighting tutorials: no matmul, convolution or recurrent layer for autocast to speed up
+    assert "TL504" not in codes(lint(FIT, select=["TL504"]))
+
+
+@pytest.mark.parametrize("change", [
+    ("(normals * directions).sum(-1)", "(normals @ directions.T).squeeze(-1)"),  # a matrix product
+    ("import torch\n", "import torch\nfrom shading import Renderer\n"),  # a model from elsewhere
+    ("irradiance = (", "irradiance = torch.nn.functional.conv2d(image, kernel).mean() + ("),
+])
+def test_tl504_the_same_fit_with_tensor_core_work_is_reported(change):
+    changed = FIT.replace(*change)
+    assert changed != FIT
+    assert "TL504" in codes(lint(changed, select=["TL504"]))
