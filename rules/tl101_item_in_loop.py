@@ -179,9 +179,9 @@ class ItemInLoop(Rule):
       tensors of different shapes pads them to the largest, and the host
       needs each rank's size to slice;
     - a loop whose iteration is a whole pass of work: over epochs
-      (`for epoch in ...`, or a loop whose body calls a function named for an
-      epoch or counts epochs, `while True: self.epoch_num += 1;
-      self.train_epoch()`; unless the loop itself calls `.backward()`:
+      (`for epoch in ...`, or a loop whose own statements run an epoch,
+      `train_epoch()`, `train_one_epoch(...)`, `run_epoch()`, or count epochs,
+      `self.epoch_num += 1`; unless the loop itself calls `.backward()`:
       full-batch training, where each "epoch" is one step), over a streaming
       generator (`for token in generate_text_stream(...)`: each value is wanted
       as soon as it exists), a loop that runs a text generation every
