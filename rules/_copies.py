@@ -18,6 +18,7 @@ import libcst as cst
 
 from torchlint.rules._helpers import (
     argument,
+    blocking_flag,
     device_type,
     has_star,
     is_accelerator_string,
@@ -388,21 +389,13 @@ class CopyLoops:
             return None
         if has_star(call):
             return None
-        name = method_name(call)
         pos = positional(call)
         device = keyword(call, "device")
         if device is None and pos:
             device = pos[0]
         if device is not None and device_type(device.value, self.context) in _UNPINNABLE:
             return None
-        flag = keyword(call, "non_blocking")
-        if flag is not None:
-            return ("false", flag) if literal_bool(flag.value) is False else None
-        if name == "cuda" and len(pos) >= 2:
-            return None
-        if name == "to" and (len(pos) >= 3 or (len(pos) == 2 and literal_bool(pos[1].value) is not None)):
-            return None
-        return ("absent", None)
+        return blocking_flag(call)
 
 
 # -- the loop's data ------------------------------------------------------------------

@@ -241,6 +241,26 @@ def moves_to_device(call: cst.Call, ctx: Context) -> Optional[cst.BaseExpression
     return None
 
 
+def blocking_flag(call: cst.Call) -> Optional[Tuple[str, Optional[cst.Arg]]]:
+    """For a ``.to(...)``/``.cuda(...)`` copy: ``("absent", None)`` when it
+    passes no ``non_blocking``, ``("false", arg)`` when it passes the literal
+    ``False``; None when it is non-blocking or may be (``non_blocking=True``,
+    a variable, ``*args``, ``.to(device, dtype, flag)``, ``.to(x, True)``,
+    ``.cuda(device, flag)``)."""
+    if has_star(call):
+        return None
+    flag = keyword(call, "non_blocking")
+    if flag is not None:
+        return ("false", flag) if literal_bool(flag.value) is False else None
+    pos = positional(call)
+    name = method_name(call)
+    if name == "cuda" and len(pos) >= 2:
+        return None
+    if name == "to" and (len(pos) >= 3 or (len(pos) == 2 and literal_bool(pos[1].value) is not None)):
+        return None
+    return ("absent", None)
+
+
 def chain_root(expr: cst.BaseExpression) -> Optional[str]:
     """``model.to(device)`` -> ``"model"``: the dotted name at the root of a method chain."""
     while isinstance(expr, cst.Call) and isinstance(expr.func, cst.Attribute):

@@ -28,8 +28,8 @@ import libcst as cst
 from torchlint.rule import Context
 from torchlint.nodes import inner_children, iter_children, target_names, walk_nodes
 from torchlint.rules._helpers import (
-    equality_sides, is_docstring, keyword, last_name, literal_bool, literal_number, method_name, moves_to_device, names_anywhere,
-    positional, receiver, source_mentions,
+    blocking_flag, equality_sides, is_docstring, last_name, literal_number, method_name, moves_to_device,
+    names_anywhere, receiver, source_mentions,
 )
 from torchlint.rules._models import MODULE_COLLECTIONS, names_a_module
 from torchlint.rules._training import is_backward, is_optimizer_step, with_grad_modes
@@ -2769,11 +2769,8 @@ def _blocking_copy_of(ctx: Context, expr: cst.BaseExpression, data: set) -> bool
         return _blocking_copy_of(ctx, element, set(target_names(clause.target)))
     if type(expr) is not cst.Call or type(expr.func) is not cst.Attribute or moves_to_device(expr, ctx) is None:
         return False
-    if any(a.star for a in expr.args) or len(positional(expr)) > (1 if method_name(expr) == "cuda" else 2):
-        return False  # `.to(device, dtype, True)`: maybe non-blocking
-    flag = keyword(expr, "non_blocking")
-    if flag is not None and literal_bool(flag.value) is not False:
-        return False
+    if blocking_flag(expr) is None:
+        return False  # `non_blocking=True`, `.to(device, dtype, flag)`: it may not wait
     inner = expr.func.value
     while type(inner) is cst.Call and type(inner.func) is cst.Attribute and not inner.args:
         inner = inner.func.value  # `x.float().cuda()`
