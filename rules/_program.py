@@ -469,7 +469,7 @@ class ProgramFacts:
     def visit_import(self, node: cst.CSTNode) -> None:
         for module in _imported_modules(node):
             top = module.split(".", 1)[0]
-            if top in SIMULATORS:
+            if top in SIMULATORS or ".".join(module.split(".", 2)[:2]) in SIMULATORS:
                 self.simulator = True
             elif top in _PRECISE_LINEAR_ALGEBRA:
                 self.precise = True
@@ -1105,13 +1105,16 @@ _MEDIA_WORDS = re.compile(
 # `device`, `.to(...)`, `mps`, `xla`) or through a framework that moves batches
 # for it (Lightning, Accelerate, Fabric, DeepSpeed, a `Trainer` class; not a variable
 # named `trainer`, d2l's optimizer; Ignite moves batches only where it is given a
-# `device`, and `ignite.distributed` says "distributed").
+# `device`, and `ignite.distributed` says "distributed"; a default tensor type
+# other than a host one: `set_default_tensor_type(torch.DoubleTensor)` is not).
 # (The look-ahead for the words' first letters spares the regex engine trying
 # every word at every character of the text: 2.5 times faster, the same matches.)
 _ACCELERATOR_WORDS = re.compile(
     r"(?=[cdgmxthnalfis.])"
     r"(?:cuda|device|gpu|\b(?:mps|xla|tpu|xpu|hpu|npu)\b|accelerat|\.to\(|distributed|local_rank|lightning|fabric"
-    r"|deepspeed|(?-i:Trainer)\b|set_default_tensor_type)",
+    r"|deepspeed|(?-i:Trainer)\b"
+    # (`set_default_tensor_type(torch.DoubleTensor)` keeps tensors on the host)
+    r"|set_default_tensor_type(?!\(\s*[\"']?torch\.(?:Double|Float|Half|BFloat16|Long|Int)Tensor\b))",
     re.IGNORECASE,
 )
 _ENTRY_LINE = re.compile(r"^(?:if __name__|for |while |with )", re.M)

@@ -379,7 +379,9 @@ def loads_downloaded_weights(text: str) -> bool:
 SIMULATORS = frozenset(
     {"gym", "gymnasium", "envpool", "procgen", "dm_control", "pettingzoo", "mujoco",
      "isaacgym", "brax", "minigrid", "atari_py", "ale_py", "pybullet_envs", "stable_baselines3",
-     "diff_gaussian_rasterization", "diff_surfel_rasterization", "gsplat"}
+     "diff_gaussian_rasterization", "diff_surfel_rasterization", "gsplat",
+     # TorchRL's environments and collectors (`from torchrl.envs import GymEnv`)
+     "torchrl.envs", "torchrl.collectors"}
 )
 _SETTING = re.compile(
     r"(?P<reduced>\bautocast\b|GradScaler|MixedPrecision\w*\(|\bmixed_precision\b|\b(?:torch\.)?(?:bfloat16|float16)\b"
@@ -389,7 +391,7 @@ _SETTING = re.compile(
     r"|\b(?:args|cfg|config|opt|opts|hparams|params|\w+_args)\.(?:use_)?compile\b)"
     r"|(?P<benchmark>cudnn\.benchmark\s*=\s*True\b|\bcudnn_benchmark\b)"
     r"|(?P<double_backward>" + DOUBLE_BACKWARD_CODE + ")"
-    r"|(?P<simulator>^[ \t]*(?:import|from)[ \t]+(?:" + "|".join(sorted(SIMULATORS)) + r")\b)",
+    r"|(?P<simulator>^[ \t]*(?:import|from)[ \t]+(?:" + "|".join(sorted(re.escape(name) for name in SIMULATORS)) + r")\b)",
     re.M,
 )
 _COMMENT = re.compile(r"#[^\n]*")

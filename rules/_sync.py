@@ -435,13 +435,33 @@ def runs_once_per_pass(ctx: Context, loop: cst.CSTNode, cache: Dict[int, "LoopFa
     paid once per iteration is negligible: a loop over epochs (that does not
     itself step), a loop over a streaming generator, a loop whose body runs a
     whole text generation (``model.generate(...)``) or, outside training, a
-    whole sampler (``runs_sampler``), or an interactive loop that waits for
-    ``input()``."""
-    if is_streaming_loop(loop):
+    whole sampler (``runs_sampler``), an interactive loop that waits for
+    ``input()``, or a walk over a model's parameters once per epoch."""
+    if is_streaming_loop(loop) or _walks_parameters_per_epoch(ctx, loop, cache):
         return True
     facts = loop_facts(ctx, loop, cache)
     return is_epoch_loop(loop, facts) or facts.generates or facts.prompts_user or (
         not facts.optimizes and runs_sampler(loop))
+
+
+_PARAMETER_WALKS = frozenset({"parameters", "named_parameters", "modules", "named_modules", "children"})
+
+
+def _walks_parameters_per_epoch(ctx: Context, loop: cst.CSTNode, cache: Dict[int, "LoopFacts"]) -> bool:
+    """``for p in net.parameters():`` (or ``named_parameters()``, ``modules()``)
+    whose nearest enclosing loop is an epoch loop: it runs once per epoch,
+    after the epoch's steps (a gradient norm logged per epoch), not per step;
+    the same walk in an optimizer's ``step()`` runs every step."""
+    if type(loop) is not cst.For or type(loop.iter) is not cst.Call or type(loop.iter.func) is not cst.Attribute:
+        return False
+    if loop.iter.func.attr.value not in _PARAMETER_WALKS:
+        return False
+    loops = list(ctx.enclosing_loops(periodic_guard=False))
+    index = next((i for i, outer in enumerate(loops) if outer is loop), None)
+    if index is None or index + 1 >= len(loops):
+        return False
+    outer = loops[index + 1]
+    return is_epoch_loop(outer, loop_facts(ctx, outer, cache))
 
 
 _SAMPLER_CALL = re.compile(r"^(?:sampling|run_sampling|\w*sample_loop|sample_\w*loop)$")
@@ -879,7 +899,10 @@ class LoopFacts:
     depends on device values: ``nonzero()``, ``unique()``,
     ``masked_select()``, a one-argument ``torch.where(mask)``, or an
     ``if``/``while``/``assert`` test on a tensor (``if (x > 0).any():``,
-    ``assert torch.isfinite(loss).all()``).  None of these is a finding of
+    ``assert torch.isfinite(loss).all()``), or a loop over an RL data
+    collector (``for data in collector:``), or a Pyro inference step
+    (``svi.step(x)``, which answers with a float; ``elbo.differentiable_loss(...)``,
+    which tests the loss for NaN).  None of these is a finding of
     the sync rules; one more read of a value there adds no new wait."""
     writes_output: bool = False
     """Writes or saves something in its own body and not under a condition
@@ -971,6 +994,8 @@ def _scan(ctx: Context, roots: List[cst.CSTNode]) -> LoopFacts:
                 facts.reads_memory_stats = True
             elif attr in ("backward", "step"):
                 facts.trains = True
+                if attr == "step" and always and direct and "svi" in (last_name(func.value) or "").lower():
+                    facts.waits_on_data = True  # Pyro's `svi.step(x)` answers with a Python float
                 # `scheduler.step()` once per epoch is not a training step
                 facts.steps_directly = facts.steps_directly or (direct and attr == "backward")
                 facts.optimizes = facts.optimizes or is_backward(node, ctx) or is_optimizer_step(node)
@@ -980,7 +1005,9 @@ def _scan(ctx: Context, roots: List[cst.CSTNode]) -> LoopFacts:
                 facts.optimizes = True
             elif always and direct and q is not None and q.startswith(_HOST_LIBRARIES):
                 body.steps.append(node)  # `f1_score(gt, pred)`: takes host arrays, like an environment
-            elif always and direct and (_waits_on_data(node, name, q) or q is None and _callee_waits(ctx, func)):
+            elif always and direct and (_waits_on_data(node, name, q) or q is None and _callee_waits(ctx, func) or (
+                    name in _CHECKED_LOSSES and (q is None or q.startswith("pyro."))) or _checked_loss_name(ctx, func) or (
+                    name == "next" and q is None and node.args and _next_from_collector(ctx, node.args[0].value))):
                 facts.waits_on_data = True  # `idx = mask.nonzero()`, `self._check_nan(loss)`
             elif always and direct and (q in DEVICE_SYNCS or type(func) is cst.Name and func.value in _sync_helpers(ctx)):
                 facts.synchronizes = True
@@ -1064,15 +1091,34 @@ def _opens_with_tensor_test(ctx: Context, function: cst.FunctionDef) -> bool:
 
 
 def _masks(node: cst.Subscript, ctx: Context) -> bool:
-    """Boolean-mask indexing written with a comparison: ``labels[labels !=
-    IGNORE_INDEX]``, ``idx[idx[:, 0] == i, 1]``: how many elements it keeps
+    """Boolean-mask indexing written with a comparison (``labels[labels !=
+    IGNORE_INDEX]``, ``idx[idx[:, 0] == i, 1]``) or with a mask named so
+    (``rewards[done]``, ``x[~mask]``, ``_named_mask``): how many elements it keeps
     depends on the values, which the host waits for (not a NumPy array's:
     ``mask_idc[mask_idc < sz]`` after ``mask_idc = np.asarray(...)``)."""
-    if not any(type(e.slice) is cst.Index and type(e.slice.value) is cst.Comparison for e in node.slice):
+    if not any(type(e.slice) is cst.Index and (type(e.slice.value) is cst.Comparison or _named_mask(e.slice.value))
+               for e in node.slice):
         return False
     from torchlint.rules._device import host_values  # (it builds on this module)
 
     return not host_values(ctx).is_host(node.value, ctx.location())
+
+
+# A boolean mask by its name: `done`, `dones`, `mask`, `valid_mask`, `terminated`, `is_pos`.
+_MASK_NAME = re.compile(r"^(?:dones?|masks?|\w+_masks?|masks?_\w+|terminated|truncated|valid|\w+_valid|is_\w+)$")
+
+
+def _named_mask(index: cst.BaseExpression) -> bool:
+    """An index named as a boolean mask, or its negation: ``rewards[done]``,
+    ``x[~mask]``, ``td["next", "episode_reward"][td["next", "done"]]`` (a
+    TensorDict entry under such a key)."""
+    if type(index) is cst.UnaryOperation and type(index.operator) is cst.BitInvert:
+        index = index.expression
+    if type(index) is cst.Subscript:
+        last = index.slice[-1].slice  # (`td["next", "done"]` has two elements)
+        key = last.value if type(last) is cst.Index else None
+        return type(key) is cst.SimpleString and bool(_MASK_NAME.match(str(key.evaluated_value)))
+    return type(index) in (cst.Name, cst.Attribute) and bool(_MASK_NAME.match(last_name(index) or ""))
 
 
 def _indexes_with_array(node: cst.Subscript, ctx: Context) -> bool:
@@ -1334,6 +1380,9 @@ _READS = frozenset({"item", "tolist", "cpu", "numpy", "any", "all", "equal"})
 _TRAIN_STEP = re.compile(
     r"^_?(?:train|training|optimi[sz]e)(?:_one)?_(?:step|batch|iter|iteration|parameters)$", re.IGNORECASE
 )
+# Pyro's ELBO losses, which test the loss for NaN on the host (`warn_if_nan`)
+# and validate each distribution's arguments as they build the trace.
+_CHECKED_LOSSES = frozenset({"differentiable_loss", "loss_and_grads"})
 # Operations whose output size depends on device values: the host waits for them.
 _DATA_DEPENDENT = frozenset({"nonzero", "unique", "unique_consecutive", "masked_select", "argwhere"})
 # Reductions whose truth value an `if`/`while`/`assert` reads on the host.
@@ -1383,7 +1432,8 @@ def _compares_tensor(ctx: Context, node: cst.Comparison) -> bool:
     """A comparison of a name that every binding the function gives it sets to
     a tensor: an order comparison (``<``, ``>``, ``<=``, ``>=``) of a torch
     call's result (``error = torch.linalg.vector_norm(M - I, torch.inf)`` ...
-    ``while error > tolerance:``), or any comparison (``==``, ``!=`` too) of a
+    ``while error > tolerance:``, or the call itself: ``if torch.abs(loss) >
+    high_loss:``), or any comparison (``==``, ``!=`` too) of a
     method chain that names a dimension (``token = probs.argmax(dim=-1).squeeze()``
     ... ``if token != blank:``, greedy decoding): its truth value is read on
     the host."""
@@ -1392,6 +1442,11 @@ def _compares_tensor(ctx: Context, node: cst.Comparison) -> bool:
         return False
     location = None
     for side in (node.left, *(p.comparator for p in node.comparisons)):
+        if type(side) is cst.Call and order:
+            q = ctx.qualname(side.func) or ""
+            if q.startswith("torch.") and not _HOST_ANSWERS.search(q):
+                return True  # `if torch.abs(loss) > high_loss:`
+            continue
         if type(side) is not cst.Name:
             continue
         location = location or ctx.location()
@@ -1490,6 +1545,8 @@ def loop_facts(ctx: Context, loop: cst.CSTNode, cache: Dict[int, LoopFacts]) -> 
             facts.waits_on_data = True  # `while not done.all():`
         if isinstance(loop, cst.For) and _timed_iterable(loop.iter):
             facts.reads_clock = True
+        if isinstance(loop, cst.For) and _collects_from_environments(loop.iter):
+            facts.waits_on_data = True  # `for data in collector:` each batch is stepped in environments
         if facts.exits_on_read and (isinstance(loop, cst.While) or (
             isinstance(loop, cst.For) and isinstance(loop.iter, cst.Call) and last_name(loop.iter.func) == "range"
         ) or (isinstance(loop, cst.For) and facts.stops_on_read and _names_loader(loop.iter))):
@@ -1498,6 +1555,43 @@ def loop_facts(ctx: Context, loop: cst.CSTNode, cache: Dict[int, LoopFacts]) -> 
             facts.exits_on_value = True
         cache[id(loop)] = facts
     return facts
+
+
+def _collects_from_environments(expr: cst.BaseExpression) -> bool:
+    """An RL data collector (TorchRL's ``SyncDataCollector``, ``Collector``,
+    named ``collector``, also under ``enumerate``/``tqdm``): each batch it
+    yields was made by stepping environments on the policy's actions, host
+    simulators that wait for the device at every step; a read per batch adds
+    no wait."""
+    while type(expr) is cst.Call and type(expr.func) is cst.Name and expr.func.value in ("enumerate", "tqdm", "iter") and (
+            expr.args):
+        expr = expr.args[0].value
+    if type(expr) is cst.Call:
+        return (last_name(expr.func) or "").endswith("Collector")
+    return "collector" in (last_name(expr) or "").lower()
+
+
+def _checked_loss_name(ctx: Context, func: cst.BaseExpression) -> bool:
+    """``loss_fn(model, guide, x)`` with ``loss_fn =
+    Trace_ELBO().differentiable_loss``: a Pyro loss (``_CHECKED_LOSSES``)."""
+    if type(func) is not cst.Name or ctx.qualname(func) is not None:
+        return False
+    bindings = ctx.semantic.bindings(func.value, ctx.location())
+    return bool(bindings) and all(
+        b.kind == "value" and type(b.value) is cst.Attribute and b.value.attr.value in _CHECKED_LOSSES
+        for b in bindings)
+
+
+def _next_from_collector(ctx: Context, expr: cst.BaseExpression) -> bool:
+    """``next(c_iter)`` with ``c_iter = iter(collector)``: a batch from an RL
+    data collector (``_collects_from_environments``)."""
+    if _collects_from_environments(expr):
+        return True
+    if type(expr) is not cst.Name:
+        return False
+    bindings = ctx.semantic.bindings(expr.value, ctx.location())
+    return bool(bindings) and all(b.kind == "value" and b.value is not None and _collects_from_environments(b.value)
+                                  for b in bindings)
 
 
 def _names_loader(expr: cst.BaseExpression) -> bool:
@@ -2757,16 +2851,20 @@ def _blocking_copy_of(ctx: Context, expr: cst.BaseExpression, data: set) -> bool
     """``x.to(device)``/``x.cuda()`` without ``non_blocking`` on the loop's data
     (``batch["img"].to(device)``, ``x.float().cuda()``), or a comprehension of
     such copies over it (``{k: v.to(device) for k, v in batch.items()}``,
-    ``tuple(t.cuda() for t in batch)``)."""
+    ``tuple(t.cuda() for t in batch)``) or over the keys of it
+    (``[batch[k].to(device) for k in input_names]``)."""
     if type(expr) is cst.Call and type(expr.func) is cst.Name and expr.func.value in ("tuple", "list") and (
             len(expr.args) == 1):
         expr = expr.args[0].value
     if type(expr) in (cst.ListComp, cst.GeneratorExp, cst.DictComp):
         clause = expr.for_in
-        if clause.inner_for_in is not None or _root_name(clause.iter) not in data:
+        if clause.inner_for_in is not None:
             return False
         element = expr.value if type(expr) is cst.DictComp else expr.elt
-        return _blocking_copy_of(ctx, element, set(target_names(clause.target)))
+        if _root_name(clause.iter) in data:
+            return _blocking_copy_of(ctx, element, set(target_names(clause.target)))
+        # `[batch[k].to(device) for k in input_names]`: the loop's data, indexed by the names
+        return _blocking_copy_of(ctx, element, data - set(target_names(clause.target)))
     if type(expr) is not cst.Call or type(expr.func) is not cst.Attribute or moves_to_device(expr, ctx) is None:
         return False
     if blocking_flag(expr) is None:

@@ -60,7 +60,8 @@ class ItemInLoop(Rule):
     `datasets.MNIST(...)`, and never names an accelerator: no `cuda`,
     `device`, `gpu`, `mps`, `xla`, `.to(...)`, `distributed`, and no framework
     that moves batches for it, such as Lightning, Accelerate, Fabric,
-    DeepSpeed, Ignite or a `Trainer`): its tensors live in host
+    DeepSpeed, Ignite or a `Trainer`; a host default tensor type,
+    `torch.set_default_tensor_type(torch.DoubleTensor)`, names none): its tensors live in host
     memory, and `.item()` waits for nothing. A module without an entry point
     (a library function) may be handed device tensors, and is judged as usual.
     Nor in a module that fits Gaussian processes (it imports `gpytorch`,
@@ -121,15 +122,25 @@ class ItemInLoop(Rule):
       `while not done.all():`, `while error > tol:` on `error = torch.linalg.norm(...)`,
       `if token != blank:` on `token = probs.argmax(dim=-1)` (greedy decoding),
       `assert torch.isfinite(loss).all()`, `if loss == 0 or not
-      torch.isfinite(loss): continue`, or a call of a function of the module
+      torch.isfinite(loss): continue`, `if torch.abs(loss) > 30:`, indexing
+      with a mask named so (`rewards[done]`, `x[~mask]`, a TensorDict's
+      `td["next", "done"]`), or a call of a function of the module
       that opens with such a test: `self._check_nan(loss)` whose body starts
-      with `if torch.isnan(loss): raise ...`; the right operand of `and` may not run
+      with `if torch.isnan(loss): raise ...`; Pyro's inference steps, which
+      test the loss on the host: `svi.step(x)` answers with a float,
+      `elbo.differentiable_loss(...)` checks it for NaN), or a loop over an
+      RL data collector (`for data in collector:`, `next(iter(collector))`,
+      TorchRL's `SyncDataCollector`: each batch was made by stepping host
+      environments on the policy's actions); the right operand of `and` may not run
       and does not count, that of `or` runs whenever the left is false): one
       more read there adds little,
       and removing it would not remove the loop's wait;
     - a read at the end of an iteration that starts with a blocking copy of
       the loader's batch (`x, y = x.to(device), y.to(device)`, `data =
-      data.cuda()`, `out = model(x.to(device))`, before any other work; after
+      data.cuda()`, `out = model(x.to(device))`, `inputs = [batch[k].to(device)
+      for k in names]`, before any other work; a loader is also an entry of
+      a mapping named for loaders, `dataloaders[phase]`,
+      `data_loaders["val_loader"]`; after
       the read no `backward()`, optimizer step, model, loss or inner loop is
       left to queue): a host-to-device copy without `non_blocking=True` ends
       with `cudaStreamSynchronize`, so the next iteration waits there for the
@@ -182,7 +193,10 @@ class ItemInLoop(Rule):
       (`for epoch in ...`, or a loop whose own statements run an epoch,
       `train_epoch()`, `train_one_epoch(...)`, `run_epoch()`, or count epochs,
       `self.epoch_num += 1`; unless the loop itself calls `.backward()`:
-      full-batch training, where each "epoch" is one step), over a streaming
+      full-batch training, where each "epoch" is one step), a walk over a
+      model's parameters in an epoch loop (`for p in net.parameters():` after
+      the epoch's steps: a gradient norm logged per epoch; the same walk in an
+      optimizer's `step()` runs every step and is reported), over a streaming
       generator (`for token in generate_text_stream(...)`: each value is wanted
       as soon as it exists), a loop that runs a text generation every
       iteration (`model.generate(...)`), or an interactive loop (`input()`,

@@ -91,7 +91,8 @@ class HostCopyInLoop(Rule):
     `datasets.MNIST(...)`, and never names an accelerator: no `cuda`,
     `device`, `gpu`, `mps`, `xla`, `.to(...)`, `distributed`, and no framework
     that moves batches for it, such as Lightning, Accelerate, Fabric,
-    DeepSpeed, Ignite or a `Trainer`): `.cpu()` copies nothing there.
+    DeepSpeed, Ignite or a `Trainer`; a host default tensor type,
+    `torch.set_default_tensor_type(torch.DoubleTensor)`, names none): `.cpu()` copies nothing there.
     Nor in a module that fits Gaussian processes (it imports `gpytorch`,
     `botorch` or `linear_operator`): every call of such a model waits for the
     device inside (a Cholesky factorization's error check, a conjugate-gradient
@@ -200,7 +201,12 @@ class HostCopyInLoop(Rule):
       `torch.unique(labels)`, `labels[labels != ignore]`, `if (x > 0).any():`,
       `if token != blank:` on `token = probs.argmax(dim=-1)`,
       `assert torch.isfinite(loss).all()`, `if loss == 0 or not
-      torch.isfinite(loss): continue`): one more wait there adds little;
+      torch.isfinite(loss): continue`, `if torch.abs(loss) > 30:`, indexing
+      with a mask named so: `rewards[done]`, `x[~mask]`, a TensorDict's
+      `td["next", "done"]`; Pyro's `svi.step(x)` and ELBO losses, which
+      test the loss on the host; a loop over an RL data collector, `for
+      data in collector:`, whose batches come from stepping host
+      environments): one more wait there adds little;
     - a loop that hands a host copy of device values to host code every
       iteration and needs the answer: an environment step on the policy's
       actions, a scikit-learn function (`f1_score(gt, pred)` on each batch's

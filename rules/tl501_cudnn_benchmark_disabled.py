@@ -90,7 +90,7 @@ class CudnnBenchmarkDisabled(ProgramRule):
     `DataLoader` loads in the main process (`num_workers` absent or `0`: its
     steps wait for data; TL203 reports those loaders), for one that imports a
     reinforcement-learning simulator (`gym`, `gymnasium`, `envpool`, `procgen`,
-    `dm_control`, ...: the step time is the environment's, on the host, and the
+    `dm_control`, `torchrl.envs`, ...: the step time is the environment's, on the host, and the
     policy networks are small) or a Gaussian-splatting rasterizer
     (`diff_gaussian_rasterization`, `diff_surfel_rasterization`, `gsplat`: the
     step time is the rasterizer's own CUDA kernels) and for one that asks for reproducible kernels

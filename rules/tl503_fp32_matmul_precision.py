@@ -68,7 +68,8 @@ class Fp32MatmulPrecision(ProgramRule):
       visibly tiny model"): a course notebook's linear regression or 2-10-10-1
       MLP, whose steps are launch-bound.
     - A program that imports a reinforcement-learning simulator (`gym`,
-      `gymnasium`, `envpool`, `procgen`, `dm_control`, ...) is not reported:
+      `gymnasium`, `envpool`, `procgen`, `dm_control`, TorchRL's
+      `torchrl.envs`, ...) is not reported:
       its step time is spent stepping environments on the host and in small
       policy networks, where TF32 buys nothing measurable; nor one that
       imports a Gaussian-splatting rasterizer (`diff_gaussian_rasterization`,

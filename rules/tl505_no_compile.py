@@ -39,7 +39,8 @@ class NoCompile(ProgramRule):
     not reported (for a small model on a CPU the compile time is rarely repaid);
     only entry modules are reported, because the model is usually compiled where
     it is built; a program that imports a reinforcement-learning simulator
-    (`gym`, `gymnasium`, `envpool`, `procgen`, `dm_control`, ...) is not
+    (`gym`, `gymnasium`, `envpool`, `procgen`, `dm_control`, TorchRL's
+    `torchrl.envs` and `torchrl.collectors`, ...) is not
     reported, since its step time is spent stepping environments on the host,
     nor one that imports a Gaussian-splatting rasterizer
     (`diff_gaussian_rasterization`, `diff_surfel_rasterization`, `gsplat`: its
