@@ -180,14 +180,26 @@ def closure_under_no_grad(ctx, function: Optional[cst.FunctionDef]) -> bool:
     return False
 
 
+_DEF = re.compile(r"\bdef\s+(\w+)")
+
+
+def _defined_functions(ctx) -> frozenset:
+    """The names after ``def`` in the module's text (a superset of its
+    functions' names: comments and strings too), once per module."""
+    found = ctx.shared.get("def-names")
+    if found is None:
+        found = ctx.shared["def-names"] = frozenset(_DEF.findall(ctx.source))
+    return found
+
+
 def helper_without_gradients(ctx, func: cst.BaseExpression) -> bool:
     """Whether ``func`` names a function of this module (its only definition)
     that disables gradients itself: decorated with ``@torch.no_grad()`` (or
     ``inference_mode``), or whose body is one ``with torch.no_grad():`` block
     after its docstring (stanza's ``model_predict(model, indices, sentences)``,
     called from ``evaluate_model``): the model runs inside it without a graph."""
-    if type(func) is not cst.Name:
-        return False
+    if type(func) is not cst.Name or func.value not in _defined_functions(ctx):
+        return False  # (a cheap look at the text first: the module's lexical index is a walk of every node)
     found = ctx.semantic.definitions(func.value)
     if len(found) != 1 or type(found[0].node) is not cst.FunctionDef:
         return False

@@ -211,6 +211,45 @@ def test_definitions_and_occurrences_are_lexical():
     assert call.location.scopes == (module,)
 
 
+def test_definitions_asked_first_are_those_of_the_full_lexical_index():
+    # `definitions` alone walks the statements only; its answers (and their
+    # locations) are those the full index gives
+    source = """
+        import torch
+        if torch.cuda.is_available():
+            def helper(x): return x
+        else:
+            class helper: pass
+        try:
+            def load(): pass
+        except ImportError:
+            def load(): return None
+        finally:
+            pass
+        class Model:
+            def forward(self, x):
+                def helper(y): return y
+                for i in range(3):
+                    with torch.no_grad():
+                        def inner(): pass
+                return [lambda: 1 for _ in x]
+        match command:
+            case "go":
+                def inner(): pass
+    """
+    from torchlint.semantic import SemanticModel
+
+    module, alone, _ = _model(source)
+    full = SemanticModel(module)
+    full.occurrences("x")  # builds the full index first
+    for name in ("helper", "load", "forward", "inner", "Model", "missing"):
+        first = [(o.node, o.location.scopes, o.location.path) for o in alone.definitions(name)]
+        second = [(o.node, o.location.scopes, o.location.path) for o in full.definitions(name)]
+        assert first == second
+    assert [type(o.node).__name__ for o in alone.definitions("helper")] == ["FunctionDef", "ClassDef", "FunctionDef"]
+    assert len(alone.definitions("inner")) == 2
+
+
 def test_a_path_step_names_its_block():
     module, model, top = _model("""
         kw = dict(a=1)

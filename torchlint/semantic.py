@@ -140,6 +140,7 @@ class SemanticModel:
         self._functions: Dict[int, Tuple[List[Tuple[cst.BaseExpression, Path]], bool]] = {}
         self._blocks: Dict[int, cst.CSTNode] = {}  # every block the walks of scopes passed
         self._lexical: Optional[Tuple[Dict[str, List["Occurrence"]], Dict[str, List["Occurrence"]]]] = None
+        self._definitions: Optional[Dict[str, List["Occurrence"]]] = None
         self._globals: Optional[List[Tuple[cst.Global, Tuple[cst.CSTNode, ...]]]] = None
 
     # -- tables ------------------------------------------------------------------
@@ -325,7 +326,28 @@ class SemanticModel:
     def definitions(self, name: str) -> List["Occurrence"]:
         """Every ``def name``/``class name`` statement of the module, in any
         scope (``Occurrence.node`` is the statement)."""
-        return self._lexical_index()[1].get(name, [])
+        if self._lexical is not None:
+            return self._lexical[1].get(name, [])
+        if self._definitions is None:
+            self._definitions = self._definition_index()
+        return self._definitions.get(name, [])
+
+    def _definition_index(self) -> Dict[str, List["Occurrence"]]:
+        """The ``definitions`` part of ``_lexical_index`` alone, by a walk of the
+        statements only: a ``def`` or ``class`` lies in no expression and no
+        simple statement, so its ancestors (the chain) are the same."""
+        definitions: Dict[str, List[Occurrence]] = {}
+        todo: List[Tuple[cst.CSTNode, Optional[tuple]]] = [(self.module, None)]
+        while todo:
+            node, chain = todo.pop()
+            kind = type(node)
+            if kind is cst.FunctionDef or kind is cst.ClassDef:
+                definitions.setdefault(node.name.value, []).append(Occurrence(node, chain))
+            inner = (node, chain)
+            for child in reversed(iter_children(node)):
+                if _holds_statements(type(child)):
+                    todo.append((child, inner))
+        return definitions
 
     def occurrences(self, name: str) -> List["Occurrence"]:
         """Every ``Name`` node spelled ``name`` in the module, in any scope:
@@ -368,6 +390,22 @@ def _is_expression(kind: type) -> bool:
     known = _EXPRESSIONS.get(kind)
     if known is None:
         known = _EXPRESSIONS[kind] = cst.BaseExpression in kind.__mro__
+    return known
+
+
+_STATEMENT_HOLDERS: Dict[type, bool] = {}
+
+
+def _holds_statements(kind: type) -> bool:
+    """A node type that is or may hold a compound statement: a block, a
+    compound statement, or one of their clauses (``else``, ``except``,
+    ``finally``, a ``match`` case); not an expression or a simple statement."""
+    known = _STATEMENT_HOLDERS.get(kind)
+    if known is None:
+        known = _STATEMENT_HOLDERS[kind] = kind is cst.IndentedBlock or any(
+            base in kind.__mro__ for base in (cst.BaseCompoundStatement, cst.Else, cst.ExceptHandler, cst.Finally,
+                                              getattr(cst, "ExceptStarHandler", cst.ExceptHandler),
+                                              getattr(cst, "MatchCase", cst.Else)))
     return known
 
 
