@@ -223,6 +223,8 @@ class Finder:
             if note == GRADS:
                 facts: Tuple[Tuple[str, str], ...] = (("callee", trait_key(qualname, NO_GRAD)),)
                 mode = self._grad_mode(call)
+                if mode is None and site.caller is not None and self._reached_without_gradients(site.caller):
+                    mode = False  # `evaluate` calls `self._valid_batch_loop()` under `no_grad`, which calls this
                 if mode is not False:
                     facts = (("callee", trait_key(qualname, WITH_GRAD)),)
                     if site.caller is not None and _trains(site.caller):
@@ -268,6 +270,26 @@ class Finder:
             if chosen:
                 return chosen[-1]
         return None
+
+    def _reached_without_gradients(self, fn: cst.FunctionDef, depth: int = 0) -> bool:
+        """Whether ``fn`` is called in this module, every such call runs
+        without gradients (under ``no_grad`` there, or in a function of which
+        the same holds, a few levels up), and the module's text names it
+        nowhere else (a call on a receiver of unknown class, a callback)."""
+        sites = [site for site in self.frequency.sites if fn in site.callees and site.caller is not fn]
+        if not sites or not self.text or depth > 2:
+            return False
+        name = fn.name.value
+        mentions = len(re.findall(r"\b%s\b" % re.escape(name), self.text))
+        if mentions > len(self.semantic.definitions(name)) + len(sites):
+            return False
+        for site in sites:
+            mode = self._grad_mode(site.call)
+            if mode is False:
+                continue
+            if mode is True or site.caller is None or not self._reached_without_gradients(site.caller, depth + 1):
+                return False
+        return True
 
     def _called_here(self, fn: cst.FunctionDef) -> bool:
         """Whether a call in this module (outside ``fn``) reaches ``fn``, or the

@@ -87,7 +87,11 @@ class EvalWithoutNoGrad(Rule):
       of the run through the project index: silent when every call found
       there runs under `with torch.no_grad():`/`torch.inference_mode()` (the
       innermost grad mode around the call) or in a function decorated so, or
-      in a function that nothing in its own module calls (its name written
+      in a function whose every call in its module does (followed a few
+      levels up, its name written there only by its definitions and those
+      calls: a base class's `evaluate` calls `self._valid_batch_loop()` under
+      `no_grad`, which calls the subclass's `_validate` hook),
+      or in a function that nothing in its own module calls (its name written
       there only by its definitions) and whose own callers elsewhere all do,
       followed across modules as far as the index's hops go (LAVIS: a
       task's `valid_step` calls `model.predict_answers(...)`,

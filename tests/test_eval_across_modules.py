@@ -179,3 +179,54 @@ def test_a_chain_with_gradients_somewhere_keeps_the_finding(runner, workdir, cas
         _tasks(workdir, base_task=BASE_TASK + "\n    def evaluate_all(self, model, loaders):\n"
                                               "        return [self.evaluation(model, l) for l in loaders]\n")
     assert _codes(runner, ".") == ["models.py:13:5:"]
+
+
+ENGINE = """\
+import torch
+
+
+class Trainer:
+    def evaluate(self, epoch):
+        self.model.eval()
+        with torch.no_grad():
+            self._valid_batch_loop(epoch)
+
+    def _valid_batch_loop(self, epoch):
+        for batch in self.valid_loader:
+            self._validate(*batch)
+
+    def _validate(self, *data):
+        raise NotImplementedError
+"""
+
+SUBCLASS = """\
+import torch
+from engine import Trainer
+
+
+class AttentionTrainer(Trainer):
+    def _validate(self, x, y):
+        self.model.eval()
+        loss = self.model(x, y)
+        self.meter.update(loss.item())
+"""
+
+
+def test_a_hook_the_base_class_calls_under_no_grad_two_calls_up_is_silent(runner, workdir):
+    # a template method: the base class's `evaluate` disables gradients around
+    # `_valid_batch_loop`, its only caller in the module, which calls the hook
+    (workdir / "engine.py").write_text(ENGINE)
+    (workdir / "attention.py").write_text(SUBCLASS)
+    assert _codes(runner, ".") == []
+
+
+@pytest.mark.parametrize("engine", [
+    ENGINE.replace("        with torch.no_grad():\n            self._valid_batch_loop(epoch)",
+                   "        self._valid_batch_loop(epoch)"),
+    ENGINE + "\n    def debug(self):\n        self._valid_batch_loop(0)\n",  # another caller, with gradients on
+    ENGINE + "\n\nHOOKS = [Trainer._valid_batch_loop]\n",  # named elsewhere in the module: unknown callers
+])
+def test_a_hook_reached_with_gradients_on_keeps_the_finding(runner, workdir, engine):
+    (workdir / "engine.py").write_text(engine)
+    (workdir / "attention.py").write_text(SUBCLASS)
+    assert _codes(runner, ".") == ["attention.py:6:5:"]
