@@ -652,8 +652,8 @@ _MOVING_LOADER = re.compile(r"prefetch|device|cuda|gpu", re.IGNORECASE)
 def _names_a_loader(expr: cst.BaseExpression) -> bool:
     """``loader``, ``val_loader``, ``self.train_dataloader``,
     ``data_loaders["train_loader"]``, ``dataloaders[phase]`` (an entry of a
-    mapping, under a key that names one, or of one named for loaders); not a prefetcher or a device loader (``cuda_loader``,
-    ``DeviceLoader``)."""
+    mapping, under a key that names one, or of one named for loaders); not a
+    prefetcher or a device loader (``cuda_loader``, ``DeviceLoader``)."""
     if isinstance(expr, cst.Subscript) and len(expr.slice) == 1 and isinstance(expr.slice[0].slice, cst.Index):
         key = expr.slice[0].slice.value
         name = key.evaluated_value if isinstance(key, cst.SimpleString) else ""

@@ -1005,10 +1005,12 @@ def _scan(ctx: Context, roots: List[cst.CSTNode]) -> LoopFacts:
                 facts.optimizes = True
             elif always and direct and q is not None and q.startswith(_HOST_LIBRARIES):
                 body.steps.append(node)  # `f1_score(gt, pred)`: takes host arrays, like an environment
-            elif always and direct and (_waits_on_data(node, name, q) or q is None and _callee_waits(ctx, func) or (
-                    name in _CHECKED_LOSSES and (q is None or q.startswith("pyro."))) or _checked_loss_name(ctx, func) or (
-                    name == "next" and q is None and node.args and _next_from_collector(ctx, node.args[0].value))):
-                facts.waits_on_data = True  # `idx = mask.nonzero()`, `self._check_nan(loss)`
+            elif always and direct and (
+                    _waits_on_data(node, name, q) or q is None and _callee_waits(ctx, func)
+                    or name in _CHECKED_LOSSES and (q is None or q.startswith("pyro.")) or _checked_loss_name(ctx, func)
+                    or name == "next" and q is None and node.args and _next_from_collector(ctx, node.args[0].value)):
+                # `idx = mask.nonzero()`, `self._check_nan(loss)`, `elbo.differentiable_loss(...)`, `next(batches)`
+                facts.waits_on_data = True
             elif always and direct and (q in DEVICE_SYNCS or type(func) is cst.Name and func.value in _sync_helpers(ctx)):
                 facts.synchronizes = True
             elif always and direct and _writes(func, name):
