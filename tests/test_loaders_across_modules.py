@@ -173,6 +173,23 @@ def test_fix_adds_pin_memory_where_check_reports_it(runner, workdir):
     assert "batch_size=batch_size, num_workers=4, pin_memory=True)" in (workdir / "data.py").read_text()
 
 
+@pytest.mark.parametrize("command", [("fix",), ("check", "--fix")])
+def test_one_fix_run_also_fixes_the_copies_a_pin_in_another_module_makes_fixable(runner, workdir, command):
+    # pinning the loader in data.py makes TL204 report (and fix) its batches' copies in
+    # train.py: the project index's facts came from the texts before the pin, so the
+    # files are fixed again, and a second run changes nothing
+    (workdir / "data.py").write_text(DATA)
+    (workdir / "train.py").write_text(TRAIN)
+    args = (*command, "--select", "TL202,TL204", "--unsafe-fixes", ".")
+    run(runner, *args)
+    assert "batch_size=batch_size, num_workers=4, pin_memory=True)" in (workdir / "data.py").read_text()
+    fixed = (workdir / "train.py").read_text()
+    assert "x.to(device, non_blocking=True), y.to(device, non_blocking=True)" in fixed
+    files = {name: (workdir / name).read_text() for name in ("data.py", "train.py")}
+    run(runner, *args)
+    assert {name: (workdir / name).read_text() for name in files} == files
+
+
 def test_the_main_process_does_not_import_libcst(workdir):
     from tests.test_project_index import main_process_output
 
