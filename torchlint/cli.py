@@ -766,23 +766,20 @@ def _run_fixes(run: Run, diff: bool, show_statistics: bool, exit_zero: bool, fix
     facts: Dict[str, dict] = {}
     mode = DIFF if diff else FIX_ONLY if fix_only else FIX
     changed_files = _fix_all(targets, run, mode, jobs, use_cache, remaining, sources, fixed, warnings, facts)
-    passes = 1
-    while mode != DIFF and changed_files and passes < _FIX_PASSES and _fixed_for_other_files(fixed, targets):
+    changed, last, passes = changed_files, fixed, 1
+    while mode != DIFF and changed and passes < _FIX_PASSES and _fixed_for_other_files(last, targets, run):
         # A fix that can make another possible was written (`pin_memory=True` on a
         # loader): the project index's facts about the other files came from the
         # texts before it (the copies of that loader's batches in another module),
         # so the files are fixed again, until a pass changes nothing.
-        again: Dict[str, Counter] = {}
-        remaining, sources, facts_again, seen = [], {}, {}, list(warnings)
-        changed = _fix_all(targets, run, mode, jobs, use_cache, remaining, sources, again, warnings, facts_again)
-        warnings[:] = list(dict.fromkeys(seen + warnings))
+        last, remaining, sources, facts_again = {}, [], {}, {}
+        changed = _fix_all(targets, run, mode, jobs, use_cache, remaining, sources, last, warnings, facts_again)
+        warnings[:] = list(dict.fromkeys(warnings))
         facts.update(facts_again)
-        for display, counts in again.items():
+        for display, counts in last.items():
             fixed[display] = fixed.get(display, Counter()) + counts
-        passes += 1
-        if not changed:
-            break
         changed_files += changed
+        passes += 1
     remaining.sort(key=Diagnostic.sort_key)
     _warn(warnings)
     left = remaining  # what the summary counts (the unsafe fixes not applied)
@@ -815,17 +812,19 @@ def _run_fixes(run: Run, diff: bool, show_statistics: bool, exit_zero: bool, fix
 _FIX_PASSES = 3
 
 
-def _fixed_for_other_files(fixed: Dict[str, Counter], targets: List[Target]) -> bool:
-    """Whether a fix was applied whose rule declares that its fix can make
-    another rule's fix possible (``Rule.fix_enables``), in a run of several
-    files the project index reads: the index's facts about the other files may
-    have changed with it."""
-    from torchlint.registry import all_rules
+def _fixed_for_other_files(fixed: Dict[str, Counter], targets: List[Target], run: Run) -> bool:
+    """Whether a pass's fixes (``fixed``) include one whose rule can make an
+    enabled rule's fix possible (``parallel.fixes_enabling``: ``Rule.fix_enables``),
+    in a run of several files the project index reads: the index's facts about
+    the other files may have changed with it."""
+    from torchlint.parallel import fixes_enabling
 
-    if sum(1 for t in targets if t.path is not None and input_for(t.display, t.path).indexed) < 2:
+    indexed = [t for t in targets if t.path is not None and input_for(t.display, t.path).indexed]
+    if len(indexed) < 2:
         return False
-    rules = all_rules()
-    return any(code in rules and rules[code].fix_enables for counts in fixed.values() for code in counts)
+    profiles = {t.profile or run.profile(t.path) for t in indexed}
+    enabling = frozenset().union(*(fixes_enabling(tuple(p.codes)) for p in profiles))
+    return any(code in enabling for counts in fixed.values() for code in counts)
 
 
 def _project_facts(targets: List[Target], run: Run, use_cache: bool) -> Dict[str, dict]:

@@ -203,7 +203,7 @@ def fix_source(result: FileResult, source: Source, settings, codes: Sequence[str
     result.fix = FileFix(source, fixed)
 
 @lru_cache(maxsize=8)
-def _enabling(codes: Tuple[str, ...]) -> frozenset:
+def fixes_enabling(codes: Tuple[str, ...]) -> frozenset:
     """The enabled rules whose fix can make an enabled rule's fix possible (``Rule.fix_enables``)."""
     from torchlint.registry import all_rules
 
@@ -226,7 +226,7 @@ def fix_total(text: str, display: str, settings, codes: Sequence[str], found: Se
     applicable = [d for d in found if d.fix is not None and d.fix.applies(unsafe)]
     if not applicable:
         return None
-    if not any(d.code in _enabling(tuple(codes)) for d in applicable):
+    if not any(d.code in fixes_enabling(tuple(codes)) for d in applicable):
         return len(applicable)  # no fix here can make another possible
     try:
         return sum(input_for(display, None).fix(text, settings, codes, unsafe, project).applied.values())
