@@ -276,12 +276,8 @@ class Finder:
         without gradients (under ``no_grad`` there, or in a function of which
         the same holds, a few levels up), and the module's text names it
         nowhere else (a call on a receiver of unknown class, a callback)."""
-        sites = [site for site in self.frequency.sites if fn in site.callees and site.caller is not fn]
-        if not sites or not self.text or depth > 2:
-            return False
-        name = fn.name.value
-        mentions = len(re.findall(r"\b%s\b" % re.escape(name), self.text))
-        if mentions > len(self.semantic.definitions(name)) + len(sites):
+        sites = self._calls_of(fn)
+        if not sites or not self.text or depth > 2 or self._other_mentions(fn) > len(sites):
             return False
         for site in sites:
             mode = self._grad_mode(site.call)
@@ -295,13 +291,17 @@ class Finder:
         """Whether a call in this module (outside ``fn``) reaches ``fn``, or the
         module's text names it other than in the definitions of that name
         (a call on a receiver of unknown class, a callback, a comment)."""
-        if any(fn in site.callees and site.caller is not fn for site in self.frequency.sites):
-            return True
+        return bool(self._calls_of(fn)) or not self.text or self._other_mentions(fn) > 0
+
+    def _calls_of(self, fn: cst.FunctionDef) -> list:
+        """The module's call sites (outside ``fn``) that reach ``fn``."""
+        return [site for site in self.frequency.sites if fn in site.callees and site.caller is not fn]
+
+    def _other_mentions(self, fn: cst.FunctionDef) -> int:
+        """How many times the module's text names ``fn`` other than in the
+        definitions of that name (calls, callbacks, comments)."""
         name = fn.name.value
-        if not self.text:
-            return True
-        mentions = len(re.findall(r"\b%s\b" % re.escape(name), self.text))
-        return mentions > len(self.semantic.definitions(name))
+        return len(re.findall(r"\b%s\b" % re.escape(name), self.text)) - len(self.semantic.definitions(name))
 
     def _grad_enabled(self, expr: cst.BaseExpression) -> Optional[bool]:
         """False for a context or decorator that turns gradients off, True for
