@@ -211,9 +211,9 @@ def test_definitions_and_occurrences_are_lexical():
     assert call.location.scopes == (module,)
 
 
-def test_definitions_asked_first_are_those_of_the_full_lexical_index():
-    # `definitions` alone walks the statements only; its answers (and their
-    # locations) are those the full index gives
+def test_definitions_are_every_def_and_class_with_its_location():
+    # `definitions` walks the statements only; its answers and their locations
+    # are those of a walk of every node (with `location_of` over the ancestors)
     source = """
         import torch
         if torch.cuda.is_available():
@@ -237,17 +237,26 @@ def test_definitions_asked_first_are_those_of_the_full_lexical_index():
             case "go":
                 def inner(): pass
     """
-    from torchlint.semantic import SemanticModel
+    from torchlint.nodes import iter_children
+    from torchlint.semantic import location_of
 
-    module, alone, _ = _model(source)
-    full = SemanticModel(module)
-    full.occurrences("x")  # builds the full index first
+    module, model, _ = _model(source)
+    expected: dict = {}
+    todo = [[module]]
+    while todo:  # every node, in source order, with its ancestors
+        stack = todo.pop(0)
+        node = stack[-1]
+        if isinstance(node, (cst.FunctionDef, cst.ClassDef)):
+            at = location_of(stack)
+            expected.setdefault(node.name.value, []).append((node, at.scopes, at.path))
+        todo[:0] = [[*stack, child] for child in iter_children(node)]
     for name in ("helper", "load", "forward", "inner", "Model", "missing"):
-        first = [(o.node, o.location.scopes, o.location.path) for o in alone.definitions(name)]
-        second = [(o.node, o.location.scopes, o.location.path) for o in full.definitions(name)]
-        assert first == second
-    assert [type(o.node).__name__ for o in alone.definitions("helper")] == ["FunctionDef", "ClassDef", "FunctionDef"]
-    assert len(alone.definitions("inner")) == 2
+        found = [(o.node, o.location.scopes, o.location.path) for o in model.definitions(name)]
+        assert found == expected.get(name, []), name
+    assert [type(o.node).__name__ for o in model.definitions("helper")] == ["FunctionDef", "ClassDef", "FunctionDef"]
+    assert len(model.definitions("inner")) == 2
+    model.occurrences("x")  # the names' index does not change the definitions' answers
+    assert [o.node for o in model.definitions("load")] == [n for n, _, _ in expected["load"]]
 
 
 def test_a_path_step_names_its_block():

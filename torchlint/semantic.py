@@ -139,7 +139,7 @@ class SemanticModel:
         self._attributes: Dict[int, Dict[str, List[Binding]]] = {}
         self._functions: Dict[int, Tuple[List[Tuple[cst.BaseExpression, Path]], bool]] = {}
         self._blocks: Dict[int, cst.CSTNode] = {}  # every block the walks of scopes passed
-        self._lexical: Optional[Tuple[Dict[str, List["Occurrence"]], Dict[str, List["Occurrence"]]]] = None
+        self._lexical: Optional[Dict[str, List["Occurrence"]]] = None
         self._definitions: Optional[Dict[str, List["Occurrence"]]] = None
         self._globals: Optional[List[Tuple[cst.Global, Tuple[cst.CSTNode, ...]]]] = None
 
@@ -326,16 +326,15 @@ class SemanticModel:
     def definitions(self, name: str) -> List["Occurrence"]:
         """Every ``def name``/``class name`` statement of the module, in any
         scope (``Occurrence.node`` is the statement)."""
-        if self._lexical is not None:
-            return self._lexical[1].get(name, [])
         if self._definitions is None:
             self._definitions = self._definition_index()
         return self._definitions.get(name, [])
 
     def _definition_index(self) -> Dict[str, List["Occurrence"]]:
-        """The ``definitions`` part of ``_lexical_index`` alone, by a walk of the
-        statements only: a ``def`` or ``class`` lies in no expression and no
-        simple statement, so its ancestors (the chain) are the same."""
+        """Every ``def``/``class`` statement by name, the first time one is
+        asked for: a walk of the statements only (a ``def`` or ``class`` lies
+        in no expression and no simple statement), each with its ancestors
+        as ``_lexical_index`` chains them."""
         definitions: Dict[str, List[Occurrence]] = {}
         todo: List[Tuple[cst.CSTNode, Optional[tuple]]] = [(self.module, None)]
         while todo:
@@ -354,15 +353,14 @@ class SemanticModel:
         uses, bindings, parameters, keyword names of calls, parts of imports;
         not the attribute of ``x.name``.  Its length proves that a name is
         used nowhere else than where a question expects it."""
-        return self._lexical_index()[0].get(name, [])
+        return self._lexical_index().get(name, [])
 
-    def _lexical_index(self) -> Tuple[Dict[str, List["Occurrence"]], Dict[str, List["Occurrence"]]]:
-        """One walk of the whole module, the first time a lexical question is
-        asked (iterative: a long ``a + b + ...`` chain nests deeper than
-        Python's recursion limit)."""
+    def _lexical_index(self) -> Dict[str, List["Occurrence"]]:
+        """Every ``Name`` node by its name: one walk of the whole module, the
+        first time ``occurrences`` is asked (iterative: a long ``a + b + ...``
+        chain nests deeper than Python's recursion limit)."""
         if self._lexical is None:
             names: Dict[str, List[Occurrence]] = {}
-            definitions: Dict[str, List[Occurrence]] = {}
             todo: List[Tuple[cst.CSTNode, Optional[tuple]]] = [(self.module, None)]
             while todo:
                 node, chain = todo.pop()
@@ -370,14 +368,12 @@ class SemanticModel:
                 if kind is cst.Name:
                     names.setdefault(node.value, []).append(Occurrence(node, chain))
                     continue
-                if kind is cst.FunctionDef or kind is cst.ClassDef:
-                    definitions.setdefault(node.name.value, []).append(Occurrence(node, chain))
                 inner = (node, chain)
                 attr = node.attr if kind is cst.Attribute else None
                 for child in reversed(iter_children(node)):
                     if child is not attr:
                         todo.append((child, inner))
-            self._lexical = (names, definitions)
+            self._lexical = names
         return self._lexical
 
 
