@@ -110,11 +110,11 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass, field
 from pathlib import PurePath
-from typing import Callable, Collection, Dict, List, Optional, Sequence, Tuple
+from typing import Any, Callable, Collection, Dict, List, Optional, Sequence, Tuple
 
 import libcst as cst
 
-from torchlint.rule import Context, contains_modulo, is_test_path, tests_periodic_flag
+from torchlint.rule import Context, asks_periodic_helper, contains_modulo, is_test_path, tests_periodic_flag
 from torchlint.rules._helpers import last_name, literal_number, string_value
 from torchlint.rules._models import MODEL_WORDS
 from torchlint.rules._program import demonstrated_once, in_synthetic_self_test
@@ -125,6 +125,7 @@ from torchlint.rules._sync import (
     target_names, unwrap_iterable,
 )
 from torchlint.nodes import inner_children, iter_children, walk_nodes
+from torchlint.semantic import SemanticModel
 
 UNKNOWN, ONCE, PER_EPOCH, PER_STEP = 0, 1, 2, 3
 NAMES = {UNKNOWN: "unknown", ONCE: "once", PER_EPOCH: "per epoch", PER_STEP: "per step"}
@@ -277,7 +278,8 @@ class _Site:
 class FrequencyModel:
     def __init__(self, module: cst.Module, external: Optional[Dict[str, Tuple[int, str]]] = None,
                  flags: Optional[Dict[int, frozenset]] = None,
-                 demonstrated: Optional[Callable[[cst.ClassDef], bool]] = None, source: Optional[str] = None) -> None:
+                 demonstrated: Optional[Callable[[cst.ClassDef], bool]] = None, source: Optional[str] = None,
+                 definitions: Optional[Callable[[str], Sequence[Any]]] = None) -> None:
         # `demonstrated`: whether a class of a notebook is only run once, on a
         # toy input (`_program.demonstrated_once`): its `forward` runs once.
         self._demonstrated = demonstrated
@@ -300,6 +302,9 @@ class FrequencyModel:
         # the Context's periodic-guard test through `model_for`).
         self._flags: Dict[int, frozenset] = {} if flags is None else flags
         self._module = module
+        # The module's `def`/`class` statements by name (`SemanticModel.definitions`):
+        # a periodic guard may call a helper (`if self._should_log():`).
+        self._definitions = definitions or SemanticModel(module, source).definitions
         # `cli_options_off`, on demand (none in a module whose `source` parses no arguments)
         self._options_off: Optional[frozenset] = None if source is None or "add_argument" in source else frozenset()
         self._collect(module)
@@ -362,7 +367,8 @@ class FrequencyModel:
                     if child_loops is loops and _periodic_continue(child):
                         child_loops = (*loops, _PERIODIC)  # after `if cur_nimg < tick_end: continue`
                 continue
-            flagged = kind is cst.If and fn is not None and tests_periodic_flag(node.test, fn, self._flags)
+            flagged = kind is cst.If and fn is not None and (
+                tests_periodic_flag(node.test, fn, self._flags) or asks_periodic_helper(node.test, self._definitions))
             lazy = self._guard(node, fn, loops) if kind is cst.If else None
             marks = kind in _MARKERS
             for child in inner_children(node):  # nothing above is done at a leaf
@@ -1444,7 +1450,7 @@ def model_for(ctx: Context) -> FrequencyModel:
         demonstrated = (lambda cls: demonstrated_once(ctx, cls)) if ctx.path.endswith(".ipynb") else None
         model = ctx.shared["frequency"] = FrequencyModel(
             ctx.module, ctx.project.get("frequency"), ctx.shared.setdefault("periodic_flags", {}), demonstrated,
-            ctx.source,
+            ctx.source, ctx.semantic.definitions,
         )
     return model
 

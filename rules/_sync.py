@@ -1827,8 +1827,11 @@ def _is_console(owner: cst.BaseExpression) -> bool:
     return isinstance(owner, cst.Name) and owner.value == "tqdm"
 
 
-_HOST_APIS = re.compile(r"\b(?:pycocotools|lvis|panopticapi|cityscapesscripts)\b")
-_HOST_API_WORDS = ("pycocotools", "lvis", "panopticapi", "cityscapesscripts")
+# (and ASE, the Atomic Simulation Environment: a calculator's `results` and an
+# `Atoms` object hold NumPy arrays; only its import statements count, so its
+# words are the statements' starts)
+_HOST_APIS = re.compile(r"\b(?:pycocotools|lvis|panopticapi|cityscapesscripts|ase)\b")
+_HOST_API_WORDS = ("pycocotools", "lvis", "panopticapi", "cityscapesscripts", "import ase", "from ase")
 
 
 def _sync_helpers(ctx: Context) -> frozenset:
@@ -1868,7 +1871,8 @@ def _only_synchronizes(ctx: Context, block: cst.BaseSuite) -> bool:
 
 def feeds_host_api(ctx: Context) -> bool:
     """Whether the module is built around an evaluation API that takes host
-    lists (pycocotools, LVIS, the COCO panoptic API, Cityscapes scripts): it
+    lists (pycocotools, LVIS, the COCO panoptic API, Cityscapes scripts), or
+    around ASE, whose calculators and ``Atoms`` hold NumPy arrays: it
     imports one at its top level (also under ``try:``), so its conversions to
     Python values are the point, not a slip.  A script that imports one inside
     a function, for a final scoring step, is not such a module."""

@@ -180,7 +180,68 @@ def grad_mode(expr: cst.BaseExpression, ctx: Context) -> Optional[str]:
     lowered = name.lower()
     if "grad" in lowered or "inference" in lowered:
         return GRAD_OFF
+    if call is not None and name:
+        return _own_context_grad_mode(call, name, ctx)
     return None
+
+
+def _own_context_grad_mode(call: cst.Call, name: str, ctx: Context) -> Optional[str]:
+    """The grad mode a context manager of the module chooses around its
+    ``yield`` (``@contextmanager def _mode(self, training): ... with
+    torch.set_grad_enabled(training): yield``, entered as ``with
+    self._mode(False):``): ``"on"`` where the call passes a literal True for
+    the parameter ``set_grad_enabled`` is given, ``"off"`` where any grad-off
+    block holds the ``yield`` (as for ``set_grad_enabled(flag)`` itself);
+    None where some definition of the name is no such context manager."""
+    resolving = ctx.shared.setdefault("grad-context-resolving", set())
+    if name in resolving:
+        return None  # (a context manager that enters itself, or one of its callers: `super()._mode()`)
+    resolving.add(name)
+    try:
+        return _context_grad_mode(call, name, ctx)
+    finally:
+        resolving.discard(name)
+
+
+def _context_grad_mode(call: cst.Call, name: str, ctx: Context) -> Optional[str]:
+    found = ctx.semantic.definitions(name)
+    modes = set()
+    for occurrence in found:
+        fn = occurrence.node
+        if not isinstance(fn, cst.FunctionDef) or not any(
+                last_name(d.decorator) == "contextmanager" for d in fn.decorators):
+            return None
+        mode = None
+        for node in walk_nodes(fn.body):
+            if type(node) is cst.With and any(type(n) is cst.Yield for n in walk_nodes(node.body)):
+                for item in node.items:
+                    if grad_mode(item.item, ctx) == GRAD_OFF:
+                        mode = _chosen_by_argument(item.item, fn, call) or GRAD_OFF
+                        break
+            if mode is not None:
+                break
+        if mode is None:
+            return None
+        modes.add(mode)
+    return modes.pop() if len(modes) == 1 else None
+
+
+def _chosen_by_argument(item: cst.BaseExpression, fn: cst.FunctionDef, call: cst.Call) -> Optional[str]:
+    """For ``set_grad_enabled(param)`` in ``fn``, the mode that ``call``'s
+    literal argument for ``param`` chooses (``"on"`` for True, ``"off"`` for
+    False); None otherwise."""
+    args = positional(item) if isinstance(item, cst.Call) else []
+    if len(args) != 1 or not isinstance(args[0].value, cst.Name):
+        return None
+    param = args[0].value.value
+    names = [p.name.value for p in fn.params.params]
+    if names and names[0] in ("self", "cls"):
+        names = names[1:]
+    given = keyword(call, param)
+    if given is None and param in names and names.index(param) < len(positional(call)):
+        given = positional(call)[names.index(param)]
+    value = literal_bool(given.value) if given is not None else None
+    return None if value is None else GRAD_ON if value else GRAD_OFF
 
 
 def decorator_grad_mode(function: cst.FunctionDef, ctx: Context) -> Optional[str]:

@@ -51,7 +51,8 @@ class ItemInLoop(Rule):
     body of a `for`/`while` statement or of a comprehension, in the same
     function, and not under a periodic guard such as `if step % log_every == 0:`
     (or `if log_now:` where the function only ever assigns `log_now = step %
-    log_every == 0`).
+    log_every == 0`, or `if self._should_log():` where every definition of
+    `_should_log` in the module only returns such a test).
 
     Nothing is reported in a CPU-only program (a notebook, or a script with an `if
     __name__ == "__main__":` block or a top-level loop, that builds its own
@@ -234,7 +235,8 @@ class ItemInLoop(Rule):
       `print` and does not count;
     - conversions in a module built around an evaluation API taking host
       lists (it imports `pycocotools`, `lvis`, `panopticapi` or
-      `cityscapesscripts` at its top level; not a script importing one inside
+      `cityscapesscripts` at its top level), or around ASE, whose calculators'
+      `results` and `Atoms` hold NumPy arrays (it imports `ase`; not a script importing one inside
       a function for a final score): the host values are the point; and reads
       in a loop that feeds an evaluator of such an API every iteration
       (`coco_evaluator.update(res)`, `COCOeval(...)`, a plain `evaluator`

@@ -168,8 +168,9 @@ class HostCopyInLoop(Rule):
       `np.savez(path, np.concatenate(all_images))`; a console write such as
       `sys.stdout.write(...)` is a log line like `print` and does not count),
       and conversions in a
-      module built around `pycocotools`, LVIS or the panoptic API (imported
-      at its top level);
+      module built around `pycocotools`, LVIS or the panoptic API, or around
+      ASE, whose calculators' `results` and `Atoms` hold NumPy arrays
+      (imported at its top level);
     - a loop whose iteration is a whole pass of work: over epochs
       (`for epoch in ...`, unless the loop itself calls `.backward()`:
       full-batch training), over a streaming generator

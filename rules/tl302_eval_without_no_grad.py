@@ -73,7 +73,12 @@ class EvalWithoutNoGrad(Rule):
     - functions decorated with `@torch.no_grad()`, `@torch.inference_mode()`,
       `@torch.enable_grad()`, `@torch.set_grad_enabled(...)`, `@torch.jit.*`,
       or a decorator or context manager of one's own whose name mentions
-      `grad` or `inference` (`@smart_inference_mode()`); functions that call
+      `grad` or `inference` (`@smart_inference_mode()`), or a
+      `@contextmanager` of the module that yields inside a block turning
+      gradients off (`with self._set_training_mode(False):` where
+      `_set_training_mode(training)` yields inside
+      `torch.set_grad_enabled(training)`; given a literal True there, it
+      turns them on, like `torch.enable_grad()`); functions that call
       `torch.set_grad_enabled(False)` as a statement or
       `stack.enter_context(torch.no_grad())`; every function of a module that
       calls `torch.set_grad_enabled(False)` at the top level;

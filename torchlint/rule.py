@@ -12,7 +12,7 @@ import re
 import textwrap
 from dataclasses import dataclass, field
 from pathlib import PurePath
-from typing import TYPE_CHECKING, Any, ClassVar, Dict, Iterator, List, Optional, Sequence, Set, Tuple
+from typing import TYPE_CHECKING, Any, Callable, ClassVar, Dict, Iterator, List, Optional, Sequence, Set, Tuple
 
 import libcst as cst
 
@@ -118,19 +118,55 @@ def tests_periodic_flag(test: cst.BaseExpression, scope: cst.CSTNode, cache: Dic
     return any(name in periodic for name in names)
 
 
+def asks_periodic_helper(test: cst.BaseExpression, definitions: Callable[[str], Sequence[Any]]) -> bool:
+    """``if self._should_log():``, ``if should_log(step) and rank == 0:``: a
+    call of a function of the module, every definition of which
+    (``definitions(name)``: occurrences with a ``node``) only returns a
+    periodic test (``return self.step % self.every == 0``)."""
+    if isinstance(test, cst.BooleanOperation) and isinstance(test.operator, cst.And):
+        return asks_periodic_helper(test.left, definitions) or asks_periodic_helper(test.right, definitions)
+    if not isinstance(test, cst.Call):
+        return False
+    func = test.func
+    if isinstance(func, cst.Attribute) and isinstance(func.value, cst.Name) and func.value.value in ("self", "cls"):
+        name = func.attr.value
+    elif isinstance(func, cst.Name):
+        name = func.value
+    else:
+        return False
+    found = definitions(name)
+    return bool(found) and all(_returns_periodic_test(occurrence.node) for occurrence in found)
+
+
+def _returns_periodic_test(definition: cst.CSTNode) -> bool:
+    """A ``def`` whose body (after a docstring) is one ``return`` of a test
+    with ``%`` or of a step listed in a collection."""
+    if not isinstance(definition, cst.FunctionDef) or not isinstance(definition.body, cst.IndentedBlock):
+        return False
+    body = list(definition.body.body)
+    if body and definition.get_docstring() is not None:
+        body = body[1:]
+    if len(body) != 1 or not isinstance(body[0], cst.SimpleStatementLine) or len(body[0].body) != 1:
+        return False
+    statement = body[0].body[0]
+    return isinstance(statement, cst.Return) and statement.value is not None and (
+        contains_modulo(statement.value) or tests_listed_step(statement.value))
+
+
 _TEST_FILE = re.compile(r"^(test_.*\.pyi?|.*_test\.pyi?|.*_test_utils\.py|conftest\.py)$")
 
 
 # Directories of tests and of the helpers that only tests use (torchrec's
 # `distributed/test_utils/`, AllenNLP's `common/testing/`).
-_TEST_DIRS = frozenset({"tests", "test", "test_utils", "testing", "testutils", "test_helpers"})
+_TEST_DIRS = frozenset({"tests", "test", "test_utils", "testing", "testutils", "test_helpers", "unittests"})
 
 
 def is_test_path(path: str) -> bool:
     """``test_*.py``, ``*_test.py``, ``*_test_utils.py``, ``conftest.py``, or
     under ``tests/``/``test/``, a ``*_tests/`` directory (``gpu_tests/``), or a
     directory of test helpers (``test_utils/``, ``testing/``, ``testutils/``,
-    ``test_helpers/``)."""
+    ``test_helpers/``), or of unit tests (``unittests/``: the test mixins
+    that NequIP's package ships)."""
     p = PurePath(path.replace("\\", "/"))
     if _TEST_FILE.match(p.name):
         return True
@@ -274,7 +310,7 @@ class Context:
         return known
 
     def _is_periodic_test(self, test: cst.BaseExpression, index: int) -> bool:
-        if contains_modulo(test) or tests_listed_step(test):
+        if contains_modulo(test) or tests_listed_step(test) or asks_periodic_helper(test, self.semantic.definitions):
             return True
         function = next((n for n in reversed(self.stack[:index]) if type(n) in _FUNCTION_BOUNDARIES), self.module)
         if function is None:

@@ -1,0 +1,183 @@
+"""Precision on projects never seen before (set TTT; docs/precision.md).
+Synthetic examples written for these tests, each with the near-miss that
+must still be reported."""
+
+from __future__ import annotations
+
+import pytest
+
+from tests.helpers import codes, lint
+
+# -- TL101: a periodic guard behind a helper that returns the test ------------------------------
+
+STATS_CALLBACK = """\
+import torch
+
+
+class TrainingStats:
+    def __init__(self, log_every=100):
+        self.log_every = log_every
+        self.step_count = 0
+
+    def _should_log(self):
+        \"\"\"Whether this step logs.\"\"\"
+        return self.step_count % self.log_every == 0
+
+    def _log_weights(self, module):
+        for name, param in module.named_parameters():
+            self.log(name + "/norm", param.norm().item())
+
+    def on_before_optimizer_step(self, trainer, module, optimizer):
+        if self._should_log():
+            self._log_weights(module)
+            for name, param in module.named_parameters():
+                self.log(name + "/max", param.abs().max().item())
+        self.step_count += 1
+"""
+
+
+def test_tl101_under_a_helper_that_returns_a_periodic_test_is_periodic():
+    # `if self._should_log():` holds every `log_every` steps, in the method and in its callee
+    assert codes(lint(STATS_CALLBACK, select=["TL101"])) == []
+
+
+def test_tl101_under_a_module_function_that_returns_a_periodic_test_is_periodic():
+    code = """\
+    import torch
+
+    def should_log(step, every):
+        return step % every == 0
+
+    def train(model, loader, opt):
+        for step, (x, y) in enumerate(loader):
+            loss = model(x.cuda()).sum()
+            loss.backward()
+            opt.step()
+            if should_log(step, 50) and torch.distributed.get_rank() == 0:
+                for p in model.parameters():
+                    print(p.grad.norm().item())
+    """
+    assert codes(lint(code, select=["TL101"])) == []
+
+
+@pytest.mark.parametrize("change", [
+    # the helper returns a flag, not a periodic test
+    ("return self.step_count % self.log_every == 0", "return self.enabled"),
+    # the helper does more than return the test
+    ("return self.step_count % self.log_every == 0",
+     "self.step_count += 1\n        return self.step_count % self.log_every == 0"),
+])
+def test_tl101_under_a_helper_that_is_no_periodic_test_is_reported(change):
+    changed = STATS_CALLBACK.replace(*change)
+    assert changed != STATS_CALLBACK
+    assert codes(lint(changed, select=["TL101"])) == ["TL101", "TL101"]
+
+
+# -- a package's folder of unit tests ---------------------------------------------------------
+
+MODEL_TEST = """\
+import torch
+
+
+class BaseModelTests:
+    def test_cross_frame_grad(self, model, batches):
+        for batch in batches:
+            out = model(batch.cuda())
+            grads = torch.autograd.grad(out.sum(), batch)[0]
+            assert grads.abs().max().item() == 0
+"""
+
+
+def test_test_mixins_in_a_unittests_folder_are_tests():
+    assert codes(lint(MODEL_TEST, select=["TL101"], path="pkg/utils/unittests/model_tests_basic.py")) == []
+
+
+def test_the_same_code_outside_a_test_folder_is_reported():
+    assert codes(lint(MODEL_TEST, select=["TL101"], path="pkg/utils/units/model_checks.py")) == ["TL101"]
+
+
+# -- TL302: a context manager of the class that turns gradients off --------------------------
+
+MODEL_WRAPPER = """\
+import contextlib
+import torch
+
+
+class Model:
+    @contextlib.contextmanager
+    def _set_training_mode(self, training):
+        old = self.network.training
+        self.network.train(training)
+        with torch.set_grad_enabled(training):
+            yield
+        self.network.train(old)
+
+    def predict_on_batch(self, x):
+        with self._set_training_mode(False):
+            x = x.to(self.device)
+            return self.network(x)
+"""
+
+
+def test_tl302_inside_the_class_context_that_turns_gradients_off_is_silent():
+    assert codes(lint(MODEL_WRAPPER, select=["TL302"])) == []
+
+
+@pytest.mark.parametrize("change", [
+    # another context manager, not the one that turns gradients off
+    ("with self._set_training_mode(False):", "with self._timed(\"predict\"):"),
+    # the context manager only switches the module's mode
+    ("        with torch.set_grad_enabled(training):\n            yield\n", "        yield\n"),
+])
+def test_tl302_inside_a_context_that_keeps_gradients_is_reported(change):
+    # (entered with a literal True, the context turns gradients on, as `torch.enable_grad()`
+    # does: the author asked for them, and the rule is silent)
+    changed = MODEL_WRAPPER.replace(*change)
+    assert changed != MODEL_WRAPPER
+    assert codes(lint(changed, select=["TL302"])) == ["TL302"]
+
+
+def test_tl302_a_context_manager_that_enters_its_own_name_is_read_without_end():
+    code = """\
+    import contextlib
+    import torch
+
+    class Strategy(Base):
+        @contextlib.contextmanager
+        def model_sharded_context(self):
+            with super().model_sharded_context():
+                yield
+
+        def predict(self, model, x):
+            with self.model_sharded_context():
+                return model(x.to(self.device))
+    """
+    assert codes(lint(code, select=["TL302"])) == ["TL302"]
+
+
+# -- TL102: results handed to ASE -------------------------------------------------------------
+
+ASE_CALCULATOR = """\
+import torch
+from ase.calculators.calculator import Calculator
+
+
+class MLCalculator(Calculator):
+    def calculate(self, atoms=None, properties=("energy",), system_changes=()):
+        Calculator.calculate(self, atoms)
+        outputs = self.model(self.converter(atoms).to(self.device))
+        results = {}
+        for prop in properties:
+            results[prop] = outputs[prop].detach().cpu().numpy() * self.units[prop]
+        self.results = results
+"""
+
+
+def test_tl102_results_of_an_ase_calculator_are_host_arrays_by_design():
+    assert codes(lint(ASE_CALCULATOR, select=["TL102"])) == []
+
+
+def test_tl102_the_same_loop_in_a_module_without_ase_is_reported():
+    changed = ASE_CALCULATOR.replace("from ase.calculators.calculator import Calculator",
+                                     "from .calculator import Calculator")
+    assert codes(lint(changed, select=["TL102"])) == ["TL102"]
