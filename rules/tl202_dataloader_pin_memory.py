@@ -35,6 +35,7 @@ from torchlint.rules._loaders import (
 from torchlint.rules._project import COPIED, caller_trait
 from torchlint.rules._project_text import LOADER, trait_key
 from torchlint.rules._one_batch import in_dataset_demo, loader_fetches_one_batch
+from torchlint.rules._program import runs_a_few_batches
 
 # Device types for which pinned host memory does not help (MPS shares memory
 # with the host and does not support pinning; meta tensors hold no data).
@@ -253,6 +254,10 @@ class DataLoaderPinMemory(Rule):
       pinning does not touch (facenet-pytorch's face cropping with MTCNN);
     - a module that uses `torch_xla`: TPU input pipelines copy batches with
       their own device loader, and pinning is a CUDA feature;
+    - a module that tells a trainer to run at most 20 batches or steps, as a
+      literal (Composer's `train_subset_num_batches=5`, Lightning's
+      `limit_train_batches=10` or `fast_dev_run=True`, `max_steps=3`): a
+      demonstration of an API, with no stream of copies worth overlapping;
     - test files (`test_*.py`, `*_test.py`, `conftest.py`, `tests/`): a
       `DataLoader` there runs a few tiny batches to check the loader or the
       training loop, usually on a CPU-only runner where pinning only warns, and
@@ -417,7 +422,7 @@ class DataLoaderPinMemory(Rule):
     def __init__(self, context) -> None:
         super().__init__(context)
         # Test files are skipped; so is a file that never says `DataLoader`.
-        self._off = context.is_test_file or "DataLoader" not in context.source
+        self._off = context.is_test_file or "DataLoader" not in context.source or runs_a_few_batches(context)
         if self._off:
             self.walks = False
         # (call, its `pin_memory` argument if given, where it is, `num_workers`

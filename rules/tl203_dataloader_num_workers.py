@@ -26,7 +26,7 @@ from torchlint.rules._loaders import (
 )
 from torchlint.semantic import Location
 from torchlint.rules._one_batch import in_dataset_demo, loader_fetches_one_batch
-from torchlint.rules._program import runs_on_host_only
+from torchlint.rules._program import runs_a_few_batches, runs_on_host_only
 
 # A dataset named like an iterator (`train_iter`, `valid_iterator`): by
 # convention an iterable-style dataset (torchtext, datapipes).
@@ -136,6 +136,11 @@ class DataLoaderNumWorkers(Rule):
       more than it saves; a loader that is also iterated, passed on, or read
       with `next(it)` every iteration of a loop is still reported;
     - a loader that a function binds to a name and never uses again;
+    - a module that tells a trainer to run at most 20 batches or steps, as a
+      literal (Composer's `train_subset_num_batches=5`, Lightning's
+      `limit_train_batches=10` or `fast_dev_run=True`, `max_steps=3`): a
+      demonstration of an API, where starting workers costs about what they
+      save;
     - a loader built in the `if __name__ == "__main__":` block of a dataset
       module (it defines a `__getitem__` and trains nothing), a block that
       moves nothing to a device: the module's demo, which prints a few
@@ -238,7 +243,8 @@ class DataLoaderNumWorkers(Rule):
     def __init__(self, context) -> None:
         super().__init__(context)
         # A file that never says `DataLoader` cannot call it; tests are skipped.
-        self._active = not context.is_test_file and "DataLoader" in context.source and not runs_on_host_only(context)
+        self._active = not context.is_test_file and "DataLoader" in context.source and not runs_on_host_only(
+            context) and not runs_a_few_batches(context)
         if not self._active:
             self.walks = False
         # (call, where it is, how `num_workers` is given: "keyword", "dict" or None)

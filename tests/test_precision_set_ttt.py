@@ -181,3 +181,63 @@ def test_tl102_the_same_loop_in_a_module_without_ase_is_reported():
     changed = ASE_CALCULATOR.replace("from ase.calculators.calculator import Calculator",
                                      "from .calculator import Calculator")
     assert codes(lint(changed, select=["TL102"])) == ["TL102"]
+
+
+# -- TL202/TL203: a demonstration that runs a few batches ---------------------------------------
+
+DEMO = """\
+import torch
+from torch.utils.data import DataLoader
+from torchvision import datasets, transforms
+from composer import Trainer
+
+train_set = datasets.MNIST("data", train=True, download=True, transform=transforms.ToTensor())
+train_loader = DataLoader(train_set, batch_size=128)
+trainer = Trainer(
+    model=model,
+    train_dataloader=train_loader,
+    max_duration="2ep",
+    train_subset_num_batches=5,
+    device="gpu",
+)
+trainer.fit()
+"""
+
+
+@pytest.mark.parametrize("limit", [
+    "train_subset_num_batches=5", "limit_train_batches=10", "fast_dev_run=True", "max_steps=3",
+])
+def test_loaders_of_a_demo_that_runs_a_few_batches_are_not_reported(limit):
+    code = DEMO.replace("train_subset_num_batches=5", limit)
+    assert codes(lint(code, select=["TL202", "TL203"])) == []
+
+
+@pytest.mark.parametrize("limit", [
+    # a fraction of the epoch, many batches, or no literal
+    "limit_train_batches=0.25", "train_subset_num_batches=500", "max_steps=args.max_steps",
+    "train_subset_num_batches=0",
+])
+def test_loaders_of_a_run_that_is_not_limited_to_a_few_batches_are_reported(limit):
+    code = DEMO.replace("train_subset_num_batches=5", limit)
+    assert codes(lint(code, select=["TL202", "TL203"])) == ["TL203"]
+
+
+MANUAL_DEMO = """\
+import torch
+from torch.utils.data import DataLoader
+from torchvision import datasets, transforms
+
+max_steps = 3
+device = torch.device("cuda")
+loader = DataLoader(datasets.MNIST("data", transform=transforms.ToTensor()), batch_size=64, num_workers=4)
+for step, (x, y) in enumerate(loader):
+    if step >= max_steps:
+        break
+    loss = model(x.to(device)).sum()
+    loss.backward()
+"""
+
+
+def test_tl202_a_loop_of_three_steps_is_a_demonstration():
+    assert codes(lint(MANUAL_DEMO, select=["TL202"])) == []
+    assert codes(lint(MANUAL_DEMO.replace("max_steps = 3", "max_steps = 30000"), select=["TL202"])) == ["TL202"]
