@@ -1064,8 +1064,10 @@ def _callee_waits(ctx: Context, func: cst.BaseExpression) -> bool:
     """Whether ``func`` (``self._check_nan``, ``check_finite``) names functions
     of this module, every one of which opens with a test of a tensor's truth
     value (``if torch.isnan(loss): raise ValueError(...)``, ``assert
-    torch.isfinite(x).all()``): each call waits for the device there.  Cached
-    per name."""
+    torch.isfinite(x).all()``), or reads a tensor on the host in a statement
+    of its own body that runs on every call (``return int(total.cpu().item())``,
+    ``ids = torch.unique(asym_id)``; not under an ``if``, a loop or a ``try``):
+    each call waits for the device there.  Cached per name."""
     if type(func) is cst.Attribute and type(func.value) is cst.Name and func.value.value == "self":
         name = func.attr.value
     elif type(func) is cst.Name:
@@ -1076,8 +1078,38 @@ def _callee_waits(ctx: Context, func: cst.BaseExpression) -> bool:
     if name not in cache:
         definitions = [d.node for d in ctx.semantic.definitions(name)]
         cache[name] = bool(definitions) and all(
-            type(d) is cst.FunctionDef and _opens_with_tensor_test(ctx, d) for d in definitions)
+            type(d) is cst.FunctionDef and (_opens_with_tensor_test(ctx, d) or _always_reads(ctx, d))
+            for d in definitions)
     return cache[name]
+
+
+def _always_reads(ctx: Context, function: cst.FunctionDef) -> bool:
+    """Whether a statement of ``function``'s own body (or of a ``with`` block
+    in it) that every call runs reads a tensor on the host: ``.item()``,
+    ``.tolist()``, ``.cpu().numpy()``, or an operation whose output size
+    depends on the values (``torch.unique(x)``, ``mask.nonzero()``)."""
+    todo = list(function.body.body) if type(function.body) is cst.IndentedBlock else []
+    while todo:
+        statement = todo.pop()
+        if type(statement) is cst.With:
+            todo.extend(statement.body.body if type(statement.body) is cst.IndentedBlock else ())
+            continue
+        if type(statement) is not cst.SimpleStatementLine:
+            continue
+        for node in walk_nodes(statement):
+            if type(node) is not cst.Call or type(node.func) is not cst.Attribute:
+                continue
+            name = node.func.attr.value
+            if name in ("item", "tolist") and not node.args or name == "numpy" and _after_cpu(node.func.value):
+                return True
+            if name in _DATA_DEPENDENT and _waits_on_data(node, name, ctx.qualname(node.func)):
+                return True
+    return False
+
+
+def _after_cpu(expr: cst.BaseExpression) -> bool:
+    """``x.cpu()`` (also ``x.detach().cpu()``), the receiver of a ``.numpy()``."""
+    return type(expr) is cst.Call and type(expr.func) is cst.Attribute and expr.func.attr.value == "cpu"
 
 
 def _opens_with_tensor_test(ctx: Context, function: cst.FunctionDef) -> bool:

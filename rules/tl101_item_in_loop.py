@@ -127,7 +127,10 @@ class ItemInLoop(Rule):
       with a mask named so (`rewards[done]`, `x[~mask]`, a TensorDict's
       `td["next", "done"]`), or a call of a function of the module
       that opens with such a test: `self._check_nan(loss)` whose body starts
-      with `if torch.isnan(loss): raise ...`; Pyro's inference steps, which
+      with `if torch.isnan(loss): raise ...`, or that reads a tensor on the
+      host in a statement every call runs (`self._accumulate_samples(n)`
+      whose body ends `return int(total.cpu().item())`, a helper that calls
+      `torch.unique(ids)`; not under an `if`, a loop or a `try` there); Pyro's inference steps, which
       test the loss on the host: `svi.step(x)` answers with a float,
       `elbo.differentiable_loss(...)` checks it for NaN), or a loop over an
       RL data collector (`for data in collector:`, `next(iter(collector))`,

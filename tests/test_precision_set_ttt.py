@@ -241,3 +241,44 @@ for step, (x, y) in enumerate(loader):
 def test_tl202_a_loop_of_three_steps_is_a_demonstration():
     assert codes(lint(MANUAL_DEMO, select=["TL202"])) == []
     assert codes(lint(MANUAL_DEMO.replace("max_steps = 3", "max_steps = 30000"), select=["TL202"])) == ["TL202"]
+
+
+# -- TL101: a helper of the module that reads a tensor on every call ---------------------------
+
+HELPER_READS = """\
+import torch
+import torch.distributed as dist
+
+
+class Trainer:
+    def _accumulate_samples(self, n):
+        total = torch.tensor([n], device=self.device)
+        dist.all_reduce(total)
+        return int(total.cpu().item())
+
+    def fit(self, loader):
+        for x, y in loader:
+            loss = self.model(x.to(self.device, non_blocking=True)).sum()
+            loss.backward()
+            self.optimizer.step()
+            self.samples += self._accumulate_samples(len(x))
+            self.losses.append(loss.item())
+"""
+
+
+def test_tl101_a_loop_that_calls_a_helper_which_reads_a_tensor_every_call_already_waits():
+    assert codes(lint(HELPER_READS, select=["TL101"])) == []
+
+
+@pytest.mark.parametrize("change", [
+    # the helper reads only under a condition
+    ("        return int(total.cpu().item())",
+     "        if self.verbose:\n            print(total.cpu().item())\n        return n"),
+    # the helper is called only on some iterations
+    ("            self.samples += self._accumulate_samples(len(x))",
+     "            if self.log_now:\n                self.samples += self._accumulate_samples(len(x))"),
+])
+def test_tl101_a_helper_that_does_not_read_every_iteration_leaves_the_read_reported(change):
+    changed = HELPER_READS.replace(*change)
+    assert changed != HELPER_READS
+    assert "TL101" in codes(lint(changed, select=["TL101"]))
