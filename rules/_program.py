@@ -871,6 +871,27 @@ def function_restores(context: Context, qualname: str, value: bool) -> bool:
     return False
 
 
+def function_set_before(context: Context, qualname: str, value: bool) -> bool:
+    """Whether a statement of the function around the node being visited
+    that comes before it assigns ``qualname = value``, also under an ``if``:
+    ``if not args.disable_cudnn_benchmark: cudnn.benchmark = True`` before
+    the training, then ``cudnn.benchmark = False`` for the final test pass
+    (torchdistill's examples) switches the setting for what follows, on
+    purpose, and the training ran with the fast one."""
+    function = context.enclosing_function()
+    body = getattr(function, "body", None)
+    if not isinstance(body, cst.IndentedBlock):
+        return False
+    statements = list(body.body)
+    here = next((k for k, st in enumerate(statements) if any(n is st for n in context.stack)), None)
+    for statement in statements[:here or 0]:
+        for n in walk_nodes(statement):
+            if isinstance(n, cst.Assign) and literal_bool(n.value) is value and any(
+                    context.qualname(t.target) == qualname for t in n.targets):
+                return True
+    return False
+
+
 # A reproducibility switch: ``if args.deterministic:``, ``if seed is not None:``.
 REPRODUCIBILITY_SWITCH = re.compile(r"determin|reproduc|seed|fix(?:ed)?_?random", re.IGNORECASE)
 

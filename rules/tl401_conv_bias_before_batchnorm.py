@@ -10,7 +10,8 @@ from torchlint.rule import Benchmark, Invalid, Rule, Valid
 from torchlint.rules._helpers import argument, literal_bool
 from torchlint.rules._layer_flow import LayerFlow
 from torchlint.rules._project_text import FROZEN_BN, PROGRAM_NOTE, PROGRAM_SUBJECT, PUBLISHED_WEIGHTS, trait_key
-from torchlint.rules._layers import BIAS_SENSITIVE_ATTRIBUTES, LAYER_CALLS, Layer, loads_published_weights, normalizes
+from torchlint.rules._layers import BIAS_SENSITIVE_ATTRIBUTES, LAYER_CALLS, Layer, normalizes
+from torchlint.rules._project_text import loads_downloaded_weights
 
 
 class ConvBiasBeforeBatchNorm(Rule):
@@ -45,7 +46,11 @@ class ConvBiasBeforeBatchNorm(Rule):
     into its model (`model.load_state_dict(model_zoo.load_url(url))`, without
     `strict=False`), or loads a checkpoint with an explicit `strict=True`
     (`load_state_dict(ckpt, strict=True)`, `load_checkpoint(head, ckpt,
-    strict=True)`): a port of a published checkpoint (Caffe's BN-Inception,
+    strict=True)`), or downloads weights and loads a state dict built from
+    them (`sd = model_zoo.load_url(url)`, filtered into `model.state_dict()`,
+    then `model.load_state_dict(merged)`: torchreid's MLFN, where a dropped
+    bias would be skipped silently and the BatchNorm's statistics would no
+    longer match): a port of a published checkpoint (Caffe's BN-Inception,
     Torch7's ResNets) or an inference wrapper around pretrained heads, whose
     convolutions must keep the biases the checkpoint holds; dropping one
     breaks that load, and loading around it changes the eval-mode outputs
@@ -241,7 +246,7 @@ class ConvBiasBeforeBatchNorm(Rule):
     def leave_Module(self, node: cst.Module) -> None:
         if not self._convs or not self._has_bn:
             return
-        if loads_published_weights(self.context.source):
+        if loads_downloaded_weights(self.context.source):
             return  # a port of published weights: dropping a bias breaks loading them, and changes eval outputs
         known = self.context.project.get("frequency", {})
         if trait_key(PROGRAM_SUBJECT, FROZEN_BN) in known:

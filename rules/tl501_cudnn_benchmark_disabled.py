@@ -15,6 +15,7 @@ from torchlint.rules._program import (
     in_scope_named,
     is_verification_path,
     function_restores,
+    function_set_before,
     notebook_trains_nothing,
     other_branch_sets,
     under_switch,
@@ -57,7 +58,10 @@ class CudnnBenchmarkDisabled(ProgramRule):
     args.use_cudnn: ... = True` / `else: ... = False`: the user's switch); one
     in a function that sets it back to `True` later in its body (a validation
     pass over inputs of every length turns the autotuner off for itself
-    only, MelGAN's `validate`); an
+    only, MelGAN's `validate`); one after a statement of the same function
+    that sets it to `True`, also under an `if` (the training ran with the
+    autotuner, and the final test is run reproducibly: torchdistill's
+    examples); an
     assignment inside an `if` whose test names a reproducibility switch (`if
     args.deterministic:`, `if args.seed is not None:`, `if cfg.fix_random:`), since the fast path is
     then the default; an assignment inside a function or class whose name says
@@ -274,6 +278,7 @@ class CudnnBenchmarkDisabled(ProgramRule):
                     and not notebook_trains_nothing(self.context)
                     and not other_branch_sets(self.context, _BENCHMARK, True)  # a user's switch
                     and not function_restores(self.context, _BENCHMARK, True)  # off for one pass only
+                    and not function_set_before(self.context, _BENCHMARK, True)  # on for training, off after
                     and not _explained(self.context)  # `= False  # True leads to slow down in conv3d`
                 ):
                     self._disabled.append((node, self._scope()))

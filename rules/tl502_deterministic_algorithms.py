@@ -8,6 +8,7 @@ from torchlint.rules._helpers import argument, literal_bool
 from torchlint.rules._program import (
     REPRODUCIBILITY_PURPOSE,
     REPRODUCIBILITY_SWITCH,
+    function_set_before,
     in_scope_named,
     in_self_test,
     is_benchmark_path,
@@ -19,6 +20,7 @@ from torchlint.rules._program import (
 
 _USE_DETERMINISTIC = frozenset({"torch.use_deterministic_algorithms", "torch.set_deterministic"})
 _CUDNN_DETERMINISTIC = "torch.backends.cudnn.deterministic"
+_CUDNN_BENCHMARK = "torch.backends.cudnn.benchmark"
 
 
 class DeterministicAlgorithms(Rule):
@@ -57,6 +59,10 @@ class DeterministicAlgorithms(Rule):
       compare a model's outputs with a reference, bit for bit;
     - `with torch.backends.cudnn.flags(deterministic=True):`, a scoped
       setting used almost only in tests;
+    - `cudnn.deterministic = True` after a statement of the same function
+      that sets `cudnn.benchmark = True` (also under an `if`): the training
+      ran with the fast kernels, and the final test is run reproducibly
+      (torchdistill's examples);
     - `cudnn.deterministic = True` in a program that visibly has no
       convolution: it defines its own `nn.Module` models, never mentions a
       convolution (`Conv1d`/`Conv2d`/`conv2d`...), and imports only the
@@ -200,6 +206,8 @@ class DeterministicAlgorithms(Rule):
             return
         if self._switched() or runs_no_convolution(self.context.source):
             return  # (the flag restricts only convolution algorithms)
+        if function_set_before(self.context, _CUDNN_BENCHMARK, True):
+            return  # the training ran with the autotuner; this switches for what follows (a final test)
         self.report(
             node,
             "`cudnn.deterministic = True` restricts cuDNN to deterministic convolution algorithms, "
