@@ -28,8 +28,8 @@ import libcst as cst
 from torchlint.rule import Context
 from torchlint.nodes import inner_children, iter_children, target_names, walk_nodes
 from torchlint.rules._helpers import (
-    blocking_flag, equality_sides, is_docstring, last_name, literal_number, method_name, moves_to_device,
-    names_anywhere, receiver, source_mentions,
+    blocking_flag, equality_sides, is_docstring, keyword, last_name, literal_number, method_name, moves_to_device,
+    names_anywhere, receiver, source_mentions, string_value,
 )
 from torchlint.rules._models import MODULE_COLLECTIONS, names_a_module
 from torchlint.rules._training import is_backward, is_optimizer_step, with_grad_modes
@@ -1006,7 +1006,7 @@ def _scan(ctx: Context, roots: List[cst.CSTNode]) -> LoopFacts:
             elif always and direct and q is not None and q.startswith(_HOST_LIBRARIES):
                 body.steps.append(node)  # `f1_score(gt, pred)`: takes host arrays, like an environment
             elif always and direct and (
-                    _waits_on_data(node, name, q) or q is None and _callee_waits(ctx, func)
+                    _waits_on_data(node, name, q) or q is None and _callee_waits(ctx, func) or _solves_adaptively(node, q)
                     or name in _CHECKED_LOSSES and (q is None or q.startswith("pyro.")) or _checked_loss_name(ctx, func)
                     or name == "next" and q is None and node.args and _next_from_collector(ctx, node.args[0].value)):
                 # `idx = mask.nonzero()`, `self._check_nan(loss)`, `elbo.differentiable_loss(...)`, `next(batches)`
@@ -1058,6 +1058,24 @@ def _scan(ctx: Context, roots: List[cst.CSTNode]) -> LoopFacts:
     facts.exits_on_read = facts.stops_on_read or body.feeds_back()
     facts.assigns = body.assigns
     return facts
+
+
+# torchdiffeq's solvers with adaptive step sizes: each step accepts or rejects
+# itself on the error estimate, a device value the host reads (`odeint`'s default
+# is `dopri5`); the fixed-grid ones (`euler`, `rk4`...) read nothing.
+_ODE_SOLVES = frozenset({"torchdiffeq.odeint", "torchdiffeq.odeint_adjoint", "torchdiffeq.odeint_event"})
+_ADAPTIVE_METHODS = frozenset({"dopri5", "dopri8", "bosh3", "fehlberg2", "adaptive_heun"})
+
+
+def _solves_adaptively(call: cst.Call, qualname: Optional[str]) -> bool:
+    """``odeint(func, y0, t)`` (torchdiffeq) with an adaptive method: the
+    default, or one named by a literal."""
+    if qualname not in _ODE_SOLVES:
+        return False
+    method = keyword(call, "method")
+    if method is None:
+        return True
+    return string_value(method.value) in _ADAPTIVE_METHODS
 
 
 def _callee_waits(ctx: Context, func: cst.BaseExpression) -> bool:
@@ -2752,8 +2770,9 @@ def blocking_copy_in(ctx: Context, loop: cst.CSTNode) -> Optional[cst.BaseExpres
     opens with ``x, y = x.to(device), y.to(device)``, ``data = data.to(device)``,
     ``batch = {k: v.cuda() for k, v in batch.items()}``, ``out =
     model(x.cuda())`` (or an ``if`` on the device holding such copies), after
-    nothing but unpacking the batch, ``optimizer.zero_grad()`` and
-    ``model.train()``.  A copy without ``non_blocking=True`` ends with
+    nothing but unpacking the batch, ``optimizer.zero_grad()``,
+    ``model.train()`` and a meter given the loading time
+    (``data_time.update(time.time() - end)``).  A copy without ``non_blocking=True`` ends with
     ``cudaStreamSynchronize``: it waits for all the work queued before it, the
     previous iteration's included, so a read of a value in the loop only moves
     that wait earlier; the host runs ahead of the device only once both go
@@ -2859,12 +2878,24 @@ def _opening_statement(ctx: Context, statement: cst.CSTNode, data: set):
     first = _first_call(value)
     if first is not None and _blocking_copy_of(ctx, first, data):
         return first  # `out = model(x.to(device))`: the copy runs before the model queues its work
-    if all(not _calls(p) or (type(p) is cst.Call and last_name(p.func) in _BEFORE_COPY) for p in parts) and (
-            not targets or all(_root_name(p) in data for p in parts)):
+    if all(not _calls(p) or (type(p) is cst.Call and (last_name(p.func) in _BEFORE_COPY or _times_loading(ctx, p)))
+           for p in parts) and (not targets or all(_root_name(p) in data for p in parts)):
         for target in targets:
             data.update(target_names(target))  # `images, labels = batch`
         return "host"
     return None
+
+
+_CLOCKS = frozenset({"time.time", "time.perf_counter", "time.monotonic"})
+
+
+def _times_loading(ctx: Context, call: cst.Call) -> bool:
+    """``data_time.update(time.time() - end)``: a meter given the time the
+    batch took to load, every call in its arguments a clock's (host work)."""
+    if last_name(call.func) not in ("update", "append") or type(call.func) is not cst.Attribute:
+        return False
+    calls = [n for arg in call.args for n in walk_nodes(arg.value) if type(n) is cst.Call]
+    return bool(calls) and all(ctx.qualname(n.func) in _CLOCKS for n in calls)
 
 
 def _first_call(expr: cst.CSTNode) -> Optional[cst.Call]:

@@ -135,14 +135,18 @@ class ItemInLoop(Rule):
       `elbo.differentiable_loss(...)` checks it for NaN), or a loop over an
       RL data collector (`for data in collector:`, `next(iter(collector))`,
       TorchRL's `SyncDataCollector`: each batch was made by stepping host
-      environments on the policy's actions); the right operand of `and` may not run
+      environments on the policy's actions), or an ODE solved with an
+      adaptive step size (torchdiffeq's `odeint(func, y0, t)`, whose default
+      `dopri5` accepts or rejects each step on a device value; not a
+      fixed-grid `method="rk4"`); the right operand of `and` may not run
       and does not count, that of `or` runs whenever the left is false): one
       more read there adds little,
       and removing it would not remove the loop's wait;
     - a read at the end of an iteration that starts with a blocking copy of
       the loader's batch (`x, y = x.to(device), y.to(device)`, `data =
       data.cuda()`, `out = model(x.to(device))`, `inputs = [batch[k].to(device)
-      for k in names]`, before any other work; a loader is also an entry of
+      for k in names]`, before any other work but a meter of the loading
+      time, `data_time.update(time.time() - end)`; a loader is also an entry of
       a mapping named for loaders, `dataloaders[phase]`,
       `data_loaders["val_loader"]`; after
       the read no `backward()`, optimizer step, model, loss or inner loop is

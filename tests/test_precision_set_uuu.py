@@ -92,3 +92,66 @@ def test_tl401_a_model_that_loads_its_weights_non_strictly_is_reported():
 def test_tl401_a_model_that_downloads_nothing_is_reported():
     changed = PUBLISHED.replace("pretrain_dict = model_zoo.load_url(model_url)", "pretrain_dict = torch.load(model_url)")
     assert codes(lint(changed, select=["TL401"])) == ["TL401"]
+
+
+# -- TL101: a loop that times its loading before the blocking copy -----------------------------
+
+TIMED_LOOP = """\
+import time
+import torch
+
+
+def train(model, criterion, optimizer, dataset, use_gpu):
+    trainloader = torch.utils.data.DataLoader(dataset, batch_size=32, num_workers=4, pin_memory=True)
+    end = time.time()
+    for batch_idx, data in enumerate(trainloader):
+        data_time.update(time.time() - end)
+        imgs, attrs = data[0], data[1]
+        if use_gpu:
+            imgs = imgs.cuda()
+            attrs = attrs.cuda()
+        optimizer.zero_grad()
+        loss = criterion(model(imgs), attrs)
+        loss.backward()
+        optimizer.step()
+        losses.update(loss.item(), imgs.size(0))
+"""
+
+
+def test_tl101_a_meter_of_the_loading_time_comes_before_the_blocking_copy_that_waits_anyway():
+    assert codes(lint(TIMED_LOOP, select=["TL101"])) == []
+
+
+def test_tl101_a_meter_given_something_else_than_a_clock_may_queue_work_first():
+    changed = TIMED_LOOP.replace("data_time.update(time.time() - end)", "data_time.update(model.step_time())")
+    assert codes(lint(changed, select=["TL101"])) == ["TL101"]
+
+
+# -- TL101: a loop that solves an ODE with an adaptive solver every iteration ------------------
+
+ODE_LOOP = """\
+import torch
+from torchdiffeq import odeint
+
+
+def fit(func, optimizer, y0, t, y, niters):
+    for itr in range(niters):
+        optimizer.zero_grad()
+        pred_y = odeint(func, y0, t)
+        loss = torch.mean(torch.abs(pred_y - y))
+        loss.backward()
+        optimizer.step()
+        loss_meter.update(loss.item())
+"""
+
+
+@pytest.mark.parametrize("method", [None, "'dopri5'"])
+def test_tl101_an_adaptive_ode_solve_waits_every_iteration(method):
+    code = ODE_LOOP if method is None else ODE_LOOP.replace("odeint(func, y0, t)", f"odeint(func, y0, t, method={method})")
+    assert codes(lint(code, select=["TL101"])) == []
+
+
+@pytest.mark.parametrize("method", ["'rk4'", "args.method"])
+def test_tl101_a_fixed_grid_or_unknown_solver_leaves_the_read_reported(method):
+    code = ODE_LOOP.replace("odeint(func, y0, t)", f"odeint(func, y0, t, method={method})")
+    assert codes(lint(code, select=["TL101"])) == ["TL101"]
