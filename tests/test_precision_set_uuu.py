@@ -155,3 +155,4 @@ def test_tl101_an_adaptive_ode_solve_waits_every_iteration(method):
 def test_tl101_a_fixed_grid_or_unknown_solver_leaves_the_read_reported(method):
     code = ODE_LOOP.replace("odeint(func, y0, t)", f"odeint(func, y0, t, method={method})")
     assert codes(lint(code, select=["TL101"])) == ["TL101"]
+
