@@ -849,17 +849,24 @@ def other_branch_sets(context: Context, qualname: str, value: bool) -> bool:
     return False
 
 
+def _function_statements(context: Context) -> Tuple[List[cst.CSTNode], Optional[int]]:
+    """The statements of the body of the function around the node being
+    visited, and the index of the one that holds the node (None: not in a
+    function with an indented body)."""
+    function = context.enclosing_function()
+    body = getattr(function, "body", None)
+    if not isinstance(body, cst.IndentedBlock):
+        return [], None
+    statements = list(body.body)
+    return statements, next((k for k, st in enumerate(statements) if any(n is st for n in context.stack)), None)
+
+
 def function_restores(context: Context, qualname: str, value: bool) -> bool:
     """Whether the function around the node being visited also assigns
     ``qualname = value`` at its top level, after it: ``cudnn.benchmark = False``
     for a validation pass over inputs of every length, and ``True`` again at
     its end (MelGAN's ``validate``), is a scoped setting, not the run's."""
-    function = context.enclosing_function()
-    body = getattr(function, "body", None)
-    if not isinstance(body, cst.IndentedBlock):
-        return False
-    statements = list(body.body)
-    here = next((k for k, st in enumerate(statements) if any(n is st for n in context.stack)), None)
+    statements, here = _function_statements(context)
     if here is None:
         return False
     for statement in statements[here + 1:]:
@@ -878,12 +885,7 @@ def function_set_before(context: Context, qualname: str, value: bool) -> bool:
     the training, then ``cudnn.benchmark = False`` for the final test pass
     (torchdistill's examples) switches the setting for what follows, on
     purpose, and the training ran with the fast one."""
-    function = context.enclosing_function()
-    body = getattr(function, "body", None)
-    if not isinstance(body, cst.IndentedBlock):
-        return False
-    statements = list(body.body)
-    here = next((k for k, st in enumerate(statements) if any(n is st for n in context.stack)), None)
+    statements, here = _function_statements(context)
     for statement in statements[:here or 0]:
         for n in walk_nodes(statement):
             if isinstance(n, cst.Assign) and literal_bool(n.value) is value and any(
