@@ -1175,10 +1175,11 @@ def runs_on_host_only(ctx: Context) -> bool:
 
 
 # A trainer told to run a few batches (Composer's `train_subset_num_batches=5`,
-# Lightning's `limit_train_batches=10` or `fast_dev_run=True`, `max_steps=3`):
-# the program is a demonstration of an API, not a training run.
+# Lightning's `limit_train_batches=10` or `fast_dev_run=True`): the program is a
+# demonstration of an API, not a training run.  (Not `max_steps=`, which also
+# bounds decoding loops.)
 _FEW_BATCHES = re.compile(
-    r"\b(?:(?:train|eval)_subset_num_batches|limit_(?:train|val|test|predict)_batches|max_steps)\s*=\s*(\d+)\b(?![.\w])"
+    r"\b(?:(?:train|eval)_subset_num_batches|limit_(?:train|val|test|predict)_batches)\s*=\s*(\d+)\b(?![.\w])"
     r"|\bfast_dev_run\s*=\s*(True|\d+)\b"
 )
 _FEW = 20
@@ -1187,14 +1188,14 @@ _FEW = 20
 def runs_a_few_batches(ctx: Context) -> bool:
     """Whether the module hands a trainer a literal limit of at most ``_FEW``
     batches or steps (``Trainer(..., train_subset_num_batches=5)``,
-    ``limit_train_batches=10``, ``fast_dev_run=True``, ``max_steps=3``): a
+    ``limit_train_batches=10``, ``fast_dev_run=True``): a
     demonstration of an API that loads a few batches, where worker processes
     and pinned memory cost about what they save."""
     found = ctx.shared.get("few-batches")
     if found is None:
         source = ctx.source
         found = False
-        if "batches" in source or "max_steps" in source or "fast_dev_run" in source:
+        if "_batches" in source or "fast_dev_run" in source:
             for match in _FEW_BATCHES.finditer(source):
                 number = match.group(1) or match.group(2)
                 if number == "True" or number != "0" and int(number) <= _FEW:

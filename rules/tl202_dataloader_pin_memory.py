@@ -256,7 +256,7 @@ class DataLoaderPinMemory(Rule):
       their own device loader, and pinning is a CUDA feature;
     - a module that tells a trainer to run at most 20 batches or steps, as a
       literal (Composer's `train_subset_num_batches=5`, Lightning's
-      `limit_train_batches=10` or `fast_dev_run=True`, `max_steps=3`): a
+      `limit_train_batches=10` or `fast_dev_run=True`): a
       demonstration of an API, with no stream of copies worth overlapping;
     - test files (`test_*.py`, `*_test.py`, `conftest.py`, `tests/`): a
       `DataLoader` there runs a few tiny batches to check the loader or the

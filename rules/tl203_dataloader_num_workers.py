@@ -138,7 +138,7 @@ class DataLoaderNumWorkers(Rule):
     - a loader that a function binds to a name and never uses again;
     - a module that tells a trainer to run at most 20 batches or steps, as a
       literal (Composer's `train_subset_num_batches=5`, Lightning's
-      `limit_train_batches=10` or `fast_dev_run=True`, `max_steps=3`): a
+      `limit_train_batches=10` or `fast_dev_run=True`): a
       demonstration of an API, where starting workers costs about what they
       save;
     - a loader built in the `if __name__ == "__main__":` block of a dataset

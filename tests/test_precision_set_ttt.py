@@ -205,7 +205,7 @@ trainer.fit()
 
 
 @pytest.mark.parametrize("limit", [
-    "train_subset_num_batches=5", "limit_train_batches=10", "fast_dev_run=True", "max_steps=3",
+    "train_subset_num_batches=5", "limit_train_batches=10", "fast_dev_run=True", "eval_subset_num_batches=20",
 ])
 def test_loaders_of_a_demo_that_runs_a_few_batches_are_not_reported(limit):
     code = DEMO.replace("train_subset_num_batches=5", limit)
@@ -214,7 +214,9 @@ def test_loaders_of_a_demo_that_runs_a_few_batches_are_not_reported(limit):
 
 @pytest.mark.parametrize("limit", [
     # a fraction of the epoch, many batches, or no literal
-    "limit_train_batches=0.25", "train_subset_num_batches=500", "max_steps=args.max_steps",
+    "limit_train_batches=0.25", "train_subset_num_batches=500", "limit_train_batches=args.limit",
+    # (`max_steps=` also bounds decoding loops: not a demonstration's mark)
+    "max_steps=3",
     "train_subset_num_batches=0",
 ])
 def test_loaders_of_a_run_that_is_not_limited_to_a_few_batches_are_reported(limit):
@@ -227,20 +229,20 @@ import torch
 from torch.utils.data import DataLoader
 from torchvision import datasets, transforms
 
-max_steps = 3
 device = torch.device("cuda")
 loader = DataLoader(datasets.MNIST("data", transform=transforms.ToTensor()), batch_size=64, num_workers=4)
 for step, (x, y) in enumerate(loader):
-    if step >= max_steps:
+    if step >= 3:
         break
     loss = model(x.to(device)).sum()
     loss.backward()
 """
 
 
-def test_tl202_a_loop_of_three_steps_is_a_demonstration():
-    assert codes(lint(MANUAL_DEMO, select=["TL202"])) == []
-    assert codes(lint(MANUAL_DEMO.replace("max_steps = 3", "max_steps = 30000"), select=["TL202"])) == ["TL202"]
+def test_tl202_a_module_whose_trainer_runs_one_batch_is_a_demonstration():
+    demo = MANUAL_DEMO + "trainer = Trainer(model, fast_dev_run=True)\n"
+    assert codes(lint(demo, select=["TL202"])) == []
+    assert codes(lint(MANUAL_DEMO, select=["TL202"])) == ["TL202"]
 
 
 # -- TL101: a helper of the module that reads a tensor on every call ---------------------------
