@@ -177,7 +177,9 @@ def test_tl102_a_copy_outside_the_timed_span_or_in_training_is_reported():
         '            end_time = timer()\n            results.append({"prob": prob.max().cpu().item()})\n',
     )
     assert found(code, "TL102", path="predict.py") == [("TL102", 14)]
-    # a training loop's meters start no clock before the read
+    # a training loop's meters start no clock before the read (its copies do not
+    # wait: a blocking copy at the start of the iteration would wait for the read's
+    # work anyway, which TL102 leaves alone)
     meters = """
 import time
 import torch
@@ -187,7 +189,7 @@ def train(loader, model, optimizer):
     end = time.time()
     for x, y in loader:
         data_time.update(time.time() - end)
-        loss = model(x.cuda(), y.cuda())
+        loss = model(x.cuda(non_blocking=True), y.cuda(non_blocking=True))
         optimizer.zero_grad()
         loss.backward()
         optimizer.step()
@@ -199,6 +201,9 @@ def train(loader, model, optimizer):
     # the same timing in a loop that trains: not a latency measurement
     trains = meters.replace("        data_time.update(time.time() - end)\n", "        start = time.time()\n")
     assert found(trains, "TL102", path="train.py") == [("TL102", 14)]
+    # with blocking copies after the loading time's meter, the read only moves the next copy's wait
+    blocking = meters.replace("x.cuda(non_blocking=True), y.cuda(non_blocking=True)", "x.cuda(), y.cuda()")
+    assert found(blocking, "TL102", path="train.py") == []
 
 
 # Set UU (bentrevett's image classification notebooks, DLRM; synthetic examples).
