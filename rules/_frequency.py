@@ -125,7 +125,6 @@ from torchlint.rules._sync import (
     target_names, unwrap_iterable,
 )
 from torchlint.nodes import inner_children, iter_children, walk_nodes
-from torchlint.semantic import SemanticModel
 
 UNKNOWN, ONCE, PER_EPOCH, PER_STEP = 0, 1, 2, 3
 NAMES = {UNKNOWN: "unknown", ONCE: "once", PER_EPOCH: "per epoch", PER_STEP: "per step"}
@@ -276,10 +275,10 @@ class _Site:
 
 
 class FrequencyModel:
-    def __init__(self, module: cst.Module, external: Optional[Dict[str, Tuple[int, str]]] = None,
+    def __init__(self, module: cst.Module, definitions: Callable[[str], Sequence[Any]],
+                 external: Optional[Dict[str, Tuple[int, str]]] = None,
                  flags: Optional[Dict[int, frozenset]] = None,
-                 demonstrated: Optional[Callable[[cst.ClassDef], bool]] = None, source: Optional[str] = None,
-                 definitions: Optional[Callable[[str], Sequence[Any]]] = None) -> None:
+                 demonstrated: Optional[Callable[[cst.ClassDef], bool]] = None, source: Optional[str] = None) -> None:
         # `demonstrated`: whether a class of a notebook is only run once, on a
         # toy input (`_program.demonstrated_once`): its `forward` runs once.
         self._demonstrated = demonstrated
@@ -302,9 +301,9 @@ class FrequencyModel:
         # the Context's periodic-guard test through `model_for`).
         self._flags: Dict[int, frozenset] = {} if flags is None else flags
         self._module = module
-        # The module's `def`/`class` statements by name (`SemanticModel.definitions`):
-        # a periodic guard may call a helper (`if self._should_log():`).
-        self._definitions = definitions or SemanticModel(module, source).definitions
+        # The module's `def`/`class` statements by name (its `SemanticModel.definitions`,
+        # the one its rules ask): a periodic guard may call a helper (`if self._should_log():`).
+        self._definitions = definitions
         # `cli_options_off`, on demand (none in a module whose `source` parses no arguments)
         self._options_off: Optional[frozenset] = None if source is None or "add_argument" in source else frozenset()
         self._collect(module)
@@ -1449,8 +1448,8 @@ def model_for(ctx: Context) -> FrequencyModel:
         assert ctx.module is not None
         demonstrated = (lambda cls: demonstrated_once(ctx, cls)) if ctx.path.endswith(".ipynb") else None
         model = ctx.shared["frequency"] = FrequencyModel(
-            ctx.module, ctx.project.get("frequency"), ctx.shared.setdefault("periodic_flags", {}), demonstrated,
-            ctx.source, ctx.semantic.definitions,
+            ctx.module, ctx.semantic.definitions, ctx.project.get("frequency"),
+            ctx.shared.setdefault("periodic_flags", {}), demonstrated, ctx.source,
         )
     return model
 

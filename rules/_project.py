@@ -194,7 +194,7 @@ class Finder:
 
     @cached_property
     def frequency(self) -> FrequencyModel:
-        return FrequencyModel(self.module, self.external, source=self.text or None, definitions=self.semantic.definitions)
+        return FrequencyModel(self.module, self.semantic.definitions, self.external, source=self.text or None)
 
     @cached_property
     def semantic(self) -> SemanticModel:
