@@ -158,8 +158,10 @@ _CONV_LAYERS = frozenset(
     for base in ("Conv", "ConvTranspose", "LazyConv", "LazyConvTranspose")
     for dim in (1, 2, 3)
 )
-_BENCHMARK = "torch.backends.cudnn.benchmark"
-_DETERMINISTIC = "torch.backends.cudnn.deterministic"
+# The cuDNN switches and the determinism calls (TL501, TL502 and the program facts).
+CUDNN_BENCHMARK = "torch.backends.cudnn.benchmark"
+CUDNN_DETERMINISTIC = "torch.backends.cudnn.deterministic"
+USE_DETERMINISTIC = frozenset({"torch.use_deterministic_algorithms", "torch.set_deterministic"})
 
 
 # Names of transformer-family models and their builders (word parts).
@@ -461,9 +463,9 @@ class ProgramFacts:
     def visit_assign(self, node: cst.Assign) -> None:
         for target in node.targets:
             name = self.context.qualname(target.target)
-            if name == _BENCHMARK:
+            if name == CUDNN_BENCHMARK:
                 self.benchmark_set = True
-            elif name == _DETERMINISTIC and not _is_false(node.value):
+            elif name == CUDNN_DETERMINISTIC and not _is_false(node.value):
                 self.deterministic = True
 
     def visit_import(self, node: cst.CSTNode) -> None:

@@ -8,8 +8,11 @@ from torchlint.model import FixAvailability
 from torchlint.rule import Invalid, Valid
 from torchlint.rules._helpers import literal_bool
 from torchlint.rules._program import (
+    CUDNN_BENCHMARK,
+    CUDNN_DETERMINISTIC,
     REPRODUCIBILITY_PURPOSE,
     REPRODUCIBILITY_SWITCH,
+    USE_DETERMINISTIC,
     ProgramFacts,
     ProgramRule,
     in_scope_named,
@@ -20,10 +23,6 @@ from torchlint.rules._program import (
     other_branch_sets,
     under_switch,
 )
-
-_BENCHMARK = "torch.backends.cudnn.benchmark"
-_DETERMINISTIC = "torch.backends.cudnn.deterministic"
-_USE_DETERMINISTIC = frozenset({"torch.use_deterministic_algorithms", "torch.set_deterministic"})
 
 
 class CudnnBenchmarkDisabled(ProgramRule):
@@ -269,25 +268,25 @@ class CudnnBenchmarkDisabled(ProgramRule):
         qualname = self.context.qualname
         for target in node.targets:
             q = qualname(target.target)
-            if q == _BENCHMARK:
+            if q == CUDNN_BENCHMARK:
                 if (
                     literal_bool(node.value) is False
                     and not under_switch(self.context, REPRODUCIBILITY_SWITCH)
                     and not in_scope_named(self.context, REPRODUCIBILITY_PURPOSE)
                     and not is_verification_path(self.context.path)
                     and not notebook_trains_nothing(self.context)
-                    and not other_branch_sets(self.context, _BENCHMARK, True)  # a user's switch
-                    and not function_restores(self.context, _BENCHMARK, True)  # off for one pass only
-                    and not function_set_before(self.context, _BENCHMARK, True)  # on for training, off after
+                    and not other_branch_sets(self.context, CUDNN_BENCHMARK, True)  # a user's switch
+                    and not function_restores(self.context, CUDNN_BENCHMARK, True)  # off for one pass only
+                    and not function_set_before(self.context, CUDNN_BENCHMARK, True)  # on for training, off after
                     and not _explained(self.context)  # `= False  # True leads to slow down in conv3d`
                 ):
                     self._disabled.append((node, self._scope()))
-            elif q == _DETERMINISTIC and literal_bool(node.value) is True:
+            elif q == CUDNN_DETERMINISTIC and literal_bool(node.value) is True:
                 self._deterministic.add(self._scope())
 
     def visit_Call(self, node: cst.Call) -> None:
         super().visit_Call(node)
-        if not self._off and node.args and self.context.qualname(node.func) in _USE_DETERMINISTIC:
+        if not self._off and node.args and self.context.qualname(node.func) in USE_DETERMINISTIC:
             if literal_bool(node.args[0].value) is True:
                 self._deterministic.add(self._scope())
 

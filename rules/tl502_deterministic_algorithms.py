@@ -6,8 +6,11 @@ from torchlint.model import FixAvailability
 from torchlint.rule import Invalid, Rule, Valid
 from torchlint.rules._helpers import argument, literal_bool
 from torchlint.rules._program import (
+    CUDNN_BENCHMARK,
+    CUDNN_DETERMINISTIC,
     REPRODUCIBILITY_PURPOSE,
     REPRODUCIBILITY_SWITCH,
+    USE_DETERMINISTIC,
     function_set_before,
     in_scope_named,
     in_self_test,
@@ -17,10 +20,6 @@ from torchlint.rules._program import (
     notebook_trains_nothing,
     under_switch,
 )
-
-_USE_DETERMINISTIC = frozenset({"torch.use_deterministic_algorithms", "torch.set_deterministic"})
-_CUDNN_DETERMINISTIC = "torch.backends.cudnn.deterministic"
-_CUDNN_BENCHMARK = "torch.backends.cudnn.benchmark"
 
 
 class DeterministicAlgorithms(Rule):
@@ -185,7 +184,7 @@ class DeterministicAlgorithms(Rule):
     def visit_Call(self, node: cst.Call) -> None:
         if self._off or not node.args:
             return
-        if self.context.qualname(node.func) not in _USE_DETERMINISTIC:
+        if self.context.qualname(node.func) not in USE_DETERMINISTIC:
             return
         known, arg = argument(node, "mode", 0)
         if not known or arg is None or literal_bool(arg.value) is not True:
@@ -202,11 +201,11 @@ class DeterministicAlgorithms(Rule):
     def visit_Assign(self, node: cst.Assign) -> None:
         if self._off or literal_bool(node.value) is not True:
             return
-        if not any(self.context.qualname(t.target) == _CUDNN_DETERMINISTIC for t in node.targets):
+        if not any(self.context.qualname(t.target) == CUDNN_DETERMINISTIC for t in node.targets):
             return
         if self._switched() or runs_no_convolution(self.context.source):
             return  # (the flag restricts only convolution algorithms)
-        if function_set_before(self.context, _CUDNN_BENCHMARK, True):
+        if function_set_before(self.context, CUDNN_BENCHMARK, True):
             return  # the training ran with the autotuner; this switches for what follows (a final test)
         self.report(
             node,
