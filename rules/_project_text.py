@@ -375,11 +375,15 @@ def loads_downloaded_weights(text: str) -> bool:
 # TF32, autocast, compilation) buy nothing measurable.  Gaussian-splatting
 # rasterizers count the same: the step time is their own float32 CUDA kernels,
 # which no such setting touches and torch.compile cannot trace into (and
-# densification changes the number of Gaussians as it trains).
+# densification changes the number of Gaussians as it trains).  So does
+# MinkowskiEngine: its sparse convolutions are its own CUDA kernels on a
+# coordinate manager in C++, with no half-precision kernels (autocast makes
+# them fail with a type mismatch) and a number of points that changes every
+# batch (nothing for the compiler or the cuDNN autotuner).
 SIMULATORS = frozenset(
     {"gym", "gymnasium", "envpool", "procgen", "dm_control", "pettingzoo", "mujoco",
      "isaacgym", "brax", "minigrid", "atari_py", "ale_py", "pybullet_envs", "stable_baselines3",
-     "diff_gaussian_rasterization", "diff_surfel_rasterization", "gsplat",
+     "diff_gaussian_rasterization", "diff_surfel_rasterization", "gsplat", "MinkowskiEngine",
      # TorchRL's environments and collectors (`from torchrl.envs import GymEnv`)
      "torchrl.envs", "torchrl.collectors"}
 )

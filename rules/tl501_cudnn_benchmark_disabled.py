@@ -96,7 +96,8 @@ class CudnnBenchmarkDisabled(ProgramRule):
     `dm_control`, `torchrl.envs`, ...: the step time is the environment's, on the host, and the
     policy networks are small) or a Gaussian-splatting rasterizer
     (`diff_gaussian_rasterization`, `diff_surfel_rasterization`, `gsplat`: the
-    step time is the rasterizer's own CUDA kernels) and for one that asks for reproducible kernels
+    step time is the rasterizer's own CUDA kernels) or MinkowskiEngine (its
+    sparse convolutions are its own kernels, not cuDNN's) and for one that asks for reproducible kernels
     anywhere (`cudnn.deterministic = ...` or
     `torch.use_deterministic_algorithms(...)` with anything but the literal
     `False`, often `args.torch_deterministic`): the autotuner picks algorithms

@@ -74,7 +74,8 @@ class Fp32MatmulPrecision(ProgramRule):
       policy networks, where TF32 buys nothing measurable; nor one that
       imports a Gaussian-splatting rasterizer (`diff_gaussian_rasterization`,
       `diff_surfel_rasterization`, `gsplat`), whose step time is the
-      rasterizer's own CUDA kernels.
+      rasterizer's own CUDA kernels, or MinkowskiEngine (its own sparse
+      convolution kernels).
     - A program that fits Gaussian processes (it imports `gpytorch`,
       `botorch` or `linear_operator`) is not reported: its Cholesky
       factorizations and conjugate-gradient solves on kernel matrices need

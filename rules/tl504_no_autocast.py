@@ -51,7 +51,9 @@ class NoAutocast(ProgramRule):
       policy networks, where autocast buys nothing measurable. Nor is one that
       imports a Gaussian-splatting rasterizer (`diff_gaussian_rasterization`,
       `diff_surfel_rasterization`, `gsplat`): its step time is the
-      rasterizer's own float32 CUDA kernels, which autocast does not touch.
+      rasterizer's own float32 CUDA kernels, which autocast does not touch;
+      nor one that imports MinkowskiEngine, whose sparse convolutions have no
+      half-precision kernels (under autocast they fail with a type mismatch).
     - A program that fits Gaussian processes (it imports `gpytorch`,
       `botorch` or `linear_operator`) is not reported: its Cholesky
       factorizations and conjugate-gradient solves on kernel matrices need

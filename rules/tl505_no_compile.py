@@ -46,7 +46,9 @@ class NoCompile(ProgramRule):
     (`diff_gaussian_rasterization`, `diff_surfel_rasterization`, `gsplat`: its
     step time is the rasterizer's own CUDA kernels, which the compiler cannot
     trace into, and densification changes the number of Gaussians, so shapes
-    change as it trains),
+    change as it trains), nor one that imports MinkowskiEngine (its sparse
+    convolutions run in its own C++ coordinate manager and kernels, and the
+    number of points changes every batch),
     nor one whose every `DataLoader` loads in the main process (`num_workers`
     absent or `0`): its steps wait for data, which compiling does not change
     (TL203 reports those loaders), nor a module with recurrent layers

@@ -1,5 +1,6 @@
 from __future__ import annotations
 
+import re
 from typing import Dict, List
 
 import libcst as cst
@@ -16,6 +17,10 @@ from torchlint.rules._sync import (
     loop_facts,
     runs_once,
 )
+
+# A sparse-tensor library whose batches hold a different number of points
+# every step and whose documentation asks for `empty_cache()` in the loop.
+_SPARSE_POINTS = re.compile(r"^[ \t]*(?:import|from)[ \t]+MinkowskiEngine\b", re.M)
 
 # Functions that hand the caching allocator's unused blocks back to the driver.
 _EMPTY_CACHE = frozenset(
@@ -64,7 +69,11 @@ class EmptyCacheInLoop(Rule):
       user turns on. A test about the device (`if torch.cuda.is_available():`)
       only guards the call and does not count;
     - where it runs at most once per loop: in a block that ends with
-      `break`/`return`/`raise`, or under `if i == 0:` on the loop counter.
+      `break`/`return`/`raise`, or under `if i == 0:` on the loop counter;
+    - in a module that imports MinkowskiEngine: its sparse tensors hold a
+      different number of points every batch, which fragments the cache, and
+      its README asks for `torch.cuda.empty_cache()` at regular intervals to
+      avoid running out of memory.
 
     ## Why is this bad?
     PyTorch's caching allocator keeps freed device memory to reuse it for the
@@ -241,6 +250,7 @@ class EmptyCacheInLoop(Rule):
         super().__init__(context)
         self._facts: Dict[int, LoopFacts] = {}
         self._drops_pipeline: Dict[int, bool] = {}
+        self._sparse_points = _SPARSE_POINTS.search(context.source) is not None
 
     def visit_Call(self, node: cst.Call) -> None:
         func = node.func
@@ -251,7 +261,8 @@ class EmptyCacheInLoop(Rule):
         if what not in _EMPTY_CACHE:
             return
         loop = ctx.enclosing_loop()
-        if loop is None or runs_once(ctx, loop) or is_epoch_loop(loop) or in_except_handler(ctx, loop):
+        if self._sparse_points or loop is None or runs_once(ctx, loop) or is_epoch_loop(loop) or in_except_handler(
+                ctx, loop):
             return
         facts = loop_facts(ctx, loop, self._facts)
         if facts.retries_on_oom or facts.collects_garbage or facts.reads_memory_stats or facts.deletes_model:

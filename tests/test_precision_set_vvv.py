@@ -1,0 +1,43 @@
+"""Precision on projects never seen before (set VVV; docs/precision.md).
+Synthetic examples written for these tests, each with the near-miss that
+must still be reported."""
+
+from __future__ import annotations
+
+from tests.helpers import codes, lint
+
+# -- MinkowskiEngine: sparse convolutions with a changing number of points ---------------------
+
+SPARSE = """\
+import MinkowskiEngine as ME
+import torch
+from torch import nn
+
+
+def train(net, loader, optimizer, device):
+    net.train()
+    for coords, feats, labels in loader:
+        sin = ME.SparseTensor(feats.to(device), coordinates=coords.to(device))
+        loss = nn.functional.cross_entropy(net(sin).F, labels.to(device))
+        optimizer.zero_grad()
+        loss.backward()
+        optimizer.step()
+        torch.cuda.empty_cache()
+
+
+def main():
+    net = MinkUNet14(3, 20).cuda()
+    loader = torch.utils.data.DataLoader(dataset, batch_size=8, num_workers=4, pin_memory=True)
+    optimizer = torch.optim.SGD(net.parameters(), lr=0.1)
+    for epoch in range(100):
+        train(net, loader, optimizer, torch.device("cuda"))
+"""
+
+
+def test_a_minkowski_engine_program_gets_no_autocast_compile_or_empty_cache_advice():
+    assert codes(lint(SPARSE, select=["TL504", "TL505", "TL702"])) == []
+
+
+def test_the_same_program_without_minkowski_engine_is_reported():
+    changed = SPARSE.replace("import MinkowskiEngine as ME\n", "from mylib import sparse as ME\n")
+    assert sorted(codes(lint(changed, select=["TL504", "TL505", "TL702"]))) == ["TL504", "TL702"]
