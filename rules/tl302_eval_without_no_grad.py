@@ -16,7 +16,7 @@ from torchlint.rules._frequency import runs_once_by_path
 from torchlint.rules._helpers import chain_root, last_name, literal_bool, method_name
 from torchlint.rules._models import FORWARD_METHODS, is_model_call, module_like_base, runs_on_dummy_inputs
 from torchlint.rules._project import called_elsewhere_for_training, called_elsewhere_with_gradients, called_elsewhere_without_gradients
-from torchlint.rules._sync import feeds_model_runtime, mentions_name
+from torchlint.rules._sync import draws, feeds_model_runtime, mentions_name
 from torchlint.rules._training import (
     GRAD_OFF,
     GRAD_ON,
@@ -70,6 +70,9 @@ class EvalWithoutNoGrad(Rule):
       gradient penalties and test-time training stay silent).
 
     Not reported:
+    - a function whose name says it draws or shows its inputs (`visualize`,
+      `plot_samples`, `draw_*`, `vis_batch`): it runs a few inputs, each
+      handed to a window or a figure, and the host sets its pace;
     - functions decorated with `@torch.no_grad()`, `@torch.inference_mode()`,
       `@torch.enable_grad()`, `@torch.set_grad_enabled(...)`, `@torch.jit.*`,
       or a decorator or context manager of one's own whose name mentions
@@ -432,6 +435,8 @@ class EvalWithoutNoGrad(Rule):
         if _MEASURES.search(frame.name) or frame.asserts and (
                 self.context.is_test_file or frame.name.lower().lstrip("_").startswith("test")):
             return  # a test (its speed does not matter), or `get_model_flops`: one forward to count operations
+        if draws(frame.name):
+            return  # `def visualize(net, loader)`: a few inputs, each shown or plotted (the host sets the pace)
         named = bool(EVALUATION_NAME.match(frame.name))
         if not named and (not frame.evals or TRAINING_NAME.search(frame.name)):
             return

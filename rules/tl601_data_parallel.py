@@ -69,6 +69,10 @@ class DataParallel(Rule):
     (it is kept for its `.module` attribute, next to wrappers over several
     GPUs), and DDP would change nothing.
 
+    Nor is a model wrapped only to load a checkpoint saved from a wrapped one
+    (`m = nn.DataParallel(m)`, then only `m.load_state_dict(ckpt)` until
+    `m = m.module`): the wrapper never runs.
+
     Nor is `DataParallel` in an export, conversion or benchmark script
     (`convert_*.py`, `export.py`, `*_to_onnx.py`, `bench*.py`, an `export/`
     or `benchmarks/` directory): it runs once, and often wraps a model only to
@@ -335,7 +339,8 @@ class DataParallel(Rule):
             return
         kind = _DATA_PARALLEL_CALLS.lookup(node, self.context)
         if kind is not None:
-            if not self._mirrors_a_wrap() and not self._in_strategy_class() and not _one_device(node):
+            if not self._mirrors_a_wrap() and not self._in_strategy_class() and not _one_device(node) and (
+                    not self._unwrapped_after_loading(node)):
                 self._found.append((node, kind, self.context.enclosing_function()))
             return
         name = method_name(node)
@@ -390,6 +395,32 @@ class DataParallel(Rule):
                             and id(n) not in negated and len(n.args) == 2
                             and "DataParallel" in _names(n.args[1].value)):
                         return True
+        return False
+
+
+    def _unwrapped_after_loading(self, call: cst.Call) -> bool:
+        """``m = nn.DataParallel(m)``, then only ``m.load_state_dict(...)``
+        until ``m = m.module``: wrapped to load a checkpoint saved from a
+        wrapped model (its ``module.`` prefixes), never run."""
+        stack = self.context.stack
+        if len(stack) < 4 or not isinstance(stack[-2], cst.Assign) or stack[-2].value is not call:
+            return False
+        targets = stack[-2].targets
+        if len(targets) != 1 or not isinstance(targets[0].target, cst.Name):
+            return False
+        name, line, block = targets[0].target.value, stack[-3], stack[-4]
+        statements = list(getattr(block, "body", ()) or ())
+        at = next((k for k, st in enumerate(statements) if st is line), None)
+        for statement in statements[at + 1:] if at is not None else ():
+            small = statement.body[0] if isinstance(statement, cst.SimpleStatementLine) and len(statement.body) == 1 else None
+            value = getattr(small, "value", None)
+            if isinstance(small, cst.Assign) and isinstance(value, cst.Attribute) and value.attr.value == "module" and (
+                    isinstance(value.value, cst.Name) and value.value.value == name):
+                return True
+            if not (isinstance(small, cst.Expr) and isinstance(value, cst.Call) and isinstance(value.func, cst.Attribute)
+                    and value.func.attr.value == "load_state_dict" and isinstance(value.func.value, cst.Name)
+                    and value.func.value.value == name):
+                return False
         return False
 
 

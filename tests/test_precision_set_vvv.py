@@ -41,3 +41,61 @@ def test_a_minkowski_engine_program_gets_no_autocast_compile_or_empty_cache_advi
 def test_the_same_program_without_minkowski_engine_is_reported():
     changed = SPARSE.replace("import MinkowskiEngine as ME\n", "from mylib import sparse as ME\n")
     assert sorted(codes(lint(changed, select=["TL504", "TL505", "TL702"]))) == ["TL504", "TL702"]
+
+
+# -- TL302: a function that shows its inputs ---------------------------------------------------
+
+VISUALIZE = """\
+import torch
+import open3d as o3d
+
+
+def visualize(net, dataloader, device):
+    net.eval()
+    for i, batch in enumerate(dataloader):
+        out = net(batch["coords"].to(device))
+        o3d.visualization.draw_geometries([to_cloud(out)])
+        if i > 5:
+            break
+"""
+
+
+def test_a_function_named_for_drawing_is_not_asked_for_no_grad():
+    assert codes(lint(VISUALIZE, select=["TL302"])) == []
+
+
+def test_an_evaluation_function_is_still_reported():
+    changed = VISUALIZE.replace("def visualize(", "def evaluate(")
+    assert codes(lint(changed, select=["TL302"])) == ["TL302"]
+
+
+# -- TL601: wrapped only to load a checkpoint saved from a wrapped model -----------------------
+
+LOAD_WRAPPED = """\
+import torch
+import torch.nn as nn
+
+
+def load_flexible(model, path):
+    checkpoint = torch.load(path)
+    if "module." in next(iter(checkpoint)):
+        model = nn.DataParallel(model)
+        model.load_state_dict(checkpoint)
+        model = model.module
+    return model
+
+
+def train(model, loader, optimizer):
+    for x in loader:
+        model(x).sum().backward()
+        optimizer.step()
+"""
+
+
+def test_a_wrap_undone_right_after_loading_is_silent():
+    assert codes(lint(LOAD_WRAPPED, select=["TL601"])) == []
+
+
+def test_a_wrap_that_is_kept_is_reported():
+    changed = LOAD_WRAPPED.replace("        model = model.module\n", "")
+    assert codes(lint(changed, select=["TL601"])) == ["TL601"]
