@@ -41,7 +41,7 @@ from torchlint.rules._helpers import (
     receiver,
 )
 from torchlint.nodes import target_names, walk_nodes
-from torchlint.rules._loaders import is_dataloader
+from torchlint.rules._loaders import PinnedLoaders, is_dataloader
 from torchlint.rules._models import names_a_module
 from torchlint.rules._sync import is_env_step_call, isinstance_tensor_subject
 from torchlint.semantic import Binding, Location, SemanticModel
@@ -505,11 +505,16 @@ class HostValues:
         if at is None:
             return False
         bindings = self.semantic.reaching(expr.value, at)
-        return bool(bindings) and all(
-            (b.kind == "param" and not prepared)
-            or (b.kind == "value" and isinstance(b.value, cst.Call) and is_dataloader(b.value, self.context))
-            for b in bindings
-        )
+        if not bindings:
+            return False
+        if all((b.kind == "param" and not prepared)
+               or (b.kind == "value" and isinstance(b.value, cst.Call) and is_dataloader(b.value, self.context))
+               for b in bindings):
+            return True
+        # `train_loader, test_loader = load_data(path, bs)`: a function of this
+        # module that returns loaders built there, or an imported one named so
+        return not prepared and all(b.kind in ("value", "part") for b in bindings) and PinnedLoaders(
+            self.context, pinned_only=False).pinned(expr, at) is not None
 
     def _is_dataset(self, name: str, at) -> bool:
         """A name that says it holds a dataset (``dataset``, ``val_dataset``)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from typing import Dict, List, Optional, Set, Tuple
 
 import libcst as cst
@@ -271,11 +272,18 @@ class PinnedLoaders:
     generator), and a parameter of a module-level function (or of a
     module-level class's ``__init__``) that every call in this module fills
     with one, when the function's name is used nowhere else.
+
+    With ``pinned_only`` False it answers "is this a `DataLoader` built in
+    this module" (any pinning: its batches are collated in host memory), and
+    takes a call of another module's function whose name says it gives a
+    loader (``get_mnist_test_loader(bs)``, not ``cuda_loader(...)``, no
+    argument naming a device) for one.
     """
 
-    def __init__(self, ctx: Context) -> None:
+    def __init__(self, ctx: Context, pinned_only: bool = True) -> None:
         self.ctx = ctx
         self.semantic = ctx.semantic
+        self.pinned_only = pinned_only
         self._busy: set = set()
 
     def pinned(self, expr: cst.BaseExpression, location: Location, depth: int = 0) -> Optional[Loaders]:
@@ -296,9 +304,13 @@ class PinnedLoaders:
         if isinstance(expr, cst.Call):
             if is_dataloader(expr, self.ctx):
                 stars = any(arg.star == "**" for arg in expr.args)
+                if not self.pinned_only:
+                    return [(expr, location)]
                 kwargs = kwargs_keyword(expr, "pin_memory", location, self.ctx) if stars else None
                 return [(expr, location)] if pins_memory(expr, kwargs) is True else None
             callee = self._callee(expr, location)
+            if callee is None and not self.pinned_only:
+                return [(expr, location)] if _named_loader_factory(expr, self.ctx) else None
             if callee is None:  # a function of another module (the project index)
                 return [(expr, location)] if pinned_elsewhere(expr, self.ctx) is not None else None
             return self.factory(*callee, None, depth)
@@ -430,6 +442,24 @@ class PinnedLoaders:
                 return None
             found.extend(result)
         return found
+
+
+_LOADER_FACTORY = re.compile(r"(?i)loader")
+_MOVES_BATCHES = re.compile(r"(?i)prefetch|device|cuda|gpu")
+
+
+def _named_loader_factory(call: cst.Call, ctx: Context) -> bool:
+    """``get_mnist_test_loader(bs)``, ``data.build_loader(cfg)``: an imported
+    function (or one of another module) named for a loader, named and called
+    without a device (``cuda_loader(...)``, ``make_loader(ds, device)`` may
+    give batches already on it)."""
+    func = call.func
+    name = func.value if isinstance(func, cst.Name) else func.attr.value if isinstance(func, cst.Attribute) else None
+    if name is None or not _LOADER_FACTORY.search(name) or _MOVES_BATCHES.search(name):
+        return False
+    if isinstance(func, cst.Name) and (func.value in ctx.imports.defined or ctx.imports.resolve(func.value) is None):
+        return False  # not imported: a local (its bindings were asked) or unknown
+    return not any(arg.star or _MOVES_BATCHES.search(cst.Module([]).code_for_node(arg)) for arg in call.args)
 
 
 def _is_none(expr: cst.BaseExpression) -> bool:

@@ -2297,6 +2297,71 @@ def in_timing_loop(ctx: Context, step: cst.CSTNode, cache: Dict[int, LoopFacts])
     return False
 
 
+_GRADIENT_CALLS = frozenset({"torch.autograd.grad", "torch.autograd.backward"})
+
+
+def sets_up_a_gradient_loop(ctx: Context) -> bool:
+    """Whether the node being visited lies in no loop of its function, and a
+    statement of the function after it runs a loop that computes gradients
+    every iteration (``.backward()``, ``torch.autograd.grad(...)``, an
+    optimizer's ``step()``): it is that loop's set-up, run once per call."""
+    stack = ctx.stack
+    at = next((i for i in range(len(stack) - 1, -1, -1) if type(stack[i]) in (cst.FunctionDef, cst.Lambda)), None)
+    if at is None or type(stack[at]) is not cst.FunctionDef or at + 2 >= len(stack):
+        return False
+    if any(type(n) in (cst.For, cst.While) or isinstance(n, _COMPREHENSIONS) for n in stack[at + 1:]):
+        return False
+    statements = list(getattr(stack[at + 1], "body", ()) or ())
+    here = next((k for k, st in enumerate(statements) if st is stack[at + 2]), None)
+    if here is None:
+        return False
+    for statement in statements[here + 1:]:
+        for node in walk_nodes(statement):
+            if type(node) in (cst.For, cst.While) and _gradient_work(ctx, node):
+                return True
+    return False
+
+
+# A call whose name says it computes gradients (`get_diff_logits_grads_batch`,
+# `compute_grad`), not one that sets a gradient mode or clears gradients.
+_GRADIENT_HELPER = re.compile(r"(?i)(?:^|_)grads?(?:$|_)")
+_GRADIENT_MODES = frozenset({"zero_grad", "no_grad", "enable_grad", "requires_grad_", "set_grad_enabled"})
+
+
+def _gradient_work(ctx: Context, loop: cst.CSTNode) -> bool:
+    for node in walk_nodes(loop.body):
+        if type(node) is cst.Call:
+            name = last_name(node.func) or ""
+            if name in ("backward", "step") and type(node.func) is cst.Attribute or (
+                    ctx.qualname(node.func) in _GRADIENT_CALLS) or (
+                    name not in _GRADIENT_MODES and _GRADIENT_HELPER.search(name) is not None):
+                return True
+    return False
+
+
+def timed_repetition(ctx: Context, loop: cst.CSTNode, cache: Dict[int, LoopFacts]) -> bool:
+    """A benchmark's loop: ``for _ in range(n_runs):`` that trains nothing,
+    with a clock read by the statement right before it or right after it
+    (``start = time.time()`` / ``elapsed = time.time() - start``; a warm-up
+    loop ends where the clock starts).  Each iteration is one measured
+    repetition of the same work: a synchronization in it makes the figure a
+    latency, and removing it changes what is measured."""
+    if type(loop) is not cst.For or type(loop.target) is not cst.Name or type(loop.iter) is not cst.Call or type(
+            loop.iter.func) is not cst.Name or loop.iter.func.value != "range" or loop_facts(ctx, loop, cache).trains:
+        return False
+    stack = ctx.stack
+    index = next((i for i in range(len(stack) - 1, 0, -1) if stack[i] is loop), None)
+    if index is None:
+        return False
+    siblings = list(getattr(stack[index - 1], "body", ()) or ())
+    here = next((k for k, stmt in enumerate(siblings) if stmt is loop), None)
+    if here is None:
+        return False
+    near = siblings[max(here - 1, 0):here] + siblings[here + 1:here + 2]
+    return any(type(stmt) is cst.SimpleStatementLine and any(
+        type(n) is cst.Call and ctx.qualname(n.func) in CLOCKS for n in walk_nodes(stmt)) for stmt in near)
+
+
 def _between_clock_reads(ctx: Context, loop: cst.CSTNode) -> bool:
     """Whether the node being visited runs after a clock is started in an
     iteration of ``loop`` and before it is read again (``start = timer()``
@@ -2807,9 +2872,16 @@ def waits_at_copy_anyway(ctx: Context, loop: cst.CSTNode) -> bool:
     stack = ctx.stack
     for i in range(len(stack) - 2, -1, -1):
         if stack[i] is body:
-            statements = list(body.body)
-            index = next((k for k, st in enumerate(statements) if st is stack[i + 1]), None)
-            return index is not None and not any(_queues_step_work(st) for st in statements[index + 1:])
+            # after the statement holding the read, at every level of the body
+            # down to it (`with torch.no_grad():` ... the read ... `out = model(x)`)
+            for j in range(i, len(stack) - 1):
+                if type(stack[j]) is not cst.IndentedBlock:
+                    continue
+                statements = list(stack[j].body)
+                index = next((k for k, st in enumerate(statements) if st is stack[j + 1]), None)
+                if index is None or any(_queues_step_work(st) for st in statements[index + 1:]):
+                    return False
+            return True
     return False
 
 
@@ -2840,6 +2912,11 @@ def _iterates_host_batches(ctx: Context, loop: cst.For) -> bool:
     return False
 
 
+# Context managers that only set a mode for the statements they hold.
+_MODE_CONTEXTS = frozenset({"torch.no_grad", "torch.inference_mode", "torch.enable_grad", "torch.set_grad_enabled",
+                            "torch.autograd.no_grad", "torch.autocast", "torch.amp.autocast",
+                            "torch.cuda.amp.autocast"})
+
 # Calls a loop may make before its copy without queueing work that matters.
 _BEFORE_COPY = frozenset({"zero_grad", "train", "eval", "len", "isinstance"})
 
@@ -2861,6 +2938,14 @@ def _opening_statement(ctx: Context, statement: cst.CSTNode, data: set):
             type(statement.body) is cst.IndentedBlock):
         kinds = [_opening_statement(ctx, s, data) for s in statement.body.body]
         return kinds[0] if kinds and all(k is not None and k != "host" for k in kinds) else None
+    if type(statement) is cst.With and type(statement.body) is cst.IndentedBlock and all(
+            type(item.item) is cst.Call and ctx.qualname(item.item.func) in _MODE_CONTEXTS for item in statement.items):
+        # `with torch.no_grad(): images = images.to(DEVICE)`: the copy still opens the iteration
+        for inner in statement.body.body:
+            kind = _opening_statement(ctx, inner, data)
+            if kind != "host":
+                return kind
+        return "host"
     if type(statement) is not cst.SimpleStatementLine or len(statement.body) != 1:
         return None
     small = statement.body[0]

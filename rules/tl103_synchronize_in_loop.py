@@ -14,6 +14,7 @@ from torchlint.rules._sync import (
     loop_facts,
     runs_once,
     runs_once_per_pass,
+    timed_repetition,
     waits_every_iteration,
 )
 
@@ -217,7 +218,7 @@ class SynchronizeInLoop(Rule):
         if loop is None or runs_once(ctx, loop) or runs_once_per_pass(ctx, loop, self._facts):
             return
         facts = loop_facts(ctx, loop, self._facts)
-        if facts.reads_clock:
+        if facts.reads_clock or timed_repetition(ctx, loop, self._facts):
             return  # a timing loop: the measurement needs the wait
         if facts.writes_output or waits_every_iteration(ctx, loop, self._facts):
             return  # every iteration waits for the device anyway: this wait is free, and removing it gains nothing

@@ -21,7 +21,8 @@ from torchlint.rules._factories import (
     moves_next_to,
 )
 from torchlint.rules._frequency import per_step_here
-from torchlint.rules._helpers import device_kind, keyword, literal_bool, method_name, moves_to_device
+from torchlint.rules._sync import sets_up_a_gradient_loop
+from torchlint.rules._helpers import device_kind, keyword, last_name, literal_bool, method_name, moves_to_device
 
 
 class CreateThenMove(Rule):
@@ -74,6 +75,13 @@ class CreateThenMove(Rule):
       `*_like` creates the tensor on
       `x`'s device, and in practice `x` is nearly always on the accelerator
       already, where the `.to(device)` copies nothing;
+    - a vector of per-sample numbers (a shape with at most one size that is
+      not a literal 1: `torch.ones([B, 1, 1, 1])`, `torch.zeros(len(x))`,
+      `torch.arange(B)`) made outside any loop of a function that then runs a
+      loop of gradient work (`.backward()`, `torch.autograd.grad(...)`, an
+      optimizer step): an attack's or an optimisation's set-up, one tiny copy
+      per call next to every iteration of the loop after it (a batch-sized
+      random start, `torch.rand(x.shape).to(device)`, stays reported);
     - a factory with a literal `0` in its shape (`torch.empty(0).to(device)`,
       `torch.zeros((0, 4)).cuda()`: an empty start for `torch.cat`): the tensor
       holds nothing, so the move copies nothing;
@@ -426,6 +434,8 @@ class CreateThenMove(Rule):
         frequency = per_step_here(self.context)
         if frequency is None:
             return  # made once (set-up, export, a demo) or once per epoch: nothing to win
+        if _one_dimension(factory, kind) and sets_up_a_gradient_loop(self.context):
+            return  # `torch.ones([B, 1, 1, 1]).to(device)` once before an attack's steps: one tiny copy per call
         self.report(node, message, fix=fix, frequency=frequency)
 
     # -- the fix -----------------------------------------------------------------
@@ -465,6 +475,40 @@ class CreateThenMove(Rule):
 
 
 _SHAPED = frozenset({"empty", "zeros", "ones", "rand", "randn", "full"})
+
+
+def _one_dimension(factory: cst.Call, kind: str) -> bool:
+    """A shape with at most one size that is not a literal 1 (``[B, 1, 1, 1]``,
+    ``len(images)``, ``torch.arange(batch_size)``): a vector of per-sample
+    numbers, not a batch of data."""
+    if kind in ("arange", "linspace", "logspace"):
+        return True
+    if kind not in _SHAPED or kind == "eye":
+        return False
+    args = [a for a in factory.args if a.keyword is None and not a.star]
+    dims = args[:1] if kind == "full" else args
+    if len(dims) == 1 and isinstance(dims[0].value, (cst.Tuple, cst.List)):
+        dims = dims[0].value.elements
+    if not dims or any(isinstance(d, cst.StarredElement) or not _a_size(d.value) for d in dims):
+        return False
+    return sum(not (isinstance(d.value, cst.Integer) and d.value.evaluated_value == 1) for d in dims) <= 1
+
+
+def _a_size(expr: cst.BaseExpression) -> bool:
+    """One size, not a whole shape (``x.shape``, ``size``, ``x.size()``):
+    a number, ``len(x)``, ``x.shape[0]``, ``x.size(0)``, a name that does not
+    say it holds a shape, or arithmetic on those."""
+    if isinstance(expr, cst.BinaryOperation):
+        return _a_size(expr.left) and _a_size(expr.right)
+    if isinstance(expr, cst.Integer) or isinstance(expr, cst.Subscript):
+        return True
+    if isinstance(expr, cst.Call):
+        name = last_name(expr.func)
+        return name == "len" or name in ("size", "numel") and bool(expr.args)
+    if isinstance(expr, (cst.Name, cst.Attribute)):
+        name = (last_name(expr) or "").lower()
+        return "shape" not in name and "size" not in name and "dims" not in name
+    return False
 
 
 def _no_elements(factory: cst.Call, kind: str) -> bool:

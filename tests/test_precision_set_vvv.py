@@ -6,6 +6,157 @@ from __future__ import annotations
 
 from tests.helpers import codes, lint
 
+# -- TL101: loaders returned by a function, copies under `torch.no_grad()` ---------------------
+
+LOADERS_FROM_A_FUNCTION = """\
+import torch
+from torchvision import datasets
+
+DEVICE = torch.device("cuda")
+
+
+def load_data(path, batch_size):
+    train_set = datasets.MNIST(path, train=True)
+    train_loader = torch.utils.data.DataLoader(train_set, batch_size=batch_size, shuffle=True)
+    test_loader = torch.utils.data.DataLoader(datasets.MNIST(path, train=False), batch_size=batch_size)
+    return train_loader, test_loader
+
+
+def main(model, optimizer):
+    train_loader, test_loader = load_data("data", 32)
+    for epoch in range(10):
+        for i, (images, labels) in enumerate(train_loader):
+            model.train()
+            images = images.to(DEVICE)
+            labels = labels.to(DEVICE)
+            optimizer.zero_grad()
+            loss = torch.nn.functional.cross_entropy(model(images), labels)
+            loss.backward()
+            optimizer.step()
+            print(loss.item())
+"""
+
+
+def test_a_read_at_the_end_of_a_step_over_a_loader_a_function_of_the_module_returns_is_silent():
+    # the next iteration's blocking copy waits for the same work
+    assert codes(lint(LOADERS_FROM_A_FUNCTION, select=["TL101"])) == []
+
+
+def test_a_read_before_the_step_is_queued_is_still_reported():
+    changed = LOADERS_FROM_A_FUNCTION.replace(
+        "            loss.backward()\n            optimizer.step()\n            print(loss.item())\n",
+        "            print(loss.item())\n            loss.backward()\n            optimizer.step()\n",
+    )
+    assert codes(lint(changed, select=["TL101"])) == ["TL101"]
+
+
+def test_a_function_that_returns_a_prefetcher_is_no_loader_of_host_batches():
+    changed = LOADERS_FROM_A_FUNCTION.replace(
+        "    return train_loader, test_loader\n", "    return CudaPrefetcher(train_loader), test_loader\n"
+    )
+    assert codes(lint(changed, select=["TL101"])) == ["TL101"]
+
+
+IMPORTED_LOADER = """\
+import torch
+from mypkg.utils import get_mnist_test_loader
+
+device = torch.device("cuda")
+
+
+def evaluate(model):
+    test_loader = get_mnist_test_loader(100)
+    total = 0.0
+    for data, target in test_loader:
+        data, target = data.to(device), target.to(device)
+        with torch.no_grad():
+            output = model(data)
+        total += output.max(1)[1].eq(target).sum().item()
+    return total
+"""
+
+
+def test_a_loader_from_an_imported_function_named_for_one_yields_host_batches():
+    assert codes(lint(IMPORTED_LOADER, select=["TL101"])) == []
+
+
+def test_an_imported_loader_function_given_a_device_may_yield_device_batches():
+    changed = IMPORTED_LOADER.replace("get_mnist_test_loader(100)", "get_mnist_test_loader(100, device=device)")
+    assert codes(lint(changed, select=["TL101"])) == ["TL101"]
+
+
+COPY_UNDER_NO_GRAD = """\
+import torch
+
+DEVICE = torch.device("cuda")
+
+
+def evaluate(model, dataset):
+    loader = torch.utils.data.DataLoader(dataset, batch_size=32)
+    correct = 0
+    for images, labels in loader:
+        model.eval()
+        with torch.no_grad():
+            images = images.to(DEVICE)
+            labels = labels.to(DEVICE)
+            outputs = model(images)
+            correct += (outputs.argmax(1) == labels).sum().item()
+    return correct
+"""
+
+
+def test_a_blocking_copy_under_no_grad_still_opens_the_iteration():
+    assert codes(lint(COPY_UNDER_NO_GRAD, select=["TL101"])) == []
+
+
+def test_a_read_inside_the_block_with_work_after_it_is_reported():
+    changed = COPY_UNDER_NO_GRAD.replace(
+        "            correct += (outputs.argmax(1) == labels).sum().item()\n",
+        "            correct += (outputs.argmax(1) == labels).sum().item()\n            refine(model, images)\n",
+    ).replace("refine(model, images)", "model(images).sum()")
+    assert codes(lint(changed, select=["TL101"])) == ["TL101"]
+
+
+# -- TL103: a benchmark's repetitions between two clock readings -------------------------------
+
+BENCHMARK = """\
+import time
+import torch
+
+
+def bench(model, x, n_runs):
+    with torch.no_grad():
+        for _ in range(10):  # warm up
+            model(x)
+            torch.cuda.synchronize()
+        start = time.time()
+        for _ in range(n_runs):
+            model(x)
+            torch.cuda.synchronize()
+        took = time.time() - start
+    print(took / n_runs)
+"""
+
+
+def test_repetitions_timed_by_the_statements_around_the_loop_are_silent():
+    assert codes(lint(BENCHMARK, select=["TL103"])) == []
+
+
+def test_a_loop_over_inputs_with_no_clock_around_it_is_reported():
+    changed = BENCHMARK.replace("        start = time.time()\n", "").replace(
+        "        took = time.time() - start\n", "        took = 1.0\n").replace(
+        "        for _ in range(10):  # warm up\n            model(x)\n            torch.cuda.synchronize()\n", "")
+    assert codes(lint(changed, select=["TL103"])) == ["TL103"]
+
+
+def test_a_timed_training_loop_is_still_reported():
+    changed = BENCHMARK.replace(
+        "        for _ in range(n_runs):\n            model(x)\n",
+        "        for _ in range(n_runs):\n            model(x).sum().backward()\n            opt.step()\n",
+    ).replace("    with torch.no_grad():\n", "    if True:\n")
+    assert codes(lint(changed, select=["TL103"])) == ["TL103"]
+
+
 # -- MinkowskiEngine: sparse convolutions with a changing number of points ---------------------
 
 SPARSE = """\
@@ -99,3 +250,64 @@ def test_a_wrap_undone_right_after_loading_is_silent():
 def test_a_wrap_that_is_kept_is_reported():
     changed = LOAD_WRAPPED.replace("        model = model.module\n", "")
     assert codes(lint(changed, select=["TL601"])) == ["TL601"]
+
+
+# -- TL201: a vector of per-sample numbers set up before an attack's steps ---------------------
+
+ATTACK = """\
+import torch
+
+
+class PGD:
+    def __init__(self, model, eps, steps, device):
+        self.model, self.eps, self.steps, self.device = model, eps, steps, device
+
+    def __call__(self, images, labels):
+        return self.forward(images, labels)
+
+    def forward(self, images, labels):
+        x = images.clone().detach().to(self.device)
+        step = self.eps * torch.ones([x.shape[0], 1, 1, 1]).to(self.device)
+        best = torch.zeros(len(images)).to(self.device)
+        for _ in range(self.steps):
+            x.requires_grad = True
+            cost = torch.nn.functional.cross_entropy(self.model(x), labels)
+            grad = torch.autograd.grad(cost, x)[0]
+            x = (x + step * grad.sign()).detach()
+        return x, best
+
+
+def train(model, loader, optimizer, device):
+    attack = PGD(model, 8 / 255, 10, device)
+    for images, labels in loader:
+        adv, _ = attack(images.to(device), labels.to(device))
+        loss = torch.nn.functional.cross_entropy(model(adv), labels.to(device))
+        optimizer.zero_grad()
+        loss.backward()
+        optimizer.step()
+"""
+
+
+def test_per_sample_vectors_made_once_before_the_steps_loop_are_silent():
+    assert codes(lint(ATTACK, select=["TL201"])) == []
+
+
+def test_a_batch_sized_random_start_before_the_loop_is_still_reported():
+    changed = ATTACK.replace(
+        "        best = torch.zeros(len(images)).to(self.device)\n",
+        "        best = torch.zeros(len(images)).to(self.device)\n        x = x + torch.rand(x.shape).to(self.device)\n",
+    )
+    assert codes(lint(changed, select=["TL201"])) == ["TL201"]
+
+
+def test_a_vector_made_inside_the_steps_loop_is_still_reported():
+    changed = ATTACK.replace(
+        "            x = (x + step * grad.sign()).detach()\n",
+        "            x = (x + step * grad.sign() * torch.ones([x.shape[0], 1, 1, 1]).to(self.device)).detach()\n",
+    )
+    assert codes(lint(changed, select=["TL201"])) == ["TL201"]
+
+
+def test_a_vector_made_before_a_loop_without_gradients_is_still_reported():
+    changed = ATTACK.replace("            grad = torch.autograd.grad(cost, x)[0]\n", "            grad = cost\n")
+    assert codes(lint(changed, select=["TL201"])) == ["TL201", "TL201"]
