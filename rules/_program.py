@@ -482,7 +482,8 @@ class ProgramFacts:
         """Whether the step time is not the kernels' to begin with: the program
         steps a simulator, or every loader it builds loads in the main process
         (input-bound; TL203 reports those loaders)."""
-        return self.simulator or (self.main_process_loaders > 0 and self.worker_loaders == 0) or self.tiny_model()
+        return self.simulator or (self.main_process_loaders > 0 and self.worker_loaders == 0) or self.tiny_model() or (
+            trains_on_toy_data(self.context))
 
     def tiny_model(self) -> bool:
         """Whether the module's model is visibly tiny (:func:`tiny_layers`) and no
@@ -1173,6 +1174,29 @@ def runs_on_host_only(ctx: Context) -> bool:
         found = ctx.shared["host-only"] = (
             entry and _BUILDS_ITS_WORK.search(source) is not None and not _ACCELERATOR_WORDS.search(source)
         )
+    return found
+
+
+# scikit-learn's synthetic generators and toy datasets: a few thousand rows
+# at most, a whole run in seconds (a generator asked for 100,000 samples or
+# more by a literal is not counted).
+_TOY_DATA = re.compile(
+    r"\b(?:make_(?:moons|circles|blobs|classification|regression|swiss_roll|s_curve|friedman[123])"
+    r"|load_(?:iris|digits|wine|breast_cancer|diabetes|linnerud))\s*\(")
+_MANY_SAMPLES = re.compile(r"\bn_samples\s*=\s*(\d[\d_]*)")
+
+
+def trains_on_toy_data(ctx: Context) -> bool:
+    """Whether the module makes its data with scikit-learn's synthetic
+    generators or loads one of its toy datasets (``make_regression(2000)``,
+    ``load_iris()``): a demonstration whose whole run takes seconds, where a
+    wait per step or a loader's settings cost nothing anyone would notice."""
+    found = ctx.shared.get("toy-data")
+    if found is None:
+        source = ctx.source
+        found = "sklearn" in source and _TOY_DATA.search(source) is not None and not any(
+            int(m.group(1).replace("_", "")) >= 100_000 for m in _MANY_SAMPLES.finditer(source))
+        ctx.shared["toy-data"] = found
     return found
 
 

@@ -1485,7 +1485,8 @@ def _compares_tensor(ctx: Context, node: cst.Comparison) -> bool:
     a tensor: an order comparison (``<``, ``>``, ``<=``, ``>=``) of a torch
     call's result (``error = torch.linalg.vector_norm(M - I, torch.inf)`` ...
     ``while error > tolerance:``, or the call itself: ``if torch.abs(loss) >
-    high_loss:``), or any comparison (``==``, ``!=`` too) of a
+    high_loss:``), any comparison (``==``, ``!=`` too) of a sum or count
+    (``if torch.sum(weights) == 0:``), or of a
     method chain that names a dimension (``token = probs.argmax(dim=-1).squeeze()``
     ... ``if token != blank:``, greedy decoding): its truth value is read on
     the host."""
@@ -1494,10 +1495,12 @@ def _compares_tensor(ctx: Context, node: cst.Comparison) -> bool:
         return False
     location = None
     for side in (node.left, *(p.comparator for p in node.comparisons)):
-        if type(side) is cst.Call and order:
+        if type(side) is cst.Call:
             q = ctx.qualname(side.func) or ""
-            if q.startswith("torch.") and not _HOST_ANSWERS.search(q):
+            if order and q.startswith("torch.") and not _HOST_ANSWERS.search(q):
                 return True  # `if torch.abs(loss) > high_loss:`
+            if q in _COUNTS:
+                return True  # `if torch.sum(weights) == 0:` (nothing left to sample)
             continue
         if type(side) is not cst.Name:
             continue
@@ -1530,6 +1533,9 @@ def _names_dimension(call: cst.Call) -> bool:
 
 
 _EQUALITY = (cst.Equal, cst.NotEqual)
+# Reductions that count or add up a tensor (a comparison of their result with
+# a number, `== 0` too, reads it on the host).
+_COUNTS = frozenset({"torch.sum", "torch.count_nonzero"})
 _ORDER = (cst.LessThan, cst.GreaterThan, cst.LessThanEqual, cst.GreaterThanEqual)
 
 

@@ -11,7 +11,7 @@ from torchlint.rules._accumulation import number_initialised_before, read_elsewh
 from torchlint.rules._helpers import method_name, receiver
 from torchlint.rules._device import computes_with_torch, host_values
 from torchlint.rules._frequency import model_for, per_step_here
-from torchlint.rules._program import fits_gaussian_processes, runs_on_host_only
+from torchlint.rules._program import fits_gaussian_processes, runs_on_host_only, trains_on_toy_data
 from torchlint.rules._training import collects_metric_results
 from torchlint.rules._project import HOST_ARGS, caller_trait
 from torchlint.rules._sync import (
@@ -69,7 +69,11 @@ class ItemInLoop(Rule):
     `botorch` or `linear_operator`): every call of such a model waits for the
     device inside (a Cholesky factorization's error check, a conjugate-gradient
     solve's convergence test, the variational strategies' own reads), so one
-    more read per iteration adds no wait.
+    more read per iteration adds no wait. Nor in a module that makes its data
+    with scikit-learn's synthetic generators or loads one of its toy datasets
+    (`make_regression(2000)`, `make_moons(...)`, `load_iris()`; not one that
+    asks for 100,000 samples or more by a literal): a demonstration whose
+    whole run takes seconds.
 
     Receivers that are certainly not device tensors are not reported: NumPy and
     pandas values (`np.argmax(a).item()`, `x.cpu().numpy().tolist()`,
@@ -123,7 +127,7 @@ class ItemInLoop(Rule):
       `while not done.all():`, `while error > tol:` on `error = torch.linalg.norm(...)`,
       `if token != blank:` on `token = probs.argmax(dim=-1)` (greedy decoding),
       `assert torch.isfinite(loss).all()`, `if loss == 0 or not
-      torch.isfinite(loss): continue`, `if torch.abs(loss) > 30:`, indexing
+      torch.isfinite(loss): continue`, `if torch.abs(loss) > 30:`, `if torch.sum(w) == 0:`, indexing
       with a mask named so (`rewards[done]`, `x[~mask]`, a TensorDict's
       `td["next", "done"]`), or a call of a function of the module
       that opens with such a test: `self._check_nan(loss)` whose body starts
@@ -575,7 +579,7 @@ class ItemInLoop(Rule):
     def __init__(self, context) -> None:
         super().__init__(context)
         self._facts: Dict[int, LoopFacts] = {}
-        if runs_on_host_only(context) or fits_gaussian_processes(context):
+        if runs_on_host_only(context) or fits_gaussian_processes(context) or trains_on_toy_data(context):
             self.walks = False  # a CPU-only program (its values are on the host already), or Gaussian processes (they wait inside)
 
     def visit_Call(self, node: cst.Call) -> None:

@@ -10,7 +10,7 @@ from torchlint.rules._helpers import device_kind, has_star, keyword, literal_boo
 from torchlint.rules._device import host_values
 from torchlint.rules._frequency import per_step_here
 from torchlint.rules._models import module_method_follows, names_a_module
-from torchlint.rules._program import fits_gaussian_processes, runs_on_host_only
+from torchlint.rules._program import fits_gaussian_processes, runs_on_host_only, trains_on_toy_data
 from torchlint.rules._training import collects_metric_results
 from torchlint.rules._sync import (
     LoopFacts,
@@ -97,7 +97,11 @@ class HostCopyInLoop(Rule):
     `botorch` or `linear_operator`): every call of such a model waits for the
     device inside (a Cholesky factorization's error check, a conjugate-gradient
     solve's convergence test, the variational strategies' own reads), so one
-    more read per iteration adds no wait.
+    more read per iteration adds no wait. Nor in a module that makes its data
+    with scikit-learn's synthetic generators or loads one of its toy datasets
+    (`make_regression(2000)`, `make_moons(...)`, `load_iris()`; not one that
+    asks for 100,000 samples or more by a literal): a demonstration whose
+    whole run takes seconds.
 
     Not reported (where the copy is not a per-step cost, or is the work itself):
     - a copy in a loop that waits for the device every iteration anyway, to
@@ -202,7 +206,7 @@ class HostCopyInLoop(Rule):
       `torch.unique(labels)`, `labels[labels != ignore]`, `if (x > 0).any():`,
       `if token != blank:` on `token = probs.argmax(dim=-1)`,
       `assert torch.isfinite(loss).all()`, `if loss == 0 or not
-      torch.isfinite(loss): continue`, `if torch.abs(loss) > 30:`, indexing
+      torch.isfinite(loss): continue`, `if torch.abs(loss) > 30:`, `if torch.sum(w) == 0:`, indexing
       with a mask named so: `rewards[done]`, `x[~mask]`, a TensorDict's
       `td["next", "done"]`; Pyro's `svi.step(x)` and ELBO losses, which
       test the loss on the host; a loop over an RL data collector, `for
@@ -398,7 +402,7 @@ class HostCopyInLoop(Rule):
         self._joined: Dict[int, Set[str]] = {}
         # A module that runs models outside PyTorch hands them host arrays.
         self._feeds_runtime = feeds_model_runtime(context.source)
-        if runs_on_host_only(context) or fits_gaussian_processes(context):
+        if runs_on_host_only(context) or fits_gaussian_processes(context) or trains_on_toy_data(context):
             self.walks = False  # a CPU-only program (`.cpu()` copies nothing), or Gaussian processes (they wait inside)
 
     def visit_Call(self, node: cst.Call) -> None:

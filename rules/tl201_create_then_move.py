@@ -21,6 +21,7 @@ from torchlint.rules._factories import (
     moves_next_to,
 )
 from torchlint.rules._frequency import per_step_here
+from torchlint.rules._program import trains_on_toy_data
 from torchlint.rules._sync import sets_up_a_gradient_loop
 from torchlint.rules._helpers import device_kind, keyword, last_name, literal_bool, method_name, moves_to_device
 
@@ -59,6 +60,12 @@ class CreateThenMove(Rule):
     A `.to(<dtype>)` cast is not a move and is not reported, nor is a `.to(x)`
     whose argument may be a device or a dtype (a tensor, `*args`), nor
     `.to("cpu")`.
+
+    Nor is a factory in a module that makes its data with scikit-learn's
+    synthetic generators or loads one of its toy datasets
+    (`make_regression(2000)`, `make_moons(...)`, `load_iris()`; not 100,000
+    samples or more by a literal): a demonstration whose whole run takes
+    seconds.
 
     Also not reported, because there the tensor is created on the host on
     purpose or is not copied at all:
@@ -381,7 +388,7 @@ class CreateThenMove(Rule):
 
     def __init__(self, context) -> None:
         super().__init__(context)
-        self._off = context.is_test_file
+        self._off = context.is_test_file or trains_on_toy_data(context)
 
     # -- the rule ------------------------------------------------------------------
     def visit_Call(self, node: cst.Call) -> None:

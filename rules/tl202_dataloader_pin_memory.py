@@ -35,7 +35,7 @@ from torchlint.rules._loaders import (
 from torchlint.rules._project import COPIED, caller_trait
 from torchlint.rules._project_text import LOADER, trait_key
 from torchlint.rules._one_batch import in_dataset_demo, loader_fetches_one_batch
-from torchlint.rules._program import runs_a_few_batches
+from torchlint.rules._program import runs_a_few_batches, trains_on_toy_data
 
 # Device types for which pinned host memory does not help (MPS shares memory
 # with the host and does not support pinning; meta tensors hold no data).
@@ -258,6 +258,10 @@ class DataLoaderPinMemory(Rule):
       literal (Composer's `train_subset_num_batches=5`, Lightning's
       `limit_train_batches=10` or `fast_dev_run=True`): a
       demonstration of an API, with no stream of copies worth overlapping;
+    - a module that makes its data with scikit-learn's synthetic generators
+      or loads one of its toy datasets (`make_regression(2000)`,
+      `make_moons(...)`, `load_iris()`; not 100,000 samples or more by a
+      literal): a demonstration whose whole run takes seconds;
     - test files (`test_*.py`, `*_test.py`, `conftest.py`, `tests/`): a
       `DataLoader` there runs a few tiny batches to check the loader or the
       training loop, usually on a CPU-only runner where pinning only warns, and
@@ -422,7 +426,8 @@ class DataLoaderPinMemory(Rule):
     def __init__(self, context) -> None:
         super().__init__(context)
         # Test files are skipped; so is a file that never says `DataLoader`.
-        self._off = context.is_test_file or "DataLoader" not in context.source or runs_a_few_batches(context)
+        self._off = context.is_test_file or "DataLoader" not in context.source or runs_a_few_batches(
+            context) or trains_on_toy_data(context)
         if self._off:
             self.walks = False
         # (call, its `pin_memory` argument if given, where it is, `num_workers`

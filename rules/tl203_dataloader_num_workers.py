@@ -26,7 +26,7 @@ from torchlint.rules._loaders import (
 )
 from torchlint.semantic import Location
 from torchlint.rules._one_batch import in_dataset_demo, loader_fetches_one_batch
-from torchlint.rules._program import runs_a_few_batches, runs_on_host_only
+from torchlint.rules._program import runs_a_few_batches, runs_on_host_only, trains_on_toy_data
 
 # A dataset named like an iterator (`train_iter`, `valid_iterator`): by
 # convention an iterable-style dataset (torchtext, datapipes).
@@ -141,6 +141,10 @@ class DataLoaderNumWorkers(Rule):
       `limit_train_batches=10` or `fast_dev_run=True`): a
       demonstration of an API, where starting workers costs about what they
       save;
+    - a module that makes its data with scikit-learn's synthetic generators
+      or loads one of its toy datasets (`make_regression(2000)`,
+      `make_moons(...)`, `load_iris()`; not 100,000 samples or more by a
+      literal): a demonstration whose whole run takes seconds;
     - a loader built in the `if __name__ == "__main__":` block of a dataset
       module (it defines a `__getitem__` and trains nothing), a block that
       moves nothing to a device: the module's demo, which prints a few
@@ -244,7 +248,7 @@ class DataLoaderNumWorkers(Rule):
         super().__init__(context)
         # A file that never says `DataLoader` cannot call it; tests are skipped.
         self._active = not context.is_test_file and "DataLoader" in context.source and not runs_on_host_only(
-            context) and not runs_a_few_batches(context)
+            context) and not runs_a_few_batches(context) and not trains_on_toy_data(context)
         if not self._active:
             self.walks = False
         # (call, where it is, how `num_workers` is given: "keyword", "dict" or None)

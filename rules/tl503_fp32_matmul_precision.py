@@ -80,6 +80,9 @@ class Fp32MatmulPrecision(ProgramRule):
       `botorch` or `linear_operator`) is not reported: its Cholesky
       factorizations and conjugate-gradient solves on kernel matrices need
       float32 (often float64), and TF32 would make them fail or drift.
+    - A program on scikit-learn's synthetic or toy data (`make_regression(2000)`,
+      `make_moons(...)`, `load_iris()`; not 100,000 samples or more by a
+      literal) is not reported: its whole run takes seconds.
     - A program that asks for reproducible kernels (`cudnn.deterministic =
       ...` or `torch.use_deterministic_algorithms(...)` with anything but the
       literal `False`, often `args.torch_deterministic`) is not reported:

@@ -78,7 +78,10 @@ class NoCompile(ProgramRule):
     DiffDock's score model, is reported); nor a program that fits Gaussian
     processes (it imports `gpytorch`, `botorch` or `linear_operator`): its
     Cholesky retries and conjugate-gradient solvers branch on values they
-    compute, breaking any compiled graph; nor a program that trains with
+    compute, breaking any compiled graph; nor a program on scikit-learn's
+    synthetic or toy data (`make_regression(2000)`, `make_moons(...)`,
+    `load_iris()`; not 100,000 samples or more by a literal), whose whole run
+    takes seconds; nor a program that trains with
     Opacus (it imports `opacus`): its per-sample gradients come from forward
     and backward hooks on every layer and `grad_sample` bookkeeping, which
     Opacus does not run under `torch.compile`; nor a short run, whose every

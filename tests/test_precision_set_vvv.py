@@ -311,3 +311,70 @@ def test_a_vector_made_inside_the_steps_loop_is_still_reported():
 def test_a_vector_made_before_a_loop_without_gradients_is_still_reported():
     changed = ATTACK.replace("            grad = torch.autograd.grad(cost, x)[0]\n", "            grad = cost\n")
     assert codes(lint(changed, select=["TL201"])) == ["TL201", "TL201"]
+
+
+# -- TL101: a loop that tests a sum of a tensor every iteration --------------------------------
+
+SAMPLER = """\
+import torch
+
+
+class Sampler:
+    def sample(self):
+        weights_all = self.degrees.detach().clone()
+        picked = torch.zeros(self.degrees.shape[0], dtype=torch.bool)
+        result = []
+        for _ in range(self.batch_size):
+            weights = weights_all * picked
+            if torch.sum(weights) == 0:
+                chosen = torch.randint(len(picked), size=())
+            else:
+                chosen = torch.multinomial(weights.float(), num_samples=1)[0]
+            picked[chosen] = True
+            result.append(self.degrees[chosen].item())
+        return result
+"""
+
+
+def test_a_loop_that_tests_a_sum_every_iteration_already_waits():
+    assert codes(lint(SAMPLER, select=["TL101"])) == []
+
+
+def test_a_test_on_a_host_number_does_not_wait():
+    changed = SAMPLER.replace("if torch.sum(weights) == 0:", "if len(result) == 0:")
+    assert codes(lint(changed, select=["TL101"])) == ["TL101"]
+
+
+# -- scikit-learn's synthetic data: a demonstration whose whole run takes seconds --------------
+
+TOY = """\
+import torch
+from sklearn.datasets import make_regression
+from torch.utils.data import DataLoader, TensorDataset
+
+X, y = make_regression(n_samples=2000, n_features=10)
+device = torch.device("cuda")
+model = torch.nn.Sequential(torch.nn.Linear(10, 64), torch.nn.ReLU(), torch.nn.Linear(64, 1)).to(device)
+optimizer = torch.optim.Adam(model.parameters())
+loader = DataLoader(TensorDataset(torch.tensor(X).float(), torch.tensor(y).float()), batch_size=128)
+
+if __name__ == "__main__":
+    for epoch in range(5):
+        total = 0.0
+        for xb, yb in loader:
+            optimizer.zero_grad()
+            loss = torch.nn.functional.mse_loss(model(xb.to(device)).squeeze(-1), yb.to(device))
+            total += loss.item()
+            loss.backward()
+            optimizer.step()
+            noise = torch.randn(64, 10).to(device)
+"""
+
+
+def test_a_program_on_scikit_learns_synthetic_data_is_not_reported():
+    assert codes(lint(TOY, select=["TL101", "TL201", "TL202", "TL203"])) == []
+
+
+def test_the_same_program_asking_for_a_million_samples_is_reported():
+    changed = TOY.replace("n_samples=2000", "n_samples=1_000_000")
+    assert sorted(codes(lint(changed, select=["TL101", "TL201", "TL202", "TL203"]))) == ["TL101", "TL201"]
