@@ -174,5 +174,5 @@ def test_the_index_names_only_methods_that_hold_a_finding():
     # the same from the scan made in the worker processes
     scanned = project.unreferenced(
         {"captioner.py": [18]}, order, files.get,
-        scan=lambda paths, stems, methods: [project.scan_file(p, files[p], stems, methods) for p in paths])
+        scan=lambda paths, stems, methods, asked=None: [project.scan_file(p, files[p], stems, methods, asked) for p in paths])
     assert scanned["captioner.py"][project.UNREFERENCED] == facts([18])

@@ -79,9 +79,9 @@ def test_a_scan_made_elsewhere_gives_the_same_facts(tmp_path):
     order = sorted(files)
     asked = []
 
-    def scan(paths, stems, methods):
+    def scan(paths, stems, methods, words=None):
         asked.append(list(stems))
-        return [project.scan_file(p, files[p], stems, methods) if p != "zoo.py" else None for p in paths]
+        return [project.scan_file(p, files[p], stems, methods, words) if p != "zoo.py" else None for p in paths]
 
     here = project.unreferenced(candidates, order, files.get)
     elsewhere = project.unreferenced(candidates, order, files.get, scan=scan)
@@ -128,7 +128,7 @@ def _folder_facts(extra=None, candidate="pkg/common/annotator/mlsd/models/large.
     order = sorted(files)
     here = project.unreferenced({candidate: [4]}, order, files.get, configs)
     elsewhere = project.unreferenced({candidate: [4]}, order, files.get, configs,
-                                     scan=lambda paths, stems, methods: [project.scan_file(p, files[p], stems, methods)
+                                     scan=lambda paths, stems, methods, asked=None: [project.scan_file(p, files[p], stems, methods, asked)
                                                                          for p in paths])
     assert here == elsewhere
     return here.get(candidate, {}).get(project.UNREFERENCED)

@@ -720,9 +720,9 @@ def _pool_scanner(workers: Optional[Workers], everything: Dict[str, FileResult])
     if workers is None or workers.broken:
         return None
 
-    def scan(files: Sequence[str], stems: Sequence[str], methods: Sequence[str]):
+    def scan(files: Sequence[str], stems: Sequence[str], methods: Sequence[str], asked=None):
         chunks = [files[i::workers.jobs * 4] for i in range(workers.jobs * 4)]
-        done = workers.map(_scan_files, [([(d, everything[d].path) for d in chunk], stems, methods)
+        done = workers.map(_scan_files, [([(d, everything[d].path) for d in chunk], stems, methods, asked)
                                          for chunk in chunks])
         if done is None:  # the pool broke: scan here
             return [None] * len(files)
@@ -732,13 +732,14 @@ def _pool_scanner(workers: Optional[Workers], everything: Dict[str, FileResult])
     return scan
 
 
-def _scan_files(files: Sequence[Tuple[str, Optional[str]]], stems: Sequence[str], methods: Sequence[str]):
+def _scan_files(files: Sequence[Tuple[str, Optional[str]]], stems: Sequence[str], methods: Sequence[str],
+                asked=None):
     from torchlint.project import scan_file
 
     found = []
     for display, path in files:
         text = _text_or_none(display, path)
-        found.append(scan_file(display, text, stems, methods) if text is not None else None)
+        found.append(scan_file(display, text, stems, methods, asked) if text is not None else None)
     return found
 
 

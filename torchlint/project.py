@@ -80,7 +80,7 @@ _IMPORT = re.compile(r"^[ \t]*(?:from[ \t]+[\w.]+[ \t]+import[ \t]*\([^)]*\)|(?:
 
 def unreferenced(candidates: Dict[str, Sequence[int]], files: Sequence[str],
                  read: Callable[[str], Optional[str]], configs: Sequence[str] = (),
-                 scan: Optional[Callable[[Sequence[str], Sequence[str], Sequence[str]], Sequence[Optional[Scan]]]] = None,
+                 scan: Optional[Callable[..., Sequence[Optional[Scan]]]] = None,
                  ) -> Dict[str, Facts]:
     """For each of ``candidates`` (files of the run), the module-level names it
     defines (``def``/``class`` at the start of a line) that no other of
@@ -115,7 +115,7 @@ def unreferenced(candidates: Dict[str, Sequence[int]], files: Sequence[str],
     in configuration files (``instantiate_from_config(config)`` of a YAML
     ``target:``, Hydra's ``_target_``) and the walk found no YAML file.
     Every file is read once, none is parsed, and only the candidates' texts
-    are kept.  ``scan(files, stems)``: each file's ``scan_file`` (None: not
+    are kept.  ``scan(files, stems, methods, asked)``: each file's ``scan_file`` (None: not
     scanned), from the run's worker processes; without it (or for a None)
     the file is scanned here."""
     if len(files) < MIN_FILES_FOR_REACH or not candidates:
@@ -161,7 +161,16 @@ def unreferenced(candidates: Dict[str, Sequence[int]], files: Sequence[str],
         stem_mentions.update(said)
         for stem in said.intersection(stems):
             naming.setdefault(stem, []).append(config.replace("\\", "/"))
-    scans = scan(files, stems, methods) if scan is not None else [None] * len(files)
+    # The words whose mentions count: the names the candidates define at
+    # module level, the methods asked about, and the pieces of those that a
+    # computed name may complete (``_built``).
+    spans_of = {path: _top_level_spans(text) for path, text in texts.items()}
+    asked_words = {name for spans in spans_of.values() for name in spans} | set(methods)
+    for name in methods:
+        asked_words.update(piece for at in range(1, len(name) - 1) if name[at] == "_"
+                           for piece in (name[:at + 1], name[at:]))
+    interesting = frozenset(asked_words)
+    scans = scan(files, stems, methods, interesting) if scan is not None else [None] * len(files)
     defining: List[Tuple[str, FrozenSet[str]]] = []  # each file with the names it defines at module level
     for path, scanned in zip(files, scans):
         text = None
@@ -170,7 +179,7 @@ def unreferenced(candidates: Dict[str, Sequence[int]], files: Sequence[str],
             if text is None:
                 continue
             if scanned is None:
-                scanned = scan_file(path, text, stems, methods)
+                scanned = scan_file(path, text, stems, methods, interesting)
         (is_program, is_dynamic, configured, looks_up, mentioned, words, imports, stars, defined, script,
          calls, own_too) = scanned
         callers.update(calls)
@@ -235,7 +244,7 @@ def unreferenced(candidates: Dict[str, Sequence[int]], files: Sequence[str],
             # A module left behind: no other file imports or names it, and it is no script.
             found[path] = {UNREFERENCED: (0, WHOLE_MODULE)}
             continue
-        spans = _top_level_spans(text)
+        spans = spans_of[path]
         alone = {name for name in spans
                  if occurs[name] - defines[name] - sum(stem not in stems for stems in imported.get(name, ())) <= 0
                  and (path not in starred or name.startswith("_"))}
@@ -324,7 +333,8 @@ def _orphans(folders: Sequence[str], naming: Dict[str, List[str]], scripts: Sequ
 # What ``unreferenced`` needs of one file (``scan_file``): whether it is a
 # program, imports modules by computed names, builds objects named in
 # configuration files; the modules it looks names up in; which of the
-# superseded modules' names it mentions; its words outside import statements;
+# superseded modules' names it mentions; its words outside import statements
+# (only those ``unreferenced`` asks about, but every word of an ``__init__.py``);
 # the names it imports and uses, each with the modules it imports them from;
 # an ``__init__.py``'s star imports; the names it defines at module level and
 # uses; whether it runs as a script (or is a notebook); which of the methods
@@ -335,11 +345,13 @@ Scan = Tuple[bool, bool, bool, FrozenSet[str], FrozenSet[str], FrozenSet[str],
              FrozenSet[str], FrozenSet[str]]
 
 
-def scan_file(path: str, text: str, stems: Sequence[str] = (), methods: Sequence[str] = ()) -> Scan:
+def scan_file(path: str, text: str, stems: Sequence[str] = (), methods: Sequence[str] = (),
+              asked: Optional[FrozenSet[str]] = None) -> Scan:
     """One file's part of ``unreferenced`` (in a worker process for large
     runs); ``stems``: the names of the candidate modules named as superseded
     and of the candidate folders; ``methods``: the names of the methods
-    asked about."""
+    asked about; ``asked``: the words whose mentions are counted (None:
+    all), so that a file's whole vocabulary need not travel back."""
     posix = path.replace("\\", "/")
     stems_set = frozenset(stems)
     package = posix.endswith("/__init__.py") or path == "__init__.py"
@@ -361,8 +373,8 @@ def scan_file(path: str, text: str, stems: Sequence[str] = (), methods: Sequence
         _names_configured_objects(text),
         frozenset(_looked_up(text)),
         _named_stems(text, stems),
-        frozenset(words),
-        tuple(imports),
+        frozenset(words) if asked is None or package else frozenset(words.intersection(asked)),
+        tuple(item for item in imports if asked is None or item[0] in asked),
         tuple(_STAR.findall(text)) if package and "*" in text else (),
         # (a file that defines a name of its own means its own by it)
         frozenset({a or b for a, b in _TOP_LEVEL.findall(text)} & words),
