@@ -1504,7 +1504,8 @@ _DEBUG_WORD = re.compile(r"(?:^|_)debug(?:$|_)", re.IGNORECASE)
 def under_debug_switch(ctx: Context) -> bool:
     """Whether the node being visited is in the body of an ``if`` that asks
     for a debug mode (``if args.debug_mode:``, ``if DEBUG:``, ``if self.debug
-    and step % 10 == 0:``; not ``if not args.debug:`` or its ``else``): the
+    and step % 10 == 0:``, a detailed verbosity level: ``if verbose > 1:``;
+    not ``if not args.debug:`` or its ``else``): the
     prints and checks there run when the user debugs, not in the run whose
     steps the rules speak of."""
     return _in_body_of_if(ctx, _names_debug)
@@ -1688,8 +1689,30 @@ def _and_operands(test: cst.BaseExpression) -> List[cst.BaseExpression]:
 
 
 def _names_debug(test: cst.BaseExpression) -> bool:
+    if isinstance(test, cst.Comparison) and len(test.comparisons) == 1:
+        return _detailed_verbosity(test)
     name = test.value if isinstance(test, cst.Name) else test.attr.value if isinstance(test, cst.Attribute) else None
     return name is not None and _DEBUG_WORD.search(name) is not None
+
+
+_VERBOSE_WORD = re.compile(r"(?:^|_)verbos(?:e|ity)(?:$|_)", re.IGNORECASE)
+
+
+def _detailed_verbosity(test: cst.Comparison) -> bool:
+    """``if verbose > 1:``, ``if self.verbosity >= 2:``: a level of detail
+    above the usual one, a debugging aid (a plain ``if verbose:`` is not:
+    libraries often print their progress by default)."""
+    comparison = test.comparisons[0]
+    level = comparison.comparator
+    if not isinstance(level, cst.Integer):
+        return False
+    bound = int(level.evaluated_value)
+    if not (isinstance(comparison.operator, cst.GreaterThan) and bound >= 1
+            or isinstance(comparison.operator, cst.GreaterThanEqual) and bound >= 2):
+        return False
+    left = test.left
+    name = left.value if isinstance(left, cst.Name) else left.attr.value if isinstance(left, cst.Attribute) else None
+    return name is not None and _VERBOSE_WORD.search(name) is not None
 
 
 def per_step_here(ctx: Context, skip: frozenset = frozenset()) -> Optional[Frequency]:

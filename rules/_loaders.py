@@ -117,8 +117,8 @@ def _indexing_only(expr: Optional[cst.BaseExpression], ctx: Context) -> bool:
     work beyond indexing data that is already in memory."""
     if expr is None:
         return True
-    if isinstance(expr, (cst.Name, cst.Integer, cst.Float, cst.SimpleString)):
-        return True
+    if isinstance(expr, (cst.Name, cst.Integer, cst.Float, cst.SimpleString, cst.Ellipsis)):
+        return True  # (`self.theta[index, ...]`)
     if isinstance(expr, cst.Attribute):
         return _indexing_only(expr.value, ctx)
     if isinstance(expr, cst.Subscript):

@@ -515,6 +515,10 @@ class ProgramFacts:
             return "linear-algebra"
         return None
 
+    def float64(self) -> bool:
+        """Whether the program trains in float64 on purpose (``_trains_in_float64``)."""
+        return _trains_in_float64(self.context.source)
+
     def no_tensor_core_work(self) -> bool:
         """Whether the program visibly runs no operation that reduced precision
         speeds up: no matrix multiplication, convolution, recurrent layer or
@@ -1198,6 +1202,29 @@ def trains_on_toy_data(ctx: Context) -> bool:
             int(m.group(1).replace("_", "")) >= 100_000 for m in _MANY_SAMPLES.finditer(source))
         ctx.shared["toy-data"] = found
     return found
+
+
+# A model cast to float64 (`nfm = nfm.double()`, `model.to(torch.float64)`), or
+# float64 made the default dtype.
+_TO_FLOAT64 = re.compile(r"\b(\w+)(?:\.\w+\([^()\n]*\))*\.(?:double\(\)|to\(\s*(?:dtype\s*=\s*)?torch\.(?:float64|double)\s*\))")
+_DEFAULT_FLOAT64 = re.compile(r"set_default_dtype\(\s*torch\.(?:float64|double)\s*\)")
+
+
+def _trains_in_float64(source: str) -> bool:
+    """Whether the program makes float64 its default dtype, or casts a model
+    to float64 (a name whose ``.parameters()`` it reads): autocast leaves
+    float64 operations alone, and TF32 is a float32 mode."""
+    if "float64" not in source and "double" not in source:
+        return False
+    if _DEFAULT_FLOAT64.search(source):
+        return True
+    return any(f"{m.group(1)}.parameters()" in source for m in _TO_FLOAT64.finditer(source))
+
+
+def demonstration(ctx: Context) -> bool:
+    """A module that runs a few batches (``runs_a_few_batches``) or trains on
+    toy data (``trains_on_toy_data``): a loader's settings save nothing there."""
+    return runs_a_few_batches(ctx) or trains_on_toy_data(ctx)
 
 
 # A trainer told to run a few batches (Composer's `train_subset_num_batches=5`,

@@ -1021,7 +1021,8 @@ def _scan(ctx: Context, roots: List[cst.CSTNode]) -> LoopFacts:
                 q == "cv2.waitKey" and (not node.args or literal_number(node.args[0].value) == 0)
             ):
                 facts.prompts_user = True  # `input()`, `cv2.waitKey(0)`: waits for a key press
-        elif kind is cst.If and direct and _ends_loop(node.body):
+        elif kind is cst.If and direct and (_ends_loop(node.body) or type(node.orelse) is cst.Else and _ends_loop(
+                node.orelse.body)):  # (`if wrong.sum().item() > 0: resample ... else: break`)
             if _reads_value(node.test):
                 facts.exits_on_value = True
             else:
@@ -1438,7 +1439,7 @@ _CHECKED_LOSSES = frozenset({"differentiable_loss", "loss_and_grads"})
 # Operations whose output size depends on device values: the host waits for them.
 _DATA_DEPENDENT = frozenset({"nonzero", "unique", "unique_consecutive", "masked_select", "argwhere"})
 # Reductions whose truth value an `if`/`while`/`assert` reads on the host.
-_TRUTH_READS = frozenset({"any", "all", "equal", "allclose", "isfinite", "isnan", "isinf"})
+_TRUTH_READS = frozenset({"any", "all", "equal", "allclose", "isclose", "isfinite", "isnan", "isinf"})
 
 
 def _waits_on_data(call: cst.Call, name: str, qualname: Optional[str]) -> bool:
@@ -1555,6 +1556,26 @@ def _timed_iterable(expr: cst.BaseExpression) -> bool:
     return False
 
 
+def _counts_to_its_test(loop: cst.While, assigns: List[cst.CSTNode]) -> bool:
+    """Whether the body assigns a value read from the device (``n +=
+    int(ok.sum().item())``, or a name computed from one) to a name that the
+    ``while`` test reads: a rejection sampler counts its accepted samples on
+    the host, and must, to know whether to go on."""
+    tested = {n.value for n in walk_nodes(loop.test) if type(n) is cst.Name}
+    if not tested or not assigns:
+        return False
+    read = {n for a in assigns if _reads_item(a.value) for n in _assigned_names(a)}
+    for _ in range(2):
+        read |= {n for a in assigns if mentions_name(a.value, read) for n in _assigned_names(a)}
+    return not tested.isdisjoint(read)
+
+
+def _assigned_names(statement: cst.CSTNode) -> List[str]:
+    if type(statement) is cst.AugAssign:
+        return list(target_names(statement.target))
+    return [n for t in statement.targets for n in target_names(t.target)]
+
+
 def _ends_loop(block: cst.CSTNode) -> bool:
     """A block whose last statement is ``break`` or ``return``: the loop ends
     normally there (a ``raise`` or ``sys.exit`` is an error guard, such as a
@@ -1601,6 +1622,8 @@ def loop_facts(ctx: Context, loop: cst.CSTNode, cache: Dict[int, LoopFacts]) -> 
         facts = _scan(ctx, roots)
         if isinstance(loop, cst.While) and _tests_tensor(ctx, loop.test):
             facts.waits_on_data = True  # `while not done.all():`
+        if isinstance(loop, cst.While) and _counts_to_its_test(loop, facts.assigns):
+            facts.exits_on_value = True  # `while n < num_samples: ... n += accepted.sum().item()`
         if isinstance(loop, cst.For) and _timed_iterable(loop.iter):
             facts.reads_clock = True
         if isinstance(loop, cst.For) and _collects_from_environments(loop.iter):

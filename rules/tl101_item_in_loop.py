@@ -171,7 +171,12 @@ class ItemInLoop(Rule):
       one go before the loop); so does a `for _ in range(n)` or `while` loop
       that builds a tensor from the value it read (`output.append(int(
       y.argmax(1).item()))` ... `torch.tensor([output[-1]], device=device)`,
-      `ys.fill_(token)`): the next step's input is that token;
+      `ys.fill_(token)`): the next step's input is that token; and so does a
+      loop whose `else` branch is the exit (`while True: if wrong.sum().item()
+      > 0: resample ... else: break`), or a `while` loop that counts a value
+      it read into a name its own test reads (`while n < num_samples: ...
+      n += accepted.sum().item()`: a rejection sampler must know how many it
+      has);
     - a loop that hands a host copy of device values to host code every
       iteration and needs the answer (`LoopFacts.round_trips`): an
       environment step on the policy's actions (`envs.step(a.cpu().numpy())`,

@@ -35,7 +35,7 @@ from torchlint.rules._loaders import (
 from torchlint.rules._project import COPIED, caller_trait
 from torchlint.rules._project_text import LOADER, trait_key
 from torchlint.rules._one_batch import in_dataset_demo, loader_fetches_one_batch
-from torchlint.rules._program import runs_a_few_batches, trains_on_toy_data
+from torchlint.rules._program import demonstration
 
 # Device types for which pinned host memory does not help (MPS shares memory
 # with the host and does not support pinning; meta tensors hold no data).
@@ -426,8 +426,7 @@ class DataLoaderPinMemory(Rule):
     def __init__(self, context) -> None:
         super().__init__(context)
         # Test files are skipped; so is a file that never says `DataLoader`.
-        self._off = context.is_test_file or "DataLoader" not in context.source or runs_a_few_batches(
-            context) or trains_on_toy_data(context)
+        self._off = context.is_test_file or "DataLoader" not in context.source or demonstration(context)
         if self._off:
             self.walks = False
         # (call, its `pin_memory` argument if given, where it is, `num_workers`

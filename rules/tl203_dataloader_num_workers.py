@@ -26,7 +26,7 @@ from torchlint.rules._loaders import (
 )
 from torchlint.semantic import Location
 from torchlint.rules._one_batch import in_dataset_demo, loader_fetches_one_batch
-from torchlint.rules._program import runs_a_few_batches, runs_on_host_only, trains_on_toy_data
+from torchlint.rules._program import demonstration, runs_on_host_only
 
 # A dataset named like an iterator (`train_iter`, `valid_iterator`): by
 # convention an iterable-style dataset (torchtext, datapipes).
@@ -248,7 +248,7 @@ class DataLoaderNumWorkers(Rule):
         super().__init__(context)
         # A file that never says `DataLoader` cannot call it; tests are skipped.
         self._active = not context.is_test_file and "DataLoader" in context.source and not runs_on_host_only(
-            context) and not runs_a_few_batches(context) and not trains_on_toy_data(context)
+            context) and not demonstration(context)
         if not self._active:
             self.walks = False
         # (call, where it is, how `num_workers` is given: "keyword", "dict" or None)

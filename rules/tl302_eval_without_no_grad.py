@@ -430,13 +430,11 @@ class EvalWithoutNoGrad(Rule):
 
     def leave_FunctionDef(self, node: cst.FunctionDef) -> None:
         frame = self._frames.pop()
-        if frame.skip or frame.needs_grad:
-            return
-        if _MEASURES.search(frame.name) or frame.asserts and (
+        # (a test, whose speed does not matter; `get_model_flops`: one forward to count
+        # operations; `visualize(net, loader)`: a few inputs, each shown or plotted)
+        if frame.skip or frame.needs_grad or _MEASURES.search(frame.name) or draws(frame.name) or frame.asserts and (
                 self.context.is_test_file or frame.name.lower().lstrip("_").startswith("test")):
-            return  # a test (its speed does not matter), or `get_model_flops`: one forward to count operations
-        if draws(frame.name):
-            return  # `def visualize(net, loader)`: a few inputs, each shown or plotted (the host sets the pace)
+            return
         named = bool(EVALUATION_NAME.match(frame.name))
         if not named and (not frame.evals or TRAINING_NAME.search(frame.name)):
             return

@@ -80,6 +80,10 @@ class Fp32MatmulPrecision(ProgramRule):
       `botorch` or `linear_operator`) is not reported: its Cholesky
       factorizations and conjugate-gradient solves on kernel matrices need
       float32 (often float64), and TF32 would make them fail or drift.
+    - A program that trains in float64 on purpose (`model = model.double()`,
+      `model.to(torch.float64)` on a model whose `.parameters()` it reads, or
+      `torch.set_default_dtype(torch.float64)`) is not reported: autocast
+      leaves float64 operations alone, and TF32 is a float32 mode.
     - A program on scikit-learn's synthetic or toy data (`make_regression(2000)`,
       `make_moons(...)`, `load_iris()`; not 100,000 samples or more by a
       literal) is not reported: its whole run takes seconds.
@@ -229,7 +233,7 @@ class Fp32MatmulPrecision(ProgramRule):
     def decide(self, facts: ProgramFacts) -> None:
         if facts.tf32_set or facts.reduced_precision or not (facts.entry and facts.uses_cuda):
             return
-        if facts.quiet_reason():
+        if facts.quiet_reason() or facts.float64():
             return  # input- or simulator-bound, or a program that chose reproducible kernels
         if not facts.matmul_heavy():
             return  # a convolutional network: cuDNN convolutions use TF32 by default

@@ -58,6 +58,10 @@ class NoAutocast(ProgramRule):
       `botorch` or `linear_operator`) is not reported: its Cholesky
       factorizations and conjugate-gradient solves on kernel matrices need
       float32 (often float64), and autocast would make them fail or drift.
+    - A program that trains in float64 on purpose (`model = model.double()`,
+      `model.to(torch.float64)` on a model whose `.parameters()` it reads, or
+      `torch.set_default_dtype(torch.float64)`) is not reported: autocast
+      leaves float64 operations alone, and TF32 is a float32 mode.
     - A program on scikit-learn's synthetic or toy data (`make_regression(2000)`,
       `make_moons(...)`, `load_iris()`; not 100,000 samples or more by a
       literal) is not reported: its whole run takes seconds.
@@ -224,7 +228,7 @@ class NoAutocast(ProgramRule):
     ]
 
     def decide(self, facts: ProgramFacts) -> None:
-        if facts.reduced_precision or not facts.uses_cuda or facts.quiet_reason():
+        if facts.reduced_precision or not facts.uses_cuda or facts.quiet_reason() or facts.float64():
             return
         if facts.no_tensor_core_work():
             return  # elementwise math only: autocast has no matmul or convolution to run in half precision

@@ -39,8 +39,9 @@ class DraftModel(torch.nn.Module):
 
 def test_a_timed_tuning_loop_is_a_measurement():
     assert codes(lint(TUNED_ON_LOAD, select=["TL201"])) == []
-    # (a sync in each timed iteration still distorts what the outer clock measures: TL103's)
-    assert codes(lint(TUNED_ON_LOAD, select=["TL103"])) == ["TL103", "TL103"]
+    # (nor are the syncs of the repetitions timed by the clock readings around
+    # their loop: the per-iteration sync makes the figure a latency, on purpose)
+    assert codes(lint(TUNED_ON_LOAD, select=["TL103"])) == []
 
 
 TIMED_TRAINING = """\

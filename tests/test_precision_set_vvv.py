@@ -378,3 +378,100 @@ def test_a_program_on_scikit_learns_synthetic_data_is_not_reported():
 def test_the_same_program_asking_for_a_million_samples_is_reported():
     changed = TOY.replace("n_samples=2000", "n_samples=1_000_000")
     assert sorted(codes(lint(changed, select=["TL101", "TL201", "TL202", "TL203"]))) == ["TL101", "TL201"]
+
+
+# -- set WWW: reads the loop's own control needs, tensor tests, float64, verbosity -------------
+
+REJECTION = """\
+import torch
+
+
+def sample(proposal, prior, num_samples):
+    accepted = []
+    num_remaining = num_samples
+    while num_remaining > 0:
+        candidates = proposal.sample((1000,))
+        ok = prior.support.check(candidates)
+        accepted.append(candidates)
+        num_remaining -= ok.sum().item()
+    return torch.cat(accepted)
+
+
+def resample(neg_idx, pos_idx, sampler):
+    while True:
+        wrong = neg_idx == pos_idx.view(-1, 1)
+        if wrong.sum().item() > 0:
+            neg_idx = neg_idx + sampler(neg_idx)
+        else:
+            break
+    return neg_idx
+"""
+
+
+def test_a_count_the_while_test_reads_and_a_read_that_decides_to_stop_are_silent():
+    assert codes(lint(REJECTION, select=["TL101"])) == []
+
+
+def test_a_count_the_test_does_not_read_is_reported():
+    changed = REJECTION.replace("        num_remaining -= ok.sum().item()\n",
+                                "        total += ok.sum().item()\n        num_remaining -= 1000\n")
+    assert codes(lint(changed, select=["TL101"])) == ["TL101"]
+
+
+THOMSON = """\
+import torch
+
+
+def solve(X, steps, verbose=0):
+    optim = torch.optim.Adam([X])
+    last = torch.tensor(float("inf"), device=X.device)
+    best, best_X = last, X
+    for i in range(steps):
+        optim.zero_grad()
+        U = energy(X)
+        if verbose > 1:
+            print(i, U.item())
+        if torch.isclose(U, last):
+            break
+        last = U.detach()
+        best_X = X.detach().cpu()
+        U.backward()
+        optim.step()
+    return best_X
+"""
+
+
+def test_a_detailed_verbosity_level_and_a_loop_that_tests_isclose_are_silent():
+    assert codes(lint(THOMSON, select=["TL101", "TL102"])) == []
+
+
+def test_a_plain_verbose_switch_in_a_loop_with_no_tensor_test_is_reported():
+    changed = THOMSON.replace("if verbose > 1:", "if verbose:").replace(
+        "        if torch.isclose(U, last):\n            break\n", "")
+    assert codes(lint(changed, select=["TL101", "TL102"])) == ["TL101", "TL102"]
+
+
+FLOAT64 = """\
+import torch
+
+device = torch.device("cuda")
+model = GPT(config).to(device)
+model = model.double()
+optimizer = torch.optim.Adam(model.parameters(), lr=1e-4)
+
+if __name__ == "__main__":
+    for it in range(20000):
+        optimizer.zero_grad()
+        loss = model.forward_kld(sample(512).double().to(device))
+        loss.backward()
+        optimizer.step()
+"""
+
+
+def test_a_program_that_trains_in_float64_gets_no_autocast_or_tf32_advice():
+    assert codes(lint(FLOAT64, select=["TL503", "TL504"])) == []
+
+
+def test_data_cast_to_float64_does_not_count():
+    changed = FLOAT64.replace("model = model.double()\n", "")
+    assert sorted(codes(lint(changed, select=["TL503", "TL504"]))) == ["TL503", "TL504"]

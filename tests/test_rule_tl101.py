@@ -232,7 +232,7 @@ def test_accumulation_fix_in_nested_loop_with_init_in_outer_loop() -> None:
         "total = 0\nfor x in loader:\n    model(x).sum().backward()\n    total += model(x).tolist()\n",
         # read every iteration: the sync would only move
         "total = 0\nfor i, x in enumerate(loader):\n    total += model(x).item()\n    print(total / (i + 1))\n",
-        "total = 0\nwhile total < 10:\n    total += model(x).item()\n",
+        "total = 0\nwhile step < 10:\n    total += model(x).item()\n    log(total)\n    step += 1\n",
     ],
 )
 def test_accumulation_fix_not_offered(body: str) -> None:
@@ -779,3 +779,9 @@ def test_a_copy_of_values_that_are_not_the_loaders_batch_is_not_the_loops_wait()
     """
     # `batches` may hold device tensors already: `.to(device)` then copies nothing and waits for nothing
     assert positions(code) == [(9, 15)]
+
+
+def test_a_count_that_the_while_test_reads_is_not_reported() -> None:
+    # (the loop needs the value on the host to know whether to go on)
+    code = "import torch\ndef f(model, x):\n    total = 0\n    while total < 10:\n        total += model(x).item()\n"
+    assert tl101(code) == []

@@ -88,6 +88,23 @@ def test_timing_loops_are_silent(clock: str) -> None:
 
 
 def test_clock_read_only_in_an_outer_loop_does_not_excuse_the_inner_one() -> None:
+    # (the clock is read in the outer loop, not right around the inner one)
+    code = """
+    import time
+    import torch
+    for stage in range(2):
+        t0 = time.time()
+        prepare(stage)
+        for _ in range(steps):
+            model(x)
+            torch.cuda.synchronize()
+        torch.cuda.synchronize()
+        print(time.time() - t0)
+    """
+    assert positions(code) == [(9, 9)]
+
+
+def test_repetitions_between_two_clock_readings_are_a_measurement() -> None:
     code = """
     import time
     import torch
@@ -96,10 +113,9 @@ def test_clock_read_only_in_an_outer_loop_does_not_excuse_the_inner_one() -> Non
         for _ in range(steps):
             model(x)
             torch.cuda.synchronize()
-        torch.cuda.synchronize()
         print(time.time() - t0)
     """
-    assert positions(code) == [(8, 9)]
+    assert positions(code) == []
 
 
 def test_cuda_event_timing_is_silent() -> None:
