@@ -30,10 +30,11 @@ def loader_fetches_one_batch(call: cst.Call, ctx) -> bool:
         if ctx.enclosing_class() is not None or ctx.module is None:
             return False  # a class attribute
         scope = ctx.module
-    return fetches_one_batch(call, assignment, scope)
+    return fetches_one_batch(call, assignment, scope, importable=not ctx.path.endswith(".ipynb"))
 
 
-def fetches_one_batch(call: cst.Call, assignment: Optional[cst.Assign], scope: cst.CSTNode) -> bool:
+def fetches_one_batch(call: cst.Call, assignment: Optional[cst.Assign], scope: cst.CSTNode,
+                      importable: bool = True) -> bool:
     """Whether the loader made by ``call`` is only used for single fetches
     (or, in a function, not used at all: ``val_loader = DataLoader(...)`` built
     beside an evaluation that reads the dataset itself).
@@ -43,6 +44,8 @@ def fetches_one_batch(call: cst.Call, assignment: Optional[cst.Assign], scope: c
     other mention of the name in the scope (nested functions included) must be
     ``next(iter(name))``, ``iter(name).next()``, or ``it = iter(name)`` whose
     every use is ``next(it)`` / ``it.next()``, none of them in a loop.
+    ``importable``: False for a notebook, whose names no other module imports
+    (a loader its cells never use is dead there too).
     """
     if assignment is None or assignment.value is not call or len(assignment.targets) != 1:
         return False
@@ -50,8 +53,8 @@ def fetches_one_batch(call: cst.Call, assignment: Optional[cst.Assign], scope: c
     if type(target) is not cst.Name:
         return False
     uses = list(_mentions(scope, target.value, target))
-    if not uses:  # never used: dead in a function (a module's name might be imported elsewhere)
-        return type(scope) is cst.FunctionDef
+    if not uses:  # never used: dead in a function or a notebook (a module's name might be imported elsewhere)
+        return type(scope) is cst.FunctionDef or not importable
     for name, parents, in_loop in uses:
         if _only_shown(name, parents):
             continue  # `train_loader, test_loader` shown by a notebook cell, `len(loader)`

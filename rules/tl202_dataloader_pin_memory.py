@@ -233,7 +233,8 @@ class DataLoaderPinMemory(Rule):
       frame by frame, a few audio clips generated one at a time): each copy
       is one sample, small next to the model run on it, so there is little
       for pinning to speed up or overlap;
-    - a loader that a function binds to a name and never uses again (a
+    - a loader that a function (or a notebook's cell) binds to a name and
+      never uses again (a
       validation loader built beside an evaluation that reads the dataset
       itself);
     - a loader built in the `if __name__ == "__main__":` block of a dataset

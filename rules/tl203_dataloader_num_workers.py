@@ -135,7 +135,8 @@ class DataLoaderNumWorkers(Rule):
       (`next(test_iter)` under `if step % 100 == 0:`): starting workers costs
       more than it saves; a loader that is also iterated, passed on, or read
       with `next(it)` every iteration of a loop is still reported;
-    - a loader that a function binds to a name and never uses again;
+    - a loader that a function (or a notebook's cell) binds to a name and
+      never uses again;
     - a module that tells a trainer to run at most 20 batches or steps, as a
       literal (Composer's `train_subset_num_batches=5`, Lightning's
       `limit_train_batches=10` or `fast_dev_run=True`): a

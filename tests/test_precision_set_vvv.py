@@ -475,3 +475,28 @@ def test_a_program_that_trains_in_float64_gets_no_autocast_or_tf32_advice():
 def test_data_cast_to_float64_does_not_count():
     changed = FLOAT64.replace("model = model.double()\n", "")
     assert sorted(codes(lint(changed, select=["TL503", "TL504"]))) == ["TL503", "TL504"]
+
+
+# -- TL203: a loader a notebook's cells never use ----------------------------------------------
+
+NOTEBOOK_LOADERS = """\
+import torch
+from torchvision import datasets, transforms
+
+device = torch.device("cuda")
+tf = transforms.Compose([transforms.ToTensor(), transforms.RandomHorizontalFlip()])
+train_loader = torch.utils.data.DataLoader(datasets.MNIST("data", transform=tf), batch_size=128, num_workers=4)
+test_loader = torch.utils.data.DataLoader(datasets.MNIST("data", train=False, transform=tf), batch_size=128)
+for x, y in train_loader:
+    loss = model(x.to(device), y.to(device))
+    loss.backward()
+    optimizer.step()
+"""
+
+
+def test_a_loader_a_notebook_never_uses_is_not_reported():
+    assert codes(lint(NOTEBOOK_LOADERS, select=["TL203"], path="vae.ipynb")) == []
+
+
+def test_the_same_loader_in_a_module_may_be_imported_and_is_reported():
+    assert codes(lint(NOTEBOOK_LOADERS, select=["TL203"], path="vae.py")) == ["TL203"]
