@@ -1691,7 +1691,7 @@ def _and_operands(test: cst.BaseExpression) -> List[cst.BaseExpression]:
 def _names_debug(test: cst.BaseExpression) -> bool:
     if isinstance(test, cst.Comparison) and len(test.comparisons) == 1:
         return _detailed_verbosity(test)
-    name = test.value if isinstance(test, cst.Name) else test.attr.value if isinstance(test, cst.Attribute) else None
+    name = last_name(test)
     return name is not None and _DEBUG_WORD.search(name) is not None
 
 
@@ -1710,8 +1710,7 @@ def _detailed_verbosity(test: cst.Comparison) -> bool:
     if not (isinstance(comparison.operator, cst.GreaterThan) and bound >= 1
             or isinstance(comparison.operator, cst.GreaterThanEqual) and bound >= 2):
         return False
-    left = test.left
-    name = left.value if isinstance(left, cst.Name) else left.attr.value if isinstance(left, cst.Attribute) else None
+    name = last_name(test.left)
     return name is not None and _VERBOSE_WORD.search(name) is not None
 
 

@@ -276,6 +276,13 @@ def has_parameters(params: cst.Parameters) -> bool:
     return isinstance(params.star_arg, cst.Param) or params.star_kwarg is not None
 
 
+def statement_position(block: cst.CSTNode, statement: cst.CSTNode) -> Tuple[List[cst.CSTNode], Optional[int]]:
+    """The statements of ``block`` (a module, an indented block) and the index
+    of ``statement`` among them, by identity (None: not one of them)."""
+    statements = list(getattr(block, "body", ()) or ())
+    return statements, next((k for k, st in enumerate(statements) if st is statement), None)
+
+
 def is_docstring(statement: cst.CSTNode) -> bool:
     """Whether a statement is a string literal on its own (a docstring)."""
     return (

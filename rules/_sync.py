@@ -25,11 +25,11 @@ from typing import Collection, Dict, List, Optional, Tuple, Union
 
 import libcst as cst
 
-from torchlint.rule import Context
+from torchlint.rule import Context, own_callee
 from torchlint.nodes import inner_children, iter_children, target_names, walk_nodes
 from torchlint.rules._helpers import (
     blocking_flag, equality_sides, is_docstring, keyword, last_name, literal_number, method_name, moves_to_device,
-    names_anywhere, receiver, source_mentions, string_value,
+    names_anywhere, receiver, source_mentions, statement_position, string_value,
 )
 from torchlint.rules._models import MODULE_COLLECTIONS, names_a_module
 from torchlint.rules._training import is_backward, is_optimizer_step, with_grad_modes
@@ -1087,11 +1087,8 @@ def _callee_waits(ctx: Context, func: cst.BaseExpression) -> bool:
     of its own body that runs on every call (``return int(total.cpu().item())``,
     ``ids = torch.unique(asym_id)``; not under an ``if``, a loop or a ``try``):
     each call waits for the device there.  Cached per name."""
-    if type(func) is cst.Attribute and type(func.value) is cst.Name and func.value.value == "self":
-        name = func.attr.value
-    elif type(func) is cst.Name:
-        name = func.value
-    else:
+    name = own_callee(func, ("self",))
+    if name is None:
         return False
     cache = ctx.shared.setdefault("callee-waits", {})
     if name not in cache:
@@ -2340,8 +2337,7 @@ def sets_up_a_gradient_loop(ctx: Context) -> bool:
         return False
     if any(type(n) in (cst.For, cst.While) or isinstance(n, _COMPREHENSIONS) for n in stack[at + 1:]):
         return False
-    statements = list(getattr(stack[at + 1], "body", ()) or ())
-    here = next((k for k, st in enumerate(statements) if st is stack[at + 2]), None)
+    statements, here = statement_position(stack[at + 1], stack[at + 2])
     if here is None:
         return False
     for statement in statements[here + 1:]:
@@ -2382,13 +2378,16 @@ def timed_repetition(ctx: Context, loop: cst.CSTNode, cache: Dict[int, LoopFacts
     index = next((i for i in range(len(stack) - 1, 0, -1) if stack[i] is loop), None)
     if index is None:
         return False
-    siblings = list(getattr(stack[index - 1], "body", ()) or ())
-    here = next((k for k, stmt in enumerate(siblings) if stmt is loop), None)
+    siblings, here = statement_position(stack[index - 1], loop)
     if here is None:
         return False
-    near = siblings[max(here - 1, 0):here] + siblings[here + 1:here + 2]
-    return any(type(stmt) is cst.SimpleStatementLine and any(
-        type(n) is cst.Call and ctx.qualname(n.func) in CLOCKS for n in walk_nodes(stmt)) for stmt in near)
+    return any(_reads_clock(ctx, stmt) for stmt in siblings[max(here - 1, 0):here] + siblings[here + 1:here + 2])
+
+
+def _reads_clock(ctx: Context, statement: cst.CSTNode) -> bool:
+    """A simple statement that calls a clock (``start = time.time()``)."""
+    return isinstance(statement, cst.SimpleStatementLine) and any(
+        isinstance(n, cst.Call) and ctx.qualname(n.func) in CLOCKS for n in walk_nodes(statement))
 
 
 def _between_clock_reads(ctx: Context, loop: cst.CSTNode) -> bool:
@@ -2415,15 +2414,11 @@ def _between_clock_reads(ctx: Context, loop: cst.CSTNode) -> bool:
     if here is None:
         return False
 
-    def reads_clock(stmt: cst.CSTNode) -> bool:
-        return isinstance(stmt, cst.SimpleStatementLine) and any(
-            isinstance(n, cst.Call) and ctx.qualname(n.func) in CLOCKS for n in walk_nodes(stmt))
-
     def starts_clock(stmt: cst.CSTNode) -> bool:  # `start = timer()`
         return (isinstance(stmt, cst.SimpleStatementLine) and len(stmt.body) == 1 and isinstance(stmt.body[0], cst.Assign)
                 and isinstance(stmt.body[0].value, cst.Call) and ctx.qualname(stmt.body[0].value.func) in CLOCKS)
 
-    return any(starts_clock(stmt) for stmt in flat[:here]) and any(reads_clock(stmt) for stmt in flat[here + 1:])
+    return any(starts_clock(stmt) for stmt in flat[:here]) and any(_reads_clock(ctx, stmt) for stmt in flat[here + 1:])
 
 
 def over_iteration_results(inner: cst.CSTNode, outer: cst.CSTNode, outer_facts: LoopFacts) -> bool:
@@ -2906,8 +2901,7 @@ def waits_at_copy_anyway(ctx: Context, loop: cst.CSTNode) -> bool:
             for j in range(i, len(stack) - 1):
                 if type(stack[j]) is not cst.IndentedBlock:
                     continue
-                statements = list(stack[j].body)
-                index = next((k for k, st in enumerate(statements) if st is stack[j + 1]), None)
+                statements, index = statement_position(stack[j], stack[j + 1])
                 if index is None or any(_queues_step_work(st) for st in statements[index + 1:]):
                     return False
             return True

@@ -9,7 +9,7 @@ from torchlint.model import FixAvailability
 from torchlint.nodes import walk_nodes
 from torchlint.rule import Invalid, Rule, Valid
 from torchlint.rules._frequency import runs_once_by_path
-from torchlint.rules._helpers import CallTable, argument, literal_number, method_name
+from torchlint.rules._helpers import CallTable, argument, literal_number, method_name, statement_position
 from torchlint.rules._program import named_for_inference
 from torchlint.rules._training import EVALUATION_NAME, is_backward
 
@@ -397,7 +397,6 @@ class DataParallel(Rule):
                         return True
         return False
 
-
     def _unwrapped_after_loading(self, call: cst.Call) -> bool:
         """``m = nn.DataParallel(m)``, then only ``m.load_state_dict(...)``
         until ``m = m.module``: wrapped to load a checkpoint saved from a
@@ -409,8 +408,7 @@ class DataParallel(Rule):
         if len(targets) != 1 or not isinstance(targets[0].target, cst.Name):
             return False
         name, line, block = targets[0].target.value, stack[-3], stack[-4]
-        statements = list(getattr(block, "body", ()) or ())
-        at = next((k for k, st in enumerate(statements) if st is line), None)
+        statements, at = statement_position(block, line)
         for statement in statements[at + 1:] if at is not None else ():
             small = statement.body[0] if isinstance(statement, cst.SimpleStatementLine) and len(statement.body) == 1 else None
             value = getattr(small, "value", None)

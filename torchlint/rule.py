@@ -118,6 +118,17 @@ def tests_periodic_flag(test: cst.BaseExpression, scope: cst.CSTNode, cache: Dic
     return any(name in periodic for name in names)
 
 
+def own_callee(func: cst.BaseExpression, receivers: Tuple[str, ...] = ("self", "cls")) -> Optional[str]:
+    """The name that a call of a function or method of the module itself
+    goes by: ``name(...)``, or ``self.name(...)`` for one of ``receivers``;
+    None for any other callee."""
+    if isinstance(func, cst.Attribute) and isinstance(func.value, cst.Name) and func.value.value in receivers:
+        return func.attr.value
+    if isinstance(func, cst.Name):
+        return func.value
+    return None
+
+
 def asks_periodic_helper(test: cst.BaseExpression, definitions: Callable[[str], Sequence[Any]]) -> bool:
     """``if self._should_log():``, ``if should_log(step) and rank == 0:``: a
     call of a function of the module, every definition of which
@@ -125,14 +136,8 @@ def asks_periodic_helper(test: cst.BaseExpression, definitions: Callable[[str], 
     periodic test (``return self.step % self.every == 0``)."""
     if isinstance(test, cst.BooleanOperation) and isinstance(test.operator, cst.And):
         return asks_periodic_helper(test.left, definitions) or asks_periodic_helper(test.right, definitions)
-    if not isinstance(test, cst.Call):
-        return False
-    func = test.func
-    if isinstance(func, cst.Attribute) and isinstance(func.value, cst.Name) and func.value.value in ("self", "cls"):
-        name = func.attr.value
-    elif isinstance(func, cst.Name):
-        name = func.value
-    else:
+    name = own_callee(test.func) if isinstance(test, cst.Call) else None
+    if name is None:
         return False
     found = definitions(name)
     return bool(found) and all(_returns_periodic_test(occurrence.node) for occurrence in found)
